@@ -1,0 +1,1 @@
+//! nvme-proto

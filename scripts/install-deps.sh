@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests need, only when something is missing.
+set -euo pipefail
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[ -x /bin/busybox ] && file /bin/busybox 2>/dev/null | grep -q 'statically linked' || need+=(busybox-static)
+command -v cpio >/dev/null || need+=(cpio)
+command -v depmod >/dev/null || need+=(kmod)
+command -v file >/dev/null || need+=(file)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "install-deps: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
