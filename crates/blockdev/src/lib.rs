@@ -1,1 +1,39 @@
-//! blockdev
+//! The `BlockDevice` trait and local backends.
+//!
+//! Contract (see `docs/blockdev.md`): offsets and lengths are bytes, multiples of
+//! [`DeviceInfo::logical_block_bytes`] and inside the device; buffers are owned [`IoBuf`]s
+//! that move into the backend and come back on completion, so a cancelled future can never
+//! leave the kernel writing into freed memory.
+
+mod crash;
+mod device;
+mod error;
+mod faulty;
+mod file;
+mod iobuf;
+mod null;
+mod ram;
+mod spec;
+mod stats;
+
+pub use crash::{CrashRecorder, PendingWriteInfo, WriteChoice};
+pub use device::{
+    BlockDevice, DeviceInfo, DeviceKind, IoFuture, WriteFlags, check_range, DEFAULT_MAX_IO_BYTES,
+};
+pub use error::BlockError;
+pub use faulty::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, RuleId};
+pub use file::{FileDevice, IoEngine, OpenOptions};
+pub use iobuf::IoBuf;
+pub use null::NullDevice;
+pub use ram::RamDevice;
+pub use spec::{DriveSpec, SpecError, open_drive, parse_drive_spec, parse_size_bytes};
+pub use stats::{DeviceStats, StatsCounters};
+
+/// The NVMe/Linux sector: the unit of sizes on the wire and in `/sys`.
+pub const SECTOR_SIZE_BYTES: u64 = 512;
+/// Alignment and capacity granularity of every [`IoBuf`]; enough for O_DIRECT on any
+/// device with logical blocks up to 4 KiB.
+pub const IO_ALIGN_BYTES: usize = 4096;
+
+const _: () = assert!(IO_ALIGN_BYTES.is_power_of_two());
+const _: () = assert!(IO_ALIGN_BYTES as u64 % SECTOR_SIZE_BYTES == 0);

@@ -1,1 +1,25 @@
-//! nvme-proto
+//! NVMe, NVMe-oF and NVMe/TCP wire formats.
+//!
+//! Every decoder takes untrusted bytes and returns a typed error instead of panicking;
+//! every encoder writes into a caller-provided buffer. No I/O happens here.
+//! Byte layouts are specified in `docs/wire/`.
+
+pub mod bytes;
+pub mod command;
+pub mod completion;
+pub mod error;
+pub mod opcode;
+pub mod sgl;
+pub mod status;
+pub mod tcp;
+
+pub use command::Command;
+pub use completion::Completion;
+pub use error::DecodeError;
+pub use sgl::SglDescriptor;
+pub use status::Status;
+
+/// Size of a submission queue entry (SQE) in bytes.
+pub const SQE_BYTES: usize = 64;
+/// Size of a completion queue entry (CQE) in bytes.
+pub const CQE_BYTES: usize = 16;

@@ -1,0 +1,41 @@
+//! The error type every backend returns.
+
+/// Why a block I/O failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error("I/O out of range: offset {offset_bytes} + length {len_bytes} > device size {size_bytes} bytes")]
+    OutOfRange { offset_bytes: u64, len_bytes: u64, size_bytes: u64 },
+    #[error("misaligned I/O: offset {offset_bytes} / length {len_bytes} not multiples of {align_bytes} bytes")]
+    Misaligned { offset_bytes: u64, len_bytes: u64, align_bytes: u64 },
+    /// A real I/O error from the backing device (or an open/setup failure).
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Unrecovered read/write error at this offset (maps to an NVMe media error).
+    #[error("media error at offset {offset_bytes}")]
+    Media { offset_bytes: u64 },
+    #[error("I/O timed out")]
+    Timeout,
+    #[error("device is read-only")]
+    ReadOnly,
+    #[error("device is closed")]
+    Closed,
+}
+
+impl BlockError {
+    /// Maps an OS error at `offset_bytes`: EIO (and EILSEQ/EBADMSG, used by some drivers for
+    /// unreadable sectors) is a media error, anything else stays an I/O error.
+    pub fn from_os(err: std::io::Error, offset_bytes: u64) -> BlockError {
+        match err.raw_os_error() {
+            Some(libc::EIO) | Some(libc::EILSEQ) | Some(libc::EBADMSG) => {
+                BlockError::Media { offset_bytes }
+            }
+            Some(libc::EROFS) => BlockError::ReadOnly,
+            _ => BlockError::Io(err),
+        }
+    }
+
+    /// True for errors that a SMART-style counter should count as media errors.
+    pub fn is_media(&self) -> bool {
+        matches!(self, BlockError::Media { .. })
+    }
+}

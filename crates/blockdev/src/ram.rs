@@ -1,0 +1,270 @@
+//! Sparse in-memory device: the benchmark backend and the base of crash images.
+
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::{
+    BlockDevice, BlockError, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, DeviceStats, IoBuf,
+    IoFuture, SECTOR_SIZE_BYTES, StatsCounters, WriteFlags, check_range,
+};
+
+/// Chunks are allocated on first write, so `ram:64G` costs only its chunk table up front.
+const CHUNK_BYTES: usize = 1 << 20;
+const _: () = assert!(CHUNK_BYTES.is_power_of_two() && CHUNK_BYTES >= crate::IO_ALIGN_BYTES);
+
+type Chunk = RwLock<Option<Box<[u8]>>>;
+
+/// A sparse RAM disk. Unwritten, discarded and zeroed ranges read as zeroes; discarding or
+/// zeroing a whole 1 MiB chunk frees its memory. Each chunk has its own lock, so I/O to
+/// different chunks never contends; reads of one chunk share a read lock.
+/// Writes are durable on completion (`volatile_write_cache = false`).
+pub struct RamDevice {
+    info: DeviceInfo,
+    chunks: Box<[Chunk]>,
+    stats: StatsCounters,
+}
+
+impl RamDevice {
+    /// A zero-filled device with 512-byte logical blocks. `size_bytes` is rounded down to a
+    /// multiple of 512.
+    pub fn new(name: impl Into<String>, size_bytes: u64) -> RamDevice {
+        RamDevice::with_block_size(name, size_bytes, SECTOR_SIZE_BYTES as u32)
+    }
+
+    /// As [`RamDevice::new`] with another logical block size (a power of two, 512..=4096,
+    /// else 512 is used). `size_bytes` is rounded down to a multiple of it.
+    pub fn with_block_size(
+        name: impl Into<String>,
+        size_bytes: u64,
+        logical_block_bytes: u32,
+    ) -> RamDevice {
+        let lb = if logical_block_bytes.is_power_of_two()
+            && (512..=crate::IO_ALIGN_BYTES as u32).contains(&logical_block_bytes)
+        {
+            logical_block_bytes
+        } else {
+            SECTOR_SIZE_BYTES as u32
+        };
+        let size_bytes = size_bytes - size_bytes % u64::from(lb);
+        let chunk_count = usize::try_from(size_bytes.div_ceil(CHUNK_BYTES as u64))
+            .expect("RAM device too large for this address space");
+        let chunks = (0..chunk_count).map(|_| RwLock::new(None)).collect();
+        RamDevice {
+            info: DeviceInfo {
+                name: name.into(),
+                kind: DeviceKind::Ram,
+                size_bytes,
+                logical_block_bytes: lb,
+                optimal_io_bytes: 0,
+                max_io_bytes: DEFAULT_MAX_IO_BYTES,
+                volatile_write_cache: false,
+                supports_discard: true,
+                supports_write_zeroes: true,
+                rotational: false,
+            },
+            chunks,
+            stats: StatsCounters::new(),
+        }
+    }
+
+    /// Bytes of chunk memory currently allocated.
+    pub fn allocated_bytes(&self) -> u64 {
+        let used = self.chunks.iter().filter(|c| read_lock(c).is_some()).count();
+        used as u64 * CHUNK_BYTES as u64
+    }
+
+    /// Synchronous read (same checks as [`BlockDevice::read`], not counted in stats).
+    pub fn read_at(&self, offset_bytes: u64, dst: &mut [u8]) -> Result<(), BlockError> {
+        check_range(&self.info, offset_bytes, dst.len() as u64)?;
+        let mut done = 0;
+        for (idx, in_chunk, n) in chunk_spans(offset_bytes, dst.len()) {
+            let out = &mut dst[done..done + n];
+            match read_lock(&self.chunks[idx]).as_deref() {
+                Some(chunk) => out.copy_from_slice(&chunk[in_chunk..in_chunk + n]),
+                None => out.fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Synchronous write (same checks as [`BlockDevice::write`], not counted in stats).
+    pub fn write_at(&self, offset_bytes: u64, src: &[u8]) -> Result<(), BlockError> {
+        check_range(&self.info, offset_bytes, src.len() as u64)?;
+        let mut done = 0;
+        for (idx, in_chunk, n) in chunk_spans(offset_bytes, src.len()) {
+            let mut guard = write_lock(&self.chunks[idx]);
+            let chunk = guard.get_or_insert_with(|| vec![0u8; CHUNK_BYTES].into_boxed_slice());
+            chunk[in_chunk..in_chunk + n].copy_from_slice(&src[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Synchronously zeroes a range, freeing chunks it covers completely.
+    pub fn zero_at(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), BlockError> {
+        check_range(&self.info, offset_bytes, len_bytes)?;
+        let len = usize::try_from(len_bytes).map_err(|_| BlockError::OutOfRange {
+            offset_bytes,
+            len_bytes,
+            size_bytes: self.info.size_bytes,
+        })?;
+        for (idx, in_chunk, n) in chunk_spans(offset_bytes, len) {
+            let mut guard = write_lock(&self.chunks[idx]);
+            if n == CHUNK_BYTES {
+                *guard = None;
+            } else if let Some(chunk) = guard.as_deref_mut() {
+                chunk[in_chunk..in_chunk + n].fill(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// A deep copy of the contents (sparse: only allocated chunks are copied), with fresh
+    /// stats and the given name.
+    pub fn snapshot(&self, name: impl Into<String>) -> RamDevice {
+        let copy = RamDevice::with_block_size(name, self.info.size_bytes, self.info.logical_block_bytes);
+        for (src, dst) in self.chunks.iter().zip(copy.chunks.iter()) {
+            if let Some(chunk) = read_lock(src).as_deref() {
+                *write_lock(dst) = Some(chunk.into());
+            }
+        }
+        copy
+    }
+}
+
+/// Splits `[offset, offset+len)` into (chunk index, offset in chunk, length) pieces.
+/// Callers have validated the range, so indices are in bounds.
+fn chunk_spans(offset_bytes: u64, len: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    let mut pos = offset_bytes;
+    let mut left = len;
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        let idx = (pos / CHUNK_BYTES as u64) as usize;
+        let in_chunk = (pos % CHUNK_BYTES as u64) as usize;
+        let n = left.min(CHUNK_BYTES - in_chunk);
+        pos += n as u64;
+        left -= n;
+        Some((idx, in_chunk, n))
+    })
+}
+
+// A panic while holding a chunk lock cannot leave the bytes inconsistent (plain copies), so
+// poisoning is ignored.
+fn read_lock(chunk: &Chunk) -> RwLockReadGuard<'_, Option<Box<[u8]>>> {
+    chunk.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_lock(chunk: &Chunk) -> RwLockWriteGuard<'_, Option<Box<[u8]>>> {
+    chunk.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl BlockDevice for RamDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn read(&self, offset_bytes: u64, mut buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            self.read_at(offset_bytes, &mut buf)?;
+            self.stats.record_read(buf.len() as u64);
+            Ok(buf)
+        })
+    }
+
+    fn write(&self, offset_bytes: u64, buf: IoBuf, _flags: WriteFlags) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            self.write_at(offset_bytes, &buf)?;
+            self.stats.record_write(buf.len() as u64);
+            Ok(buf)
+        })
+    }
+
+    fn flush(&self) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            self.stats.record_flush();
+            Ok(())
+        })
+    }
+
+    fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move { self.zero_at(offset_bytes, len_bytes) })
+    }
+
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move { self.zero_at(offset_bytes, len_bytes) })
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.stats.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sparse_large_device_and_roundtrip() {
+        let dev = RamDevice::new("ram0", 64 << 30);
+        assert_eq!(dev.info().size_bytes, 64 << 30);
+        assert_eq!(dev.allocated_bytes(), 0);
+        // A write straddling a chunk boundary allocates exactly two chunks.
+        let off = CHUNK_BYTES as u64 * 7 - 512;
+        let data: Vec<u8> = (0..1024u32).map(|i| i as u8).collect();
+        dev.write(off, IoBuf::from_slice(&data), WriteFlags::default()).await.unwrap();
+        assert_eq!(dev.allocated_bytes(), 2 * CHUNK_BYTES as u64);
+        let back = dev.read(off, IoBuf::new_zeroed(1024)).await.unwrap();
+        assert_eq!(&back[..], &data[..]);
+        // Untouched space reads as zeroes, even into a dirty buffer.
+        let back = dev.read(0, IoBuf::from_slice(&[9u8; 512])).await.unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        let s = dev.stats();
+        assert_eq!((s.read_ops, s.write_ops, s.read_bytes, s.write_bytes), (2, 1, 1536, 1024));
+    }
+
+    #[tokio::test]
+    async fn discard_frees_whole_chunks_and_zeroes_partial() {
+        let dev = RamDevice::new("ram0", 4 * CHUNK_BYTES as u64);
+        let ones = IoBuf::from_slice(&vec![1u8; 2 * CHUNK_BYTES]);
+        dev.write(0, ones, WriteFlags::default()).await.unwrap();
+        assert_eq!(dev.allocated_bytes(), 2 * CHUNK_BYTES as u64);
+        dev.discard(0, CHUNK_BYTES as u64).await.unwrap();
+        assert_eq!(dev.allocated_bytes(), CHUNK_BYTES as u64);
+        dev.write_zeroes(CHUNK_BYTES as u64 + 512, 512).await.unwrap();
+        let back = dev.read(CHUNK_BYTES as u64 - 512, IoBuf::new_zeroed(2048)).await.unwrap();
+        assert!(back[..1024].iter().all(|&b| b == 0));
+        assert!(back[1024..1536].iter().all(|&b| b == 0));
+        assert!(back[1536..].iter().all(|&b| b == 1));
+        assert!(back[1024..1536].iter().all(|&b| b == 0));
+        assert_eq!(&back[512..1024], &[1u8; 512][..]);
+    }
+
+    #[tokio::test]
+    async fn range_errors() {
+        let dev = RamDevice::new("ram0", 1 << 20);
+        let err = dev.read(1 << 20, IoBuf::new_zeroed(512)).await.unwrap_err();
+        assert!(matches!(err, BlockError::OutOfRange { .. }));
+        let err = dev.write(100, IoBuf::new_zeroed(512), WriteFlags::default()).await.unwrap_err();
+        assert!(matches!(err, BlockError::Misaligned { .. }));
+        let err = dev.discard(0, (1 << 20) + 512).await.unwrap_err();
+        assert!(matches!(err, BlockError::OutOfRange { .. }));
+        let dev4k = RamDevice::with_block_size("r", 1 << 20, 4096);
+        let err = dev4k.read(0, IoBuf::new_zeroed(512)).await.unwrap_err();
+        assert!(matches!(err, BlockError::Misaligned { align_bytes: 4096, .. }));
+        assert_eq!(dev.stats(), DeviceStats::default());
+    }
+
+    #[test]
+    fn snapshot_is_independent() {
+        let dev = RamDevice::new("a", 1 << 22);
+        dev.write_at(4096, &[5u8; 512]).unwrap();
+        let snap = dev.snapshot("b");
+        dev.write_at(4096, &[6u8; 512]).unwrap();
+        let mut out = [0u8; 512];
+        snap.read_at(4096, &mut out).unwrap();
+        assert_eq!(out, [5u8; 512]);
+        assert_eq!(snap.allocated_bytes(), CHUNK_BYTES as u64);
+    }
+}
