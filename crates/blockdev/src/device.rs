@@ -81,15 +81,24 @@ pub trait BlockDevice: Send + Sync + 'static {
 pub fn check_range(info: &DeviceInfo, offset_bytes: u64, len_bytes: u64) -> Result<(), BlockError> {
     let align_bytes = u64::from(info.logical_block_bytes.max(1));
     if !offset_bytes.is_multiple_of(align_bytes) || !len_bytes.is_multiple_of(align_bytes) {
-        return Err(BlockError::Misaligned { offset_bytes, len_bytes, align_bytes });
+        return Err(BlockError::Misaligned {
+            offset_bytes,
+            len_bytes,
+            align_bytes,
+        });
     }
     match offset_bytes.checked_add(len_bytes) {
         Some(end) if end <= info.size_bytes => Ok(()),
-        _ => Err(BlockError::OutOfRange { offset_bytes, len_bytes, size_bytes: info.size_bytes }),
+        _ => Err(BlockError::OutOfRange {
+            offset_bytes,
+            len_bytes,
+            size_bytes: info.size_bytes,
+        }),
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -114,16 +123,34 @@ mod tests {
         assert!(check_range(&i, 0, 8192).is_ok());
         assert!(check_range(&i, 8192, 0).is_ok());
         assert!(check_range(&i, 7680, 512).is_ok());
-        assert!(matches!(check_range(&i, 7680, 1024), Err(BlockError::OutOfRange { .. })));
-        assert!(matches!(check_range(&i, 8704, 0), Err(BlockError::OutOfRange { .. })));
-        assert!(matches!(check_range(&i, 1, 512), Err(BlockError::Misaligned { .. })));
-        assert!(matches!(check_range(&i, 0, 100), Err(BlockError::Misaligned { .. })));
+        assert!(matches!(
+            check_range(&i, 7680, 1024),
+            Err(BlockError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            check_range(&i, 8704, 0),
+            Err(BlockError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            check_range(&i, 1, 512),
+            Err(BlockError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            check_range(&i, 0, 100),
+            Err(BlockError::Misaligned { .. })
+        ));
         let top = u64::MAX - 511;
-        assert!(matches!(check_range(&i, top, 1024), Err(BlockError::OutOfRange { .. })));
+        assert!(matches!(
+            check_range(&i, top, 1024),
+            Err(BlockError::OutOfRange { .. })
+        ));
         let i4k = info(1 << 20, 4096);
         assert!(matches!(
             check_range(&i4k, 512, 4096),
-            Err(BlockError::Misaligned { align_bytes: 4096, .. })
+            Err(BlockError::Misaligned {
+                align_bytes: 4096,
+                ..
+            })
         ));
     }
 }

@@ -3,10 +3,22 @@
 /// Why a block I/O failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
-    #[error("I/O out of range: offset {offset_bytes} + length {len_bytes} > device size {size_bytes} bytes")]
-    OutOfRange { offset_bytes: u64, len_bytes: u64, size_bytes: u64 },
-    #[error("misaligned I/O: offset {offset_bytes} / length {len_bytes} not multiples of {align_bytes} bytes")]
-    Misaligned { offset_bytes: u64, len_bytes: u64, align_bytes: u64 },
+    #[error(
+        "I/O out of range: offset {offset_bytes} + length {len_bytes} > device size {size_bytes} bytes"
+    )]
+    OutOfRange {
+        offset_bytes: u64,
+        len_bytes: u64,
+        size_bytes: u64,
+    },
+    #[error(
+        "misaligned I/O: offset {offset_bytes} / length {len_bytes} not multiples of {align_bytes} bytes"
+    )]
+    Misaligned {
+        offset_bytes: u64,
+        len_bytes: u64,
+        align_bytes: u64,
+    },
     /// A real I/O error from the backing device (or an open/setup failure).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -37,5 +49,31 @@ impl BlockError {
     /// True for errors that a SMART-style counter should count as media errors.
     pub fn is_media(&self) -> bool {
         matches!(self, BlockError::Media { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_error_mapping() {
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        assert!(matches!(
+            BlockError::from_os(eio, 4096),
+            BlockError::Media { offset_bytes: 4096 }
+        ));
+        let erofs = std::io::Error::from_raw_os_error(libc::EROFS);
+        assert!(matches!(
+            BlockError::from_os(erofs, 0),
+            BlockError::ReadOnly
+        ));
+        let enospc = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        match BlockError::from_os(enospc, 0) {
+            BlockError::Io(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC)),
+            other => panic!("unexpected {other}"),
+        }
+        assert!(BlockError::Media { offset_bytes: 0 }.is_media());
+        assert!(!BlockError::Timeout.is_media());
     }
 }

@@ -17,16 +17,39 @@ pub struct FaultOps {
 }
 
 impl FaultOps {
-    pub const NONE: FaultOps =
-        FaultOps { read: false, write: false, flush: false, write_zeroes: false, discard: false };
-    pub const READ: FaultOps = FaultOps { read: true, ..FaultOps::NONE };
-    pub const WRITE: FaultOps = FaultOps { write: true, ..FaultOps::NONE };
-    pub const FLUSH: FaultOps = FaultOps { flush: true, ..FaultOps::NONE };
+    pub const NONE: FaultOps = FaultOps {
+        read: false,
+        write: false,
+        flush: false,
+        write_zeroes: false,
+        discard: false,
+    };
+    pub const READ: FaultOps = FaultOps {
+        read: true,
+        ..FaultOps::NONE
+    };
+    pub const WRITE: FaultOps = FaultOps {
+        write: true,
+        ..FaultOps::NONE
+    };
+    pub const FLUSH: FaultOps = FaultOps {
+        flush: true,
+        ..FaultOps::NONE
+    };
     /// Everything that modifies data: write, write_zeroes, discard.
-    pub const MODIFY: FaultOps =
-        FaultOps { write: true, write_zeroes: true, discard: true, ..FaultOps::NONE };
-    pub const ALL: FaultOps =
-        FaultOps { read: true, write: true, flush: true, write_zeroes: true, discard: true };
+    pub const MODIFY: FaultOps = FaultOps {
+        write: true,
+        write_zeroes: true,
+        discard: true,
+        ..FaultOps::NONE
+    };
+    pub const ALL: FaultOps = FaultOps {
+        read: true,
+        write: true,
+        flush: true,
+        write_zeroes: true,
+        discard: true,
+    };
 
     pub fn union(self, other: FaultOps) -> FaultOps {
         FaultOps {
@@ -87,7 +110,13 @@ pub struct FaultRule {
 
 impl FaultRule {
     pub fn new(ops: FaultOps, action: FaultAction) -> FaultRule {
-        FaultRule { ops, range_bytes: None, skip_matches: 0, max_hits: None, action }
+        FaultRule {
+            ops,
+            range_bytes: None,
+            skip_matches: 0,
+            max_hits: None,
+            action,
+        }
     }
 
     /// Restrict to operations overlapping `[range.start, range.end)` bytes.
@@ -146,7 +175,12 @@ impl FaultHandle {
         let mut st = self.lock();
         let id = RuleId(st.next_id);
         st.next_id += 1;
-        st.rules.push(ActiveRule { id, rule, matches: 0, hits: 0 });
+        st.rules.push(ActiveRule {
+            id,
+            rule,
+            matches: 0,
+            hits: 0,
+        });
         id
     }
 
@@ -165,7 +199,11 @@ impl FaultHandle {
 
     /// How many times the rule fired (0 if unknown).
     pub fn hits(&self, id: RuleId) -> u64 {
-        self.lock().rules.iter().find(|r| r.id == id).map_or(0, |r| r.hits)
+        self.lock()
+            .rules
+            .iter()
+            .find(|r| r.id == id)
+            .map_or(0, |r| r.hits)
     }
 
     fn lock(&self) -> MutexGuard<'_, FaultState> {
@@ -290,18 +328,20 @@ impl FaultyDevice {
         crate::check_range(self.inner.info(), offset_bytes, len_bytes)
     }
 
-    async fn modify(
-        &self,
+    /// write_zeroes/discard: checks, faults, then (unless dropped) the inner call, which is
+    /// only made when it is really going to run.
+    async fn modify<'a>(
+        &'a self,
         op: Op,
         offset_bytes: u64,
         len_bytes: u64,
-        run: IoFuture<'_, ()>,
+        run: impl FnOnce(&'a dyn BlockDevice) -> IoFuture<'a, ()>,
     ) -> Result<(), BlockError> {
         self.check(offset_bytes, len_bytes)?;
         let plan = self.handle.plan(op, offset_bytes, len_bytes);
         match self.before(&plan).await? {
             Outcome::Skip => Ok(()),
-            Outcome::Proceed => run.await,
+            Outcome::Proceed => run(&*self.inner).await,
         }
     }
 }
@@ -351,19 +391,24 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        let run = self.inner.write_zeroes(offset_bytes, len_bytes);
-        Box::pin(self.modify(Op::WriteZeroes, offset_bytes, len_bytes, run))
+        Box::pin(
+            self.modify(Op::WriteZeroes, offset_bytes, len_bytes, move |d| {
+                d.write_zeroes(offset_bytes, len_bytes)
+            }),
+        )
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        let run = self.inner.discard(offset_bytes, len_bytes);
-        Box::pin(self.modify(Op::Discard, offset_bytes, len_bytes, run))
+        Box::pin(self.modify(Op::Discard, offset_bytes, len_bytes, move |d| {
+            d.discard(offset_bytes, len_bytes)
+        }))
     }
 
     fn stats(&self) -> DeviceStats {
         let mut stats = self.inner.stats();
-        stats.media_errors +=
-            self.injected_media_errors.load(std::sync::atomic::Ordering::Relaxed);
+        stats.media_errors += self
+            .injected_media_errors
+            .load(std::sync::atomic::Ordering::Relaxed);
         stats
     }
 }

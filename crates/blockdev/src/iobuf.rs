@@ -40,7 +40,11 @@ impl IoBuf {
             .checked_next_multiple_of(IO_ALIGN_BYTES)
             .expect("IoBuf length overflows usize");
         if capacity == 0 {
-            return IoBuf { ptr: NonNull::<Page>::dangling().cast(), len: 0, capacity: 0 };
+            return IoBuf {
+                ptr: NonNull::<Page>::dangling().cast(),
+                len: 0,
+                capacity: 0,
+            };
         }
         let layout = Self::layout(capacity);
         let ptr = Self::alloc_zeroed(layout);
@@ -69,7 +73,11 @@ impl IoBuf {
     /// Sets the length. Bytes that come into view keep their previous content (zero if they
     /// were never written since allocation). Panics if `len > capacity()`.
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.capacity, "IoBuf::set_len({len}) above capacity {}", self.capacity);
+        assert!(
+            len <= self.capacity,
+            "IoBuf::set_len({len}) above capacity {}",
+            self.capacity
+        );
         self.len = len;
     }
 
@@ -179,6 +187,7 @@ impl fmt::Debug for IoBuf {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

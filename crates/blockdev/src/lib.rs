@@ -18,7 +18,7 @@ mod stats;
 
 pub use crash::{CrashRecorder, PendingWriteInfo, WriteChoice};
 pub use device::{
-    BlockDevice, DeviceInfo, DeviceKind, IoFuture, WriteFlags, check_range, DEFAULT_MAX_IO_BYTES,
+    BlockDevice, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, IoFuture, WriteFlags, check_range,
 };
 pub use error::BlockError;
 pub use faulty::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, RuleId};
@@ -36,4 +36,4 @@ pub const SECTOR_SIZE_BYTES: u64 = 512;
 pub const IO_ALIGN_BYTES: usize = 4096;
 
 const _: () = assert!(IO_ALIGN_BYTES.is_power_of_two());
-const _: () = assert!(IO_ALIGN_BYTES as u64 % SECTOR_SIZE_BYTES == 0);
+const _: () = assert!((IO_ALIGN_BYTES as u64).is_multiple_of(SECTOR_SIZE_BYTES));

@@ -75,6 +75,7 @@ impl BlockDevice for NullDevice {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::BlockError;
@@ -83,8 +84,17 @@ mod tests {
     async fn reads_zero_writes_vanish() {
         let dev = NullDevice::new("null0", 1 << 40);
         assert_eq!(dev.info().size_bytes, 1 << 40);
-        dev.write(4096, IoBuf::from_slice(&[7u8; 4096]), WriteFlags { fua: true }).await.unwrap();
-        let back = dev.read(4096, IoBuf::from_slice(&[7u8; 4096])).await.unwrap();
+        dev.write(
+            4096,
+            IoBuf::from_slice(&[7u8; 4096]),
+            WriteFlags { fua: true },
+        )
+        .await
+        .unwrap();
+        let back = dev
+            .read(4096, IoBuf::from_slice(&[7u8; 4096]))
+            .await
+            .unwrap();
         assert!(back.iter().all(|&b| b == 0));
         let err = dev.read(1 << 40, IoBuf::new_zeroed(512)).await.unwrap_err();
         assert!(matches!(err, BlockError::OutOfRange { .. }));

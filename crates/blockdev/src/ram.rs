@@ -68,7 +68,11 @@ impl RamDevice {
 
     /// Bytes of chunk memory currently allocated.
     pub fn allocated_bytes(&self) -> u64 {
-        let used = self.chunks.iter().filter(|c| read_lock(c).is_some()).count();
+        let used = self
+            .chunks
+            .iter()
+            .filter(|c| read_lock(c).is_some())
+            .count();
         used as u64 * CHUNK_BYTES as u64
     }
 
@@ -122,7 +126,8 @@ impl RamDevice {
     /// A deep copy of the contents (sparse: only allocated chunks are copied), with fresh
     /// stats and the given name.
     pub fn snapshot(&self, name: impl Into<String>) -> RamDevice {
-        let copy = RamDevice::with_block_size(name, self.info.size_bytes, self.info.logical_block_bytes);
+        let copy =
+            RamDevice::with_block_size(name, self.info.size_bytes, self.info.logical_block_bytes);
         for (src, dst) in self.chunks.iter().zip(copy.chunks.iter()) {
             if let Some(chunk) = read_lock(src).as_deref() {
                 *write_lock(dst) = Some(chunk.into());
@@ -202,6 +207,7 @@ impl BlockDevice for RamDevice {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -213,7 +219,9 @@ mod tests {
         // A write straddling a chunk boundary allocates exactly two chunks.
         let off = CHUNK_BYTES as u64 * 7 - 512;
         let data: Vec<u8> = (0..1024u32).map(|i| i as u8).collect();
-        dev.write(off, IoBuf::from_slice(&data), WriteFlags::default()).await.unwrap();
+        dev.write(off, IoBuf::from_slice(&data), WriteFlags::default())
+            .await
+            .unwrap();
         assert_eq!(dev.allocated_bytes(), 2 * CHUNK_BYTES as u64);
         let back = dev.read(off, IoBuf::new_zeroed(1024)).await.unwrap();
         assert_eq!(&back[..], &data[..]);
@@ -221,7 +229,10 @@ mod tests {
         let back = dev.read(0, IoBuf::from_slice(&[9u8; 512])).await.unwrap();
         assert!(back.iter().all(|&b| b == 0));
         let s = dev.stats();
-        assert_eq!((s.read_ops, s.write_ops, s.read_bytes, s.write_bytes), (2, 1, 1536, 1024));
+        assert_eq!(
+            (s.read_ops, s.write_ops, s.read_bytes, s.write_bytes),
+            (2, 1, 1536, 1024)
+        );
     }
 
     #[tokio::test]
@@ -232,13 +243,17 @@ mod tests {
         assert_eq!(dev.allocated_bytes(), 2 * CHUNK_BYTES as u64);
         dev.discard(0, CHUNK_BYTES as u64).await.unwrap();
         assert_eq!(dev.allocated_bytes(), CHUNK_BYTES as u64);
-        dev.write_zeroes(CHUNK_BYTES as u64 + 512, 512).await.unwrap();
-        let back = dev.read(CHUNK_BYTES as u64 - 512, IoBuf::new_zeroed(2048)).await.unwrap();
-        assert!(back[..1024].iter().all(|&b| b == 0));
+        dev.write_zeroes(CHUNK_BYTES as u64 + 512, 512)
+            .await
+            .unwrap();
+        let back = dev
+            .read(CHUNK_BYTES as u64 - 512, IoBuf::new_zeroed(2048))
+            .await
+            .unwrap();
+        assert!(back[..512].iter().all(|&b| b == 0));
+        assert_eq!(&back[512..1024], &[1u8; 512][..]);
         assert!(back[1024..1536].iter().all(|&b| b == 0));
         assert!(back[1536..].iter().all(|&b| b == 1));
-        assert!(back[1024..1536].iter().all(|&b| b == 0));
-        assert_eq!(&back[512..1024], &[1u8; 512][..]);
     }
 
     #[tokio::test]
@@ -246,13 +261,22 @@ mod tests {
         let dev = RamDevice::new("ram0", 1 << 20);
         let err = dev.read(1 << 20, IoBuf::new_zeroed(512)).await.unwrap_err();
         assert!(matches!(err, BlockError::OutOfRange { .. }));
-        let err = dev.write(100, IoBuf::new_zeroed(512), WriteFlags::default()).await.unwrap_err();
+        let err = dev
+            .write(100, IoBuf::new_zeroed(512), WriteFlags::default())
+            .await
+            .unwrap_err();
         assert!(matches!(err, BlockError::Misaligned { .. }));
         let err = dev.discard(0, (1 << 20) + 512).await.unwrap_err();
         assert!(matches!(err, BlockError::OutOfRange { .. }));
         let dev4k = RamDevice::with_block_size("r", 1 << 20, 4096);
         let err = dev4k.read(0, IoBuf::new_zeroed(512)).await.unwrap_err();
-        assert!(matches!(err, BlockError::Misaligned { align_bytes: 4096, .. }));
+        assert!(matches!(
+            err,
+            BlockError::Misaligned {
+                align_bytes: 4096,
+                ..
+            }
+        ));
         assert_eq!(dev.stats(), DeviceStats::default());
     }
 

@@ -70,3 +70,28 @@ impl StatsCounters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_media_errors() {
+        let s = StatsCounters::new();
+        s.record_read(512);
+        s.record_read(4096);
+        s.record_write(1024);
+        s.record_flush();
+        let _ = s.note_error(BlockError::Media { offset_bytes: 0 });
+        let _ = s.note_error(BlockError::Timeout);
+        let want = DeviceStats {
+            read_ops: 2,
+            write_ops: 1,
+            read_bytes: 4608,
+            write_bytes: 1024,
+            media_errors: 1,
+            flushes: 1,
+        };
+        assert_eq!(s.snapshot(), want);
+    }
+}

@@ -1,0 +1,16 @@
+//! `ferrobay bench`: a fio-like load generator over any [`blockdev::BlockDevice`], with
+//! block verification, HDR latency histograms, CPU accounting and a JSON report.
+
+mod config;
+mod cpu;
+mod progress;
+mod report;
+mod run;
+mod stamp;
+
+pub use config::{BenchConfig, ConfigError, Pattern};
+pub use cpu::CpuTime;
+pub use progress::Progress;
+pub use report::{LatencyReport, Report, VerifyReport};
+pub use run::{BenchError, run};
+pub use stamp::{StampCheck, check_sector, stamp_block};
