@@ -4,11 +4,20 @@
 //! every encoder writes into a caller-provided buffer. No I/O happens here.
 //! Byte layouts are specified in `docs/wire/`.
 
+// Tests may unwrap: a panic there is a failed test, not a crash on input.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod bytes;
 pub mod command;
 pub mod completion;
+pub mod dsm;
 pub mod error;
+pub mod fabrics;
+pub mod features;
+pub mod identify;
+pub mod log;
 pub mod opcode;
+pub mod reservation;
 pub mod sgl;
 pub mod status;
 pub mod tcp;

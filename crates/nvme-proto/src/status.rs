@@ -123,6 +123,13 @@ impl Status {
     pub const ANA_TRANSITION: Status = Status::new(sct::PATH, 0x03);
 }
 
+impl Default for Status {
+    /// Success.
+    fn default() -> Self {
+        Status::SUCCESS
+    }
+}
+
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -580,9 +580,8 @@ pub fn encode_header(
         flags |= pdu_flags::DDGST;
     }
     let header_end = hlen + if hd { DIGEST_BYTES } else { 0 };
-    let (pdo, data_start) = if data_len == 0 {
-        (0, header_end)
-    } else if plain {
+    // Termination requests carry their data right after the header, without PDO.
+    let (pdo, data_start) = if data_len == 0 || plain {
         (0, header_end)
     } else {
         let a = fr.data_align_bytes.max(1);
