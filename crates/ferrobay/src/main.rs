@@ -1,3 +1,43 @@
-fn main() -> anyhow::Result<()> {
-    Ok(())
+//! `ferrobay`: the CLI and daemons. Parsing and printing only; the logic lives in the
+//! library crates.
+
+mod bench_cmd;
+mod cli;
+mod discover_cmd;
+mod node_cmd;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging(cli.log_json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferrobay: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line for a person: the chain of causes joined.
+            eprintln!("ferrobay: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -1,1 +1,56 @@
-//! nvmf-target
+//! NVMe/TCP target: subsystems, controllers, queues and namespaces over [`blockdev::BlockDevice`],
+//! the discovery controller, reservations (through a seam) and keep-alive.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nvmf_target::TargetError> {
+//! use std::sync::Arc;
+//! use nvmf_target::{NamespaceConfig, SubsystemConfig, Target, TargetConfig};
+//! let target = Target::new(TargetConfig::default())?;
+//! target.add_subsystem(SubsystemConfig::new("nqn.2026-01.io.ferrobay:n1:ram0"))?;
+//! let dev = Arc::new(blockdev::RamDevice::new("ram0", 1 << 30));
+//! target.add_namespace("nqn.2026-01.io.ferrobay:n1:ram0", NamespaceConfig::whole_device(1, dev))?;
+//! let l = target.listen("127.0.0.1:4420".parse().unwrap()).await?;
+//! println!("listening on {}", l.local_addr());
+//! # Ok(()) }
+//! ```
+//!
+//! Seams for the node layer: [`NamespaceManager`] (Namespace Management / Attachment
+//! commands), [`Reservations`] (per-namespace reservation state machine),
+//! [`Target::set_persistent_health`] (SMART counters that survive restarts) and
+//! [`Target::stats`] (metrics).
+
+mod cmd;
+mod config;
+mod controller;
+mod discovery;
+mod error;
+mod fuzz;
+mod namespace;
+mod ns_manager;
+mod pool;
+pub mod reservation;
+mod resv_api;
+mod stats;
+mod subsystem;
+mod sync;
+mod target;
+mod transport;
+
+pub use config::{
+    ADMIN_IN_CAPSULE_BYTES, MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES, SubsystemConfig,
+    TargetConfig,
+};
+pub use error::TargetError;
+pub use fuzz::fuzz_one_connection;
+pub use namespace::{Attachment, NamespaceInfo};
+pub use ns_manager::{CreateNamespace, NamespaceManager};
+pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};
+pub use resv_api::{HostRef, NoReservations, Reservations, ResvEffects};
+pub use stats::{
+    ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US, NamespaceStats,
+    NsStatsSnapshot, PersistentHealth, TargetStats,
+};
+pub use target::{ListenerHandle, ListenerOptions, Target};
+
+/// The well-known discovery subsystem NQN.
+pub use nvme_proto::fabrics::DISCOVERY_NQN;

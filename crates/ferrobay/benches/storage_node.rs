@@ -1,0 +1,183 @@
+//! Storage node benchmark (issue 2, "Measure"): 4 KiB random read and write at QD 32 and
+//! 128 KiB sequential read against a RAM namespace over loopback, with the target's CPU
+//! seconds per million I/Os, side by side with the best other target we can run here.
+//!
+//! ```text
+//! cargo bench -p ferrobay --bench storage_node
+//! ```
+//!
+//! Sections, all in one run:
+//! - A. native: `ferrobay node` (this build's binary, a child process) with a RAM drive on
+//!   127.0.0.1, measured from this process with `bench::run` over nvmf-host.
+//! - B. guest: a QEMU guest (TCG) with *both* Linux's nvmet-tcp on a brd RAM disk and the
+//!   same `ferrobay` binary on a RAM drive, on guest loopback, each driven by the same
+//!   initiators inside the guest: `ferrobay bench` (nvmf-host) and the kernel's nvme-tcp
+//!   host with fio. Ratios are ferrobay / kernel.
+//! - SPDK: not run; the JSON says why.
+//!
+//! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
+//! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
+//! `FERROBAY_BENCH_GUEST=0` (skip B), `FERROBAY_BENCH_GUEST_FIO=0` (skip the kernel host in
+//! B), `FERROBAY_BENCH_GUEST_NS_MB` (default 256), `FERROBAY_BIN` (binary to measure),
+//! `FERROBAY_BENCH_OUT` (JSON path). Without `--bench` (e.g. `cargo test --benches`) it runs
+//! a short native smoke pass only and writes no file.
+
+#[path = "storage_node/files.rs"]
+mod files;
+#[path = "storage_node/guest.rs"]
+mod guest;
+#[path = "storage_node/native.rs"]
+mod native;
+#[path = "storage_node/table.rs"]
+mod table;
+#[path = "storage_node/workload.rs"]
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+pub use workload::{Settings, WORKLOADS, Workload};
+
+/// Version of the JSON layout below.
+const SCHEMA: &str = "ferrobay.bench.storage_node/1";
+
+#[derive(Debug, Serialize)]
+struct Output {
+    schema: &'static str,
+    mode: &'static str,
+    command: String,
+    machine: Machine,
+    settings: Settings,
+    native: native::NativeSection,
+    guest: guest::GuestSection,
+    spdk: SpdkNote,
+}
+
+#[derive(Debug, Serialize)]
+struct Machine {
+    cpus: usize,
+    kernel: String,
+    binary: String,
+}
+
+/// Why SPDK's nvmf_tgt is not part of the run (see the report for the details).
+#[derive(Debug, Serialize)]
+struct SpdkNote {
+    ran: bool,
+    reason: &'static str,
+}
+
+const SPDK_REASON: &str = "not built here: SPDK v24.01 with DPDK (its spdk-23.11 branch, or \
+    Debian's libdpdk-dev 22.11 via --with-dpdk) can be built from source on this machine in \
+    roughly 15-30 min on 2 cores and run with --no-huge over TCP, but that build is not part of \
+    the project; its reactor also polls a whole core, which on this 2-core machine would take \
+    half the CPU from the initiator";
+
+fn main() -> ExitCode {
+    let full = std::env::args().any(|a| a == "--bench");
+    let settings = Settings::from_env(full);
+    let binary = ferrobay_binary();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("storage_node bench: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
+    eprintln!(
+        "storage_node bench: {} s per workload, binary {}",
+        settings.runtime_s,
+        binary.display()
+    );
+    let native = runtime.block_on(native::run(&binary, &settings));
+    let guest = if settings.guest {
+        guest::run(&binary, &settings)
+    } else {
+        guest::GuestSection::skipped(if full {
+            "FERROBAY_BENCH_GUEST=0"
+        } else {
+            "smoke run (no --bench)"
+        })
+    };
+
+    let out = Output {
+        schema: SCHEMA,
+        mode: if full { "bench" } else { "smoke" },
+        command: "cargo bench -p ferrobay --bench storage_node".into(),
+        machine: Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            binary: binary.display().to_string(),
+        },
+        settings,
+        native,
+        guest,
+        spdk: SpdkNote {
+            ran: false,
+            reason: SPDK_REASON,
+        },
+    };
+    let json = match serde_json::to_string_pretty(&out) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("storage_node bench: cannot encode the report: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{json}");
+    if full {
+        let path = output_path();
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, format!("{json}\n")));
+        match written {
+            Ok(()) => eprintln!("storage_node bench: wrote {}", path.display()),
+            Err(e) => eprintln!("storage_node bench: cannot write {}: {e}", path.display()),
+        }
+    }
+    eprint!("{}", table::render(&out.native, &out.guest));
+
+    let failed = out.native.error.is_some() || out.guest.error.is_some();
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The binary under test: `FERROBAY_BIN`, else the one cargo built for this bench (release
+/// under `cargo bench`).
+fn ferrobay_binary() -> PathBuf {
+    match std::env::var_os("FERROBAY_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_ferrobay")),
+    }
+}
+
+/// `FERROBAY_BENCH_OUT`, else `<target>/bench/storage_node.json`.
+fn output_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("FERROBAY_BENCH_OUT").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    target_dir().join("bench").join("storage_node.json")
+}
+
+/// The cargo target directory (the parent of `CARGO_TARGET_TMPDIR`).
+fn target_dir() -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().map_or_else(|| tmp.clone(), PathBuf::from)
+}
+
+/// A scratch directory under the target dir (tmpfs may refuse O_DIRECT; RAM drives do not
+/// care, but node state files are fsynced).
+fn scratch_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&base)?;
+    tempfile::Builder::new().prefix(prefix).tempdir_in(base)
+}

@@ -1,0 +1,135 @@
+//! The workloads and the knobs of a run.
+
+use bench::{BenchConfig, Pattern};
+use serde::Serialize;
+
+/// One measured load.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Workload {
+    pub name: &'static str,
+    /// fio's name of the pattern, as `ferrobay bench --rw` and fio take it.
+    pub rw: &'static str,
+    pub block_size_bytes: u64,
+    pub iodepth: u32,
+}
+
+/// What issue 2 asks for, in the order they run.
+pub const WORKLOADS: [Workload; 3] = [
+    Workload {
+        name: "randread_4k_qd32",
+        rw: "randread",
+        block_size_bytes: 4096,
+        iodepth: 32,
+    },
+    Workload {
+        name: "randwrite_4k_qd32",
+        rw: "randwrite",
+        block_size_bytes: 4096,
+        iodepth: 32,
+    },
+    Workload {
+        name: "seqread_128k_qd8",
+        rw: "read",
+        block_size_bytes: 128 << 10,
+        iodepth: 8,
+    },
+];
+
+/// One sequential pass that writes every block before anything is measured, so that no
+/// target serves reads of never-written memory from a shortcut (brd returns zeroes for
+/// pages it never allocated).
+pub const PRECONDITION: Workload = Workload {
+    name: "precondition_seqwrite_128k_qd8",
+    rw: "write",
+    block_size_bytes: 128 << 10,
+    iodepth: 8,
+};
+
+impl Workload {
+    pub fn pattern(&self) -> Pattern {
+        match self.rw {
+            "randread" => Pattern::RandRead,
+            "randwrite" => Pattern::RandWrite,
+            "write" => Pattern::Write,
+            _ => Pattern::Read,
+        }
+    }
+
+    /// A run of `runtime_ms` (0: one pass over the device).
+    pub fn config(&self, runtime_ms: u64) -> BenchConfig {
+        BenchConfig {
+            pattern: self.pattern(),
+            block_size_bytes: self.block_size_bytes,
+            iodepth: self.iodepth,
+            jobs: 1,
+            runtime_ms,
+            ..BenchConfig::default()
+        }
+    }
+
+    /// Whether this load is judged by bandwidth rather than IOPS.
+    pub fn by_bandwidth(&self) -> bool {
+        self.block_size_bytes >= 64 << 10
+    }
+}
+
+/// The knobs of one run (from the environment), recorded in the JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub runtime_s: f64,
+    pub workloads: Vec<Workload>,
+    /// `--drive` of the native node.
+    pub native_drive: String,
+    /// Size of each RAM namespace in the guest (brd and the node's RAM drive).
+    pub guest_ns_mb: u64,
+    pub guest_cpus: u32,
+    pub guest_mem_mb: u32,
+    pub guest: bool,
+    pub guest_fio: bool,
+    /// I/O queues the nvmf-host initiator asks for (nvmf-host's default: one per CPU).
+    pub io_queues: u16,
+}
+
+impl Settings {
+    pub fn from_env(full: bool) -> Settings {
+        let secs = env_f64("FERROBAY_BENCH_SECS").unwrap_or(if full { 5.0 } else { 0.5 });
+        let guest_ns_mb = env_f64("FERROBAY_BENCH_GUEST_NS_MB")
+            .map_or(256, |v| v as u64)
+            .clamp(16, 2048);
+        Settings {
+            runtime_s: secs.clamp(0.1, 600.0),
+            workloads: WORKLOADS.to_vec(),
+            native_drive: if full { "ram:1G" } else { "ram:256M" }.into(),
+            guest_ns_mb,
+            guest_cpus: 2,
+            // Two RAM namespaces, fio's libraries and page cache headroom.
+            guest_mem_mb: (2 * guest_ns_mb + 768) as u32,
+            guest: full && env_flag("FERROBAY_BENCH_GUEST", true),
+            guest_fio: env_flag("FERROBAY_BENCH_GUEST_FIO", true),
+            io_queues: nvmf_host::ConnectOptions::default().io_queues,
+        }
+    }
+
+    pub fn runtime_ms(&self) -> u64 {
+        (self.runtime_s * 1000.0) as u64
+    }
+}
+
+fn env_f64(name: &str) -> Option<f64> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Some(x),
+        _ => {
+            eprintln!("storage_node bench: ignoring {name}={v:?} (not a positive number)");
+            None
+        }
+    }
+}
+
+fn env_flag(name: &str, default: bool) -> bool {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Ok("0" | "false" | "no" | "off") => false,
+        Ok("1" | "true" | "yes" | "on") => true,
+        _ => default,
+    }
+}

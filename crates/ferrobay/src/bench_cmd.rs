@@ -1,0 +1,147 @@
+//! `ferrobay bench`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use bench::{BenchConfig, Pattern, Progress};
+use blockdev::BlockDevice;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// What to measure: nvme+tcp://ADDR:PORT/SUBNQN[/NSID][?digest=hd,dd], file:PATH,
+    /// /dev/..., ram:SIZE or null:SIZE.
+    #[arg(long)]
+    pub target: String,
+    /// randread, randwrite, read, write or randrw.
+    #[arg(long, default_value = "randread")]
+    pub rw: String,
+    /// Percentage of reads for randrw.
+    #[arg(long, default_value_t = 70)]
+    pub mix: u8,
+    /// Block size (e.g. 4k, 128k, 1M).
+    #[arg(long, default_value = "4k")]
+    pub bs: String,
+    #[arg(long, default_value_t = 32)]
+    pub iodepth: u32,
+    /// Workers, each with its own slice of the range.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: u32,
+    /// Run time (e.g. 10s, 500ms, 1m). Without it and without --size, one pass over the range.
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// Bytes per job to transfer (e.g. 1G).
+    #[arg(long)]
+    pub size: Option<String>,
+    #[arg(long, default_value = "0")]
+    pub offset: String,
+    /// Length of the region to use (default: to the end).
+    #[arg(long)]
+    pub range: Option<String>,
+    /// Stamp every written block and check every block read.
+    #[arg(long)]
+    pub verify: bool,
+    /// Only read back and check what an earlier --verify run wrote.
+    #[arg(long)]
+    pub verify_only: bool,
+    /// Generation stamped into written blocks (use the same one for --verify-only).
+    #[arg(long, default_value_t = 1)]
+    pub generation: u32,
+    #[arg(long, default_value_t = 0x00f3_2202_6b1e_55ed)]
+    pub seed: u64,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// I/O engine for files and block devices: auto, uring or threads.
+    #[arg(long, default_value = "auto")]
+    pub engine: String,
+}
+
+pub fn parse_duration_ms(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000)
+    } else {
+        (s, 1000)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("invalid duration {s:?} (expected e.g. 500ms, 10s, 2m)"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        anyhow::bail!("invalid duration {s:?}");
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+pub fn parse_engine(s: &str) -> anyhow::Result<blockdev::IoEngine> {
+    Ok(match s {
+        "auto" => blockdev::IoEngine::Auto,
+        "uring" | "io_uring" => blockdev::IoEngine::Uring,
+        "threads" | "threadpool" => blockdev::IoEngine::ThreadPool,
+        other => anyhow::bail!("unknown --engine {other:?} (expected auto, uring or threads)"),
+    })
+}
+
+fn config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
+    let size = |s: &str| blockdev::parse_size_bytes(s).map_err(anyhow::Error::from);
+    Ok(BenchConfig {
+        pattern: Pattern::parse(&a.rw, a.mix)?,
+        block_size_bytes: size(&a.bs)?,
+        iodepth: a.iodepth,
+        jobs: a.jobs,
+        runtime_ms: a.runtime.as_deref().map(parse_duration_ms).transpose()?.unwrap_or(0),
+        size_bytes: a.size.as_deref().map(size).transpose()?.unwrap_or(0),
+        offset_bytes: size(&a.offset)?,
+        range_bytes: a.range.as_deref().map(size).transpose()?.unwrap_or(0),
+        verify: a.verify || a.verify_only,
+        verify_only: a.verify_only,
+        seed: a.seed,
+        generation: a.generation,
+    })
+}
+
+/// Opens what `--target` names.
+async fn open_target(target: &str, engine: blockdev::IoEngine) -> anyhow::Result<Arc<dyn BlockDevice>> {
+    if target.starts_with("nvme+tcp://") {
+        return crate::discover_cmd::open_remote(target).await;
+    }
+    let spec = blockdev::parse_drive_spec(target)?;
+    blockdev::open_drive(&spec, engine)
+        .await
+        .with_context(|| format!("open {target}"))
+}
+
+pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&a)?;
+    let engine = parse_engine(&a.engine)?;
+    let dev = open_target(&a.target, engine).await?;
+    let progress = if a.json { Progress::Silent } else { Progress::auto(cfg.runtime_ms) };
+    let report = bench::run(dev, &cfg, &a.target, &progress).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    let bad = report.errors > 0 || report.verify.as_ref().is_some_and(|v| v.mismatches() > 0);
+    Ok(if bad { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("500ms").unwrap(), 500);
+        assert_eq!(parse_duration_ms("10s").unwrap(), 10_000);
+        assert_eq!(parse_duration_ms("2m").unwrap(), 120_000);
+        assert_eq!(parse_duration_ms("3").unwrap(), 3000);
+        assert!(parse_duration_ms("abc").is_err());
+    }
+}

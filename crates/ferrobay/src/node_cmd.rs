@@ -1,0 +1,352 @@
+//! `ferrobay node ...`: run a storage node and manage it through its HTTP port.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use storage_node::api::{AttachRequest, CreateNamespaceRequest};
+use storage_node::{NodeClient, NodeConfig, StorageNode};
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    #[command(subcommand)]
+    pub command: NodeCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// Run a storage node: export its drives over NVMe/TCP until Ctrl-C / SIGTERM.
+    Run(RunArgs),
+    /// List, create, delete, attach or detach namespaces.
+    #[command(subcommand)]
+    Ns(NsCommand),
+    /// Subsystems and the hosts allowed to connect to them.
+    #[command(subcommand)]
+    Host(HostCommand),
+    /// SMART/health summary of the node and each drive.
+    Health(ApiArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Node name: part of every default NQN (nqn.2026-01.io.ferrobay:<name>:<drive>).
+    #[arg(long)]
+    pub name: String,
+    /// Where the node keeps its state (subsystems, namespaces, identifiers, reservations).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// NVMe/TCP listen address (repeatable); port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    pub listen: Vec<SocketAddr>,
+    /// Discovery-only listener (default: port 8009 on the first listen address).
+    #[arg(long)]
+    pub discovery_listen: Option<SocketAddr>,
+    /// HTTP port for /metrics and the control API (default: port 9420 on the first listen
+    /// address's IP).
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
+    /// A drive, `[NAME=]SPEC` with SPEC one of ram:SIZE, null:SIZE, file:PATH[:SIZE], /dev/...
+    /// (repeatable). Omit on restart to bring up the drives in the data dir.
+    #[arg(long)]
+    pub drive: Vec<String>,
+    /// Controller IDs this node hands out, MIN-MAX (disjoint per node exporting one NQN).
+    #[arg(long, default_value = "1-32767")]
+    pub cntlid_range: String,
+    /// I/O engine for files and block devices: auto, uring or threads.
+    #[arg(long, default_value = "auto")]
+    pub engine: String,
+}
+
+/// Where to reach a running node's control API.
+#[derive(Args, Debug)]
+pub struct ApiArgs {
+    /// The node's HTTP address (ADDR:PORT).
+    #[arg(long, conflicts_with = "data_dir")]
+    pub api: Option<String>,
+    /// The node's data dir: its HTTP address is read from DATA_DIR/endpoints.json.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NsCommand {
+    List(ApiArgs),
+    /// Carve a new namespace out of a drive.
+    Create {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Size, e.g. 10G.
+        #[arg(long)]
+        size: String,
+        /// Drive to carve from (its default subsystem gets the namespace).
+        #[arg(long, conflicts_with = "subsystem")]
+        drive: Option<String>,
+        /// Subsystem NQN to add the namespace to.
+        #[arg(long)]
+        subsystem: Option<String>,
+        /// 512 or 4096.
+        #[arg(long)]
+        block_size: Option<u32>,
+        #[arg(long)]
+        nsid: Option<u32>,
+        /// Create detached (attach later with `ns attach`).
+        #[arg(long)]
+        detached: bool,
+    },
+    Delete {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        nsid: u32,
+    },
+    /// Make a namespace visible to every host (default) or to the given host NQNs.
+    Attach {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        nsid: u32,
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
+    Detach {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        nsid: u32,
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HostCommand {
+    /// Subsystems with their allowed hosts and connected controllers.
+    List(ApiArgs),
+    /// Allow a host NQN to connect to a subsystem (turns off allow-any-host).
+    Allow {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        host_nqn: String,
+    },
+    Deny {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        host_nqn: String,
+    },
+    /// Let any host connect (on) or only allowed ones (off).
+    AllowAny {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        #[arg(value_parser = ["on", "off"])]
+        mode: String,
+    },
+}
+
+/// The endpoints file a running node writes into its data dir.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Endpoints {
+    nvme_tcp: Vec<String>,
+    discovery: Option<String>,
+    http: Option<String>,
+}
+
+const ENDPOINTS_FILE: &str = "endpoints.json";
+const DEFAULT_HTTP_PORT: u16 = 9420;
+
+fn parse_cntlid_range(s: &str) -> anyhow::Result<(u16, u16)> {
+    let (a, b) = s
+        .split_once('-')
+        .with_context(|| format!("invalid --cntlid-range {s:?} (expected MIN-MAX, e.g. 1-999)"))?;
+    let min: u16 = a.trim().parse().with_context(|| format!("invalid --cntlid-range {s:?}"))?;
+    let max: u16 = b.trim().parse().with_context(|| format!("invalid --cntlid-range {s:?}"))?;
+    if min == 0 || max < min || max > 0xFFEF {
+        anyhow::bail!("invalid --cntlid-range {s:?}: need 1 <= MIN <= MAX <= 65519");
+    }
+    Ok((min, max))
+}
+
+fn write_endpoints(dir: &Path, e: &Endpoints) -> anyhow::Result<()> {
+    let tmp = dir.join(format!("{ENDPOINTS_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(e)?)?;
+    std::fs::rename(&tmp, dir.join(ENDPOINTS_FILE))?;
+    Ok(())
+}
+
+async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
+    cfg.listen = a.listen.clone();
+    cfg.discovery_listen = a.discovery_listen;
+    cfg.http_listen = Some(a.http_listen.unwrap_or_else(|| {
+        SocketAddr::new(a.listen.first().map_or([127, 0, 0, 1].into(), |l| l.ip()), DEFAULT_HTTP_PORT)
+    }));
+    cfg.drives = a
+        .drive
+        .iter()
+        .map(|d| storage_node::parse_node_drive(d).map_err(anyhow::Error::from))
+        .collect::<anyhow::Result<_>>()?;
+    let (min, max) = parse_cntlid_range(&a.cntlid_range)?;
+    cfg.target.cntlid_min = min;
+    cfg.target.cntlid_max = max;
+    cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
+
+    let node = StorageNode::start(cfg).await?;
+    let endpoints = Endpoints {
+        nvme_tcp: node.nvme_addrs().iter().map(ToString::to_string).collect(),
+        discovery: node.discovery_addr().map(|a| a.to_string()),
+        http: node.http_addr().map(|a| a.to_string()),
+    };
+    write_endpoints(&a.data_dir, &endpoints)?;
+    for s in node.subsystems() {
+        tracing::info!(nqn = %s.nqn, drive = %s.drive, namespaces = ?s.namespaces, "exporting");
+    }
+    tracing::info!(
+        nvme_tcp = ?endpoints.nvme_tcp,
+        discovery = ?endpoints.discovery,
+        http = ?endpoints.http,
+        "node {} ready", a.name
+    );
+    wait_for_stop_signal().await;
+    tracing::info!("stopping node {}", a.name);
+    let _ = std::fs::remove_file(a.data_dir.join(ENDPOINTS_FILE));
+    node.shutdown().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+fn client(a: &ApiArgs) -> anyhow::Result<NodeClient> {
+    let addr = match (&a.api, &a.data_dir) {
+        (Some(api), _) => api.clone(),
+        (None, Some(dir)) => {
+            let path = dir.join(ENDPOINTS_FILE);
+            let s = std::fs::read_to_string(&path)
+                .with_context(|| format!("read {} (is the node running?)", path.display()))?;
+            let e: Endpoints = serde_json::from_str(&s).with_context(|| format!("parse {}", path.display()))?;
+            e.http.with_context(|| format!("{} names no HTTP address", path.display()))?
+        }
+        (None, None) => format!("127.0.0.1:{DEFAULT_HTTP_PORT}"),
+    };
+    Ok(NodeClient::new(addr))
+}
+
+fn print<T: serde::Serialize>(json: bool, v: &T, text: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        print!("{}", text(v));
+    }
+    Ok(())
+}
+
+fn attach_request(hosts: Vec<String>) -> AttachRequest {
+    AttachRequest { all: hosts.is_empty(), hosts }
+}
+
+async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
+    use storage_node::text::namespaces_table;
+    match cmd {
+        NsCommand::List(api) => {
+            let v = client(&api)?.list_namespaces().await?;
+            print(api.json, &v, |v| namespaces_table(v))?;
+        }
+        NsCommand::Create { api, size, drive, subsystem, block_size, nsid, detached } => {
+            if drive.is_none() && subsystem.is_none() {
+                anyhow::bail!("ns create needs --drive NAME or --subsystem NQN");
+            }
+            let req = CreateNamespaceRequest {
+                subsystem_nqn: subsystem,
+                drive,
+                size_bytes: blockdev::parse_size_bytes(&size)?,
+                block_size_bytes: block_size,
+                nsid,
+                attach: detached.then(Default::default),
+            };
+            let v = client(&api)?.create_namespace(&req).await?;
+            print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;
+        }
+        NsCommand::Delete { api, nqn, nsid } => {
+            client(&api)?.delete_namespace(&nqn, nsid).await?;
+            println!("deleted namespace {nsid} of {nqn}");
+        }
+        NsCommand::Attach { api, nqn, nsid, hosts } => {
+            let v = client(&api)?.attach_namespace(&nqn, nsid, &attach_request(hosts)).await?;
+            print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;
+        }
+        NsCommand::Detach { api, nqn, nsid, hosts } => {
+            let v = client(&api)?.detach_namespace(&nqn, nsid, &attach_request(hosts)).await?;
+            print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
+    use storage_node::text::subsystems_table;
+    let (api, v) = match cmd {
+        HostCommand::List(api) => {
+            let v = client(&api)?.subsystems().await?;
+            return print(api.json, &v, |v| subsystems_table(v)).map(|_| ExitCode::SUCCESS);
+        }
+        HostCommand::Allow { api, nqn, host_nqn } => {
+            let v = client(&api)?.allow_host(&nqn, &host_nqn).await?;
+            (api, v)
+        }
+        HostCommand::Deny { api, nqn, host_nqn } => {
+            let v = client(&api)?.deny_host(&nqn, &host_nqn).await?;
+            (api, v)
+        }
+        HostCommand::AllowAny { api, nqn, mode } => {
+            let v = client(&api)?.set_allow_any_host(&nqn, mode == "on").await?;
+            (api, v)
+        }
+    };
+    print(api.json, &v, |v| subsystems_table(std::slice::from_ref(v)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
+    match a.command {
+        NodeCommand::Run(r) => run_node(r).await,
+        NodeCommand::Ns(c) => ns(c).await,
+        NodeCommand::Host(c) => host(c).await,
+        NodeCommand::Health(api) => {
+            let h = client(&api)?.health().await?;
+            print(api.json, &h, storage_node::text::health_text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cntlid_ranges() {
+        assert_eq!(parse_cntlid_range("1-999").unwrap(), (1, 999));
+        assert!(parse_cntlid_range("0-5").is_err());
+        assert!(parse_cntlid_range("9-5").is_err());
+        assert!(parse_cntlid_range("x").is_err());
+    }
+}

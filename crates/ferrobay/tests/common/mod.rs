@@ -1,0 +1,134 @@
+//! Shared helpers for the binary's integration tests: run `ferrobay node` as a process.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where a running node listens, read from `<data-dir>/endpoints.json`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Endpoints {
+    pub nvme_tcp: Vec<String>,
+    pub discovery: Option<String>,
+    pub http: Option<String>,
+}
+
+impl Endpoints {
+    pub fn port(addr: &str) -> u16 {
+        addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in address")
+    }
+    pub fn nvme_port(&self) -> u16 {
+        Self::port(&self.nvme_tcp[0])
+    }
+    pub fn discovery_port(&self) -> u16 {
+        Self::port(self.discovery.as_deref().expect("discovery listener"))
+    }
+}
+
+/// A `ferrobay node run` child process, killed on drop.
+pub struct NodeProcess {
+    pub child: Child,
+    pub data_dir: PathBuf,
+    pub endpoints: Endpoints,
+    pub log_path: PathBuf,
+}
+
+pub fn ferrobay_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ferrobay")
+}
+
+impl NodeProcess {
+    /// Starts a node with `drives` (CLI drive specs); `ports` = (nvme, discovery, http),
+    /// 0 for any free port.
+    pub fn start(name: &str, data_dir: &Path, drives: &[String], ports: (u16, u16, u16)) -> NodeProcess {
+        let endpoints_file = data_dir.join("endpoints.json");
+        let _ = std::fs::remove_file(&endpoints_file);
+        std::fs::create_dir_all(data_dir).expect("data dir");
+        let log_path = data_dir.join(format!("node-{}.log", Instant::now().elapsed().as_nanos()));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("node.log"))
+            .expect("node log");
+        let mut cmd = Command::new(ferrobay_bin());
+        cmd.args(["node", "run", "--name", name, "--data-dir"])
+            .arg(data_dir)
+            .args(["--listen", &format!("127.0.0.1:{}", ports.0)])
+            .args(["--discovery-listen", &format!("127.0.0.1:{}", ports.1)])
+            .args(["--http-listen", &format!("127.0.0.1:{}", ports.2)]);
+        for d in drives {
+            cmd.args(["--drive", d]);
+        }
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log.try_clone().expect("log fd"))
+            .spawn()
+            .expect("spawn ferrobay node");
+        let mut node = NodeProcess {
+            child,
+            data_dir: data_dir.to_path_buf(),
+            endpoints: Endpoints { nvme_tcp: vec![], discovery: None, http: None },
+            log_path: data_dir.join("node.log"),
+        };
+        let _ = log_path;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&endpoints_file) {
+                if let Ok(e) = serde_json::from_str::<Endpoints>(&s) {
+                    node.endpoints = e;
+                    return node;
+                }
+            }
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("ferrobay node exited early ({status}):\n{}", node.log());
+            }
+            assert!(Instant::now() < deadline, "node not ready after 30 s:\n{}", node.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a power cut would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        // The `kill` command sends SIGTERM to our own child, by pid.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!("node did not stop within 20 s after SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A scratch directory on a filesystem that supports O_DIRECT (under the target dir).
+pub fn scratch_dir(name: &str) -> tempfile::TempDir {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&base).expect("target tmpdir");
+    tempfile::Builder::new().prefix(name).tempdir_in(base).expect("tempdir")
+}

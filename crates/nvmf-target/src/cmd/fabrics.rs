@@ -1,0 +1,297 @@
+//! Fabrics commands: Connect, Property Get/Set, Disconnect.
+
+use std::sync::Arc;
+
+use blockdev::IoBuf;
+use nvme_proto::fabrics::{
+    CNTLID_DYNAMIC, Cap, Cc, ConnectCommand, ConnectData, ConnectResponse, Csts, InvalidParameter,
+    PropertyGet, PropertySet, PropertySize, Vs, connect_data_off, connect_sqe_off, reg,
+    validate_nqn,
+};
+use nvme_proto::opcode::fctype;
+use nvme_proto::{Command, Status};
+
+use crate::cmd::{Dispatch, Outcome};
+use crate::controller::Controller;
+use crate::subsystem::SubsysKind;
+use crate::sync::lock;
+use crate::transport::conn::{Core, QueueState};
+
+/// CAP.TO: worst-case time to ready, in 500 ms units.
+const CAP_TIMEOUT_500MS: u8 = 30;
+
+impl Core {
+    pub(crate) fn exec_fabrics(&mut self, cmd: &Command, data: Option<IoBuf>) -> Dispatch {
+        let out = match cmd.fctype() {
+            fctype::CONNECT => self.connect(cmd, data.as_deref().unwrap_or(&[])),
+            fctype::PROPERTY_GET => self.property_get(cmd),
+            fctype::PROPERTY_SET => self.property_set(cmd),
+            fctype::DISCONNECT => {
+                if self.q.is_none() {
+                    Outcome::status(Status::COMMAND_SEQUENCE_ERROR)
+                } else {
+                    Outcome {
+                        close_after: true,
+                        ..Outcome::ok()
+                    }
+                }
+            }
+            _ => Outcome::status(Status::INVALID_OPCODE.dnr()),
+        };
+        if let Some(b) = data {
+            self.tx.pool.put(b);
+        }
+        Dispatch::Now(out)
+    }
+
+    fn connect(&mut self, cmd: &Command, data: &[u8]) -> Outcome {
+        if self.q.is_some() {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
+        }
+        let cc = ConnectCommand::from_command(cmd);
+        if cc.recfmt != 0 {
+            return Outcome::status(Status::CONNECT_INCOMPATIBLE_FORMAT.dnr());
+        }
+        let cd = match ConnectData::decode(data) {
+            Ok(cd) => cd,
+            Err(nvme_proto::DecodeError::Short { .. }) => {
+                return Outcome::status(Status::DATA_SGL_LENGTH_INVALID.dnr());
+            }
+            Err(nvme_proto::DecodeError::InvalidField { offset, .. }) => {
+                return invalid_param(InvalidParameter::data(offset as u16));
+            }
+            Err(_) => return invalid_param(InvalidParameter::data(connect_data_off::SUBNQN)),
+        };
+        let target = self.target.clone();
+        let Some(subsys) = target
+            .subsystem(&cd.subnqn)
+            .filter(|s| !s.removed.load(std::sync::atomic::Ordering::Acquire))
+        else {
+            return invalid_param(InvalidParameter::data(connect_data_off::SUBNQN));
+        };
+        if self.listener.opts.discovery_only && subsys.kind != SubsysKind::Discovery {
+            return invalid_param(InvalidParameter::data(connect_data_off::SUBNQN));
+        }
+        if validate_nqn(&cd.hostnqn).is_err() {
+            return invalid_param(InvalidParameter::data(connect_data_off::HOSTNQN));
+        }
+        if !subsys.host_allowed(&cd.hostnqn) {
+            return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
+        }
+        let mqes = target.config.mqes;
+        if cc.sqsize == 0 || cc.sqsize > mqes {
+            return invalid_param(InvalidParameter::sqe(connect_sqe_off::SQSIZE));
+        }
+        let sqflow_disabled = cc.cattr & ConnectCommand::CATTR_DISABLE_SQFLOW != 0;
+        if cc.qid == 0 {
+            if cd.cntlid != CNTLID_DYNAMIC {
+                return invalid_param(InvalidParameter::data(connect_data_off::CNTLID));
+            }
+            let Some(cntlid) = target.alloc_cntlid(&subsys) else {
+                return Outcome::status(Status::CONNECT_CONTROLLER_BUSY);
+            };
+            let kato_ms = if cc.kato_ms == 0 && subsys.kind == SubsysKind::Nvm {
+                target.config.default_kato_ms
+            } else {
+                cc.kato_ms
+            };
+            let ctrl = Arc::new(Controller::new(
+                cntlid,
+                subsys.clone(),
+                cd.hostnqn.clone(),
+                cd.hostid,
+                self.handle.clone(),
+                kato_ms,
+                target.config.max_io_queues,
+            ));
+            lock(&subsys.controllers).insert(cntlid, Arc::downgrade(&ctrl));
+            ctrl.spawn_watchdog();
+            self.bind(ctrl, 0, cc.sqsize, sqflow_disabled);
+            tracing::debug!(cntlid, subsys = %subsys.nqn, host = %cd.hostnqn, "admin queue connected");
+            return ConnectResponse { cntlid, authreq: 0 }
+                .completion(0)
+                .into_outcome();
+        }
+        if subsys.kind == SubsysKind::Discovery {
+            return invalid_param(InvalidParameter::sqe(connect_sqe_off::QID));
+        }
+        let Some(ctrl) = subsys.controller(cd.cntlid).filter(|c| !c.is_dead()) else {
+            return invalid_param(InvalidParameter::data(connect_data_off::CNTLID));
+        };
+        if ctrl.hostnqn != cd.hostnqn {
+            return invalid_param(InvalidParameter::data(connect_data_off::HOSTNQN));
+        }
+        if ctrl.hostid != cd.hostid {
+            return invalid_param(InvalidParameter::data(connect_data_off::HOSTID));
+        }
+        {
+            let mut st = lock(&ctrl.state);
+            if !Cc::from_u32(st.cc).en || !Csts::from_u32(st.csts).rdy {
+                return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+            }
+            if cc.qid > st.io_queues_granted || st.io_queues.contains_key(&cc.qid) {
+                return invalid_param(InvalidParameter::sqe(connect_sqe_off::QID));
+            }
+            st.io_queues.insert(cc.qid, self.handle.clone());
+        }
+        let cntlid = ctrl.cntlid;
+        self.max_icd_bytes = target.config.in_capsule_bytes as usize;
+        self.bind(ctrl, cc.qid, cc.sqsize, sqflow_disabled);
+        ConnectResponse { cntlid, authreq: 0 }
+            .completion(0)
+            .into_outcome()
+    }
+
+    fn bind(&mut self, ctrl: Arc<Controller>, qid: u16, sqsize: u16, sqflow_disabled: bool) {
+        {
+            let mut id = lock(&self.handle.ident);
+            id.subsystem = ctrl.subsys.nqn.clone();
+            id.hostnqn = ctrl.hostnqn.clone();
+            id.cntlid = ctrl.cntlid;
+            id.qid = qid;
+        }
+        self.q = Some(QueueState {
+            ctrl,
+            qid,
+            sqsize,
+            sqflow_disabled,
+        });
+    }
+
+    fn property_get(&mut self, cmd: &Command) -> Outcome {
+        let Some(q) = &self.q else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        if q.qid != 0 {
+            return Outcome::status(Status::INVALID_FIELD.dnr());
+        }
+        let Ok(pg) = PropertyGet::from_command(cmd) else {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(40);
+        };
+        let (value, size) = match pg.ofst {
+            reg::CAP => (
+                Cap {
+                    mqes: self.target.config.mqes,
+                    cqr: true,
+                    to_500ms: CAP_TIMEOUT_500MS,
+                    // Like Linux nvmet, discovery controllers report NVM too: hosts then
+                    // enable them with CC.CSS = NVM.
+                    css: Cap::CSS_NVM,
+                    mpsmin: 0,
+                    mpsmax: 0,
+                    ..Cap::default()
+                }
+                .to_u64(),
+                PropertySize::Eight,
+            ),
+            reg::VS => (u64::from(Vs::V2_0.to_u32()), PropertySize::Four),
+            reg::CC => (u64::from(lock(&q.ctrl.state).cc), PropertySize::Four),
+            reg::CSTS => (u64::from(lock(&q.ctrl.state).csts), PropertySize::Four),
+            _ => return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44),
+        };
+        if pg.size != size {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(40);
+        }
+        let c = pg.completion(0, value);
+        Outcome {
+            dw0: c.dw0,
+            dw1: c.dw1,
+            ..Outcome::ok()
+        }
+    }
+
+    fn property_set(&mut self, cmd: &Command) -> Outcome {
+        let Some(q) = &self.q else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        if q.qid != 0 {
+            return Outcome::status(Status::INVALID_FIELD.dnr());
+        }
+        let Ok(ps) = PropertySet::from_command(cmd) else {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(40);
+        };
+        if ps.ofst != reg::CC || ps.size != PropertySize::Four {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44);
+        }
+        let discovery = q.ctrl.subsys.kind == SubsysKind::Discovery;
+        let ctrl = q.ctrl.clone();
+        let mut st = lock(&ctrl.state);
+        let old = Cc::from_u32(st.cc);
+        let new = Cc::from_u32(ps.value as u32);
+        let mut csts = Csts::from_u32(st.csts);
+        if new.en && !old.en {
+            let css_ok = if discovery {
+                matches!(new.css, Cc::CSS_NVM | Cc::CSS_ADMIN_ONLY)
+            } else {
+                matches!(new.css, Cc::CSS_NVM | Cc::CSS_ALL_IO)
+            };
+            let entry_sizes_ok = (new.iosqes == 6 && new.iocqes == 4)
+                || (discovery && new.iosqes == 0 && new.iocqes == 0);
+            if new.mps != 0 || !css_ok || !entry_sizes_ok {
+                csts.cfs = true;
+                csts.rdy = false;
+            } else {
+                csts.rdy = true;
+                csts.cfs = false;
+            }
+        } else if !new.en && old.en {
+            // Controller reset: not ready, shutdown state cleared.
+            csts.rdy = false;
+            csts.shst = Csts::SHST_NORMAL;
+        }
+        let mut flush_for_shutdown = false;
+        if new.shn != Cc::SHN_NONE && old.shn == Cc::SHN_NONE {
+            // The target holds no data itself; devices with a volatile cache are flushed
+            // before the shutdown is reported complete.
+            csts.shst = Csts::SHST_OCCURRING;
+            flush_for_shutdown = true;
+        } else if new.shn == Cc::SHN_NONE && new.en {
+            csts.shst = Csts::SHST_NORMAL;
+        }
+        st.cc = new.to_u32();
+        st.csts = csts.to_u32();
+        drop(st);
+        if flush_for_shutdown {
+            let c = ctrl.clone();
+            tokio::spawn(async move {
+                for ns in c.subsys.namespaces() {
+                    if ns.device.info().volatile_write_cache
+                        && ns.is_attached_to(&c.hostnqn)
+                        && let Err(e) = ns.device.flush().await
+                    {
+                        tracing::warn!(nsid = ns.nsid, error = %e, "flush at shutdown failed");
+                    }
+                }
+                let mut st = lock(&c.state);
+                let mut csts = Csts::from_u32(st.csts);
+                if Cc::from_u32(st.cc).shn != Cc::SHN_NONE {
+                    csts.shst = Csts::SHST_COMPLETE;
+                    st.csts = csts.to_u32();
+                }
+            });
+        }
+        Outcome::ok()
+    }
+}
+
+fn invalid_param(p: InvalidParameter) -> Outcome {
+    let c = p.completion(0);
+    Outcome {
+        dw0: c.dw0,
+        ..Outcome::status(c.status)
+    }
+}
+
+trait IntoOutcome {
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for nvme_proto::Completion {
+    fn into_outcome(self) -> Outcome {
+        Outcome {
+            dw0: self.dw0,
+            dw1: self.dw1,
+            ..Outcome::status(self.status)
+        }
+    }
+}

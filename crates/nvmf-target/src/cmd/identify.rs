@@ -1,0 +1,267 @@
+//! Identify: controller, namespace, namespace lists, descriptors, controller lists.
+
+use std::sync::Arc;
+
+use blockdev::{DeviceKind, IoBuf};
+use nvme_proto::fabrics::Vs;
+use nvme_proto::identify::controller::bits as cbits;
+use nvme_proto::identify::namespace::bits as nbits;
+use nvme_proto::identify::{
+    CtrlList, IDENTIFY_DATA_BYTES, IdentifyCommand, IdentifyController, IdentifyNamespace,
+    LbaFormat, NsIdDescriptor, NsIdDescriptorList, NsList, PowerStateDescriptor, cns, csi,
+};
+use nvme_proto::{Command, Status};
+
+use crate::cmd::admin::{ACL, AERL};
+use crate::cmd::{Dispatch, Outcome};
+use crate::controller::{Controller, ERROR_LOG_ENTRIES};
+use crate::namespace::Namespace;
+use crate::subsystem::SubsysKind;
+use crate::sync::read;
+use crate::transport::conn::Core;
+
+/// Highest NSID a subsystem may use (NN) and the namespace limit (MNAN).
+pub(crate) const MAX_NAMESPACES: u32 = 1024;
+/// Keep Alive Support granularity, in 100 ms units.
+const KAS_100MS: u16 = 1;
+
+fn data_out(bytes: &[u8]) -> Dispatch {
+    Dispatch::Now(Outcome::data(IoBuf::from_slice(bytes)))
+}
+
+/// A stable 128-bit identifier derived from a name (FGUID).
+fn guid_of(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(4).enumerate() {
+        let mut s = name.as_bytes().to_vec();
+        s.push(i as u8);
+        chunk.copy_from_slice(&crc32c::crc32c(&s).to_le_bytes());
+    }
+    out
+}
+
+impl Core {
+    pub(crate) fn identify(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
+        let id = IdentifyCommand::from_command(cmd);
+        let discovery = ctrl.subsys.kind == SubsysKind::Discovery;
+        if discovery && id.cns != cns::CONTROLLER {
+            return Outcome::status(Status::INVALID_FIELD.dnr())
+                .with_loc(40)
+                .into();
+        }
+        let subsys = &ctrl.subsys;
+        match id.cns {
+            cns::CONTROLLER => data_out(&self.identify_controller(ctrl)[..]),
+            cns::NAMESPACE | cns::ALLOCATED_NAMESPACE => {
+                let allocated = id.cns == cns::ALLOCATED_NAMESPACE;
+                if id.nsid == u32::MAX {
+                    return data_out(
+                        &common_namespace(self.target.config.mdts_bytes).to_bytes()[..],
+                    );
+                }
+                if id.nsid == 0 || id.nsid > MAX_NAMESPACES {
+                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                        .with_loc(4)
+                        .into();
+                }
+                let ns = if allocated {
+                    subsys.namespace(id.nsid)
+                } else {
+                    self.active_ns(id.nsid)
+                };
+                match ns {
+                    Some(ns) => data_out(
+                        &identify_namespace(&ns, self.target.config.mdts_bytes).to_bytes()[..],
+                    ),
+                    // Inactive NSID: zero-filled data.
+                    None => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+                }
+            }
+            cns::ACTIVE_NS_LIST | cns::ALLOCATED_NS_LIST => {
+                if id.nsid >= 0xFFFF_FFFE {
+                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                        .with_loc(4)
+                        .into();
+                }
+                let all = subsys.namespaces();
+                let nsids = all
+                    .iter()
+                    .filter(|ns| {
+                        id.cns == cns::ALLOCATED_NS_LIST || ns.is_attached_to(&ctrl.hostnqn)
+                    })
+                    .map(|ns| ns.nsid);
+                data_out(&NsList::above(nsids, id.nsid).to_bytes()[..])
+            }
+            cns::NS_ID_DESCRIPTORS => {
+                let Some(ns) = self.active_ns(id.nsid) else {
+                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                        .with_loc(4)
+                        .into();
+                };
+                let mut d = Vec::new();
+                if ns.eui64 != [0; 8] {
+                    d.push(NsIdDescriptor::Eui64(ns.eui64));
+                }
+                if ns.nguid != [0; 16] {
+                    d.push(NsIdDescriptor::Nguid(ns.nguid));
+                }
+                if ns.uuid != [0; 16] {
+                    d.push(NsIdDescriptor::Uuid(ns.uuid));
+                }
+                d.push(NsIdDescriptor::Csi(csi::NVM));
+                data_out(&NsIdDescriptorList { descriptors: d }.to_bytes()[..])
+            }
+            // NVM command set specific structures: no limits beyond MDTS → all zero.
+            cns::CS_CONTROLLER if id.csi == csi::NVM => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+            cns::CS_NAMESPACE if id.csi == csi::NVM => match self.active_ns(id.nsid) {
+                Some(_) => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+                None => Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                    .with_loc(4)
+                    .into(),
+            },
+            cns::NS_ATTACHED_CTRL_LIST => {
+                let Some(ns) = subsys.namespace(id.nsid) else {
+                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                        .with_loc(4)
+                        .into();
+                };
+                let ids = subsys
+                    .live_controllers()
+                    .iter()
+                    .filter(|c| ns.is_attached_to(&c.hostnqn))
+                    .map(|c| c.cntlid)
+                    .collect::<Vec<_>>();
+                data_out(&CtrlList::from_at_least(ids, id.cntid).to_bytes()[..])
+            }
+            cns::CTRL_LIST => {
+                let ids = subsys
+                    .live_controllers()
+                    .iter()
+                    .map(|c| c.cntlid)
+                    .collect::<Vec<_>>();
+                data_out(&CtrlList::from_at_least(ids, id.cntid).to_bytes()[..])
+            }
+            _ => Outcome::status(Status::INVALID_FIELD.dnr())
+                .with_loc(40)
+                .into(),
+        }
+    }
+
+    fn identify_controller(&self, ctrl: &Controller) -> Box<[u8; IDENTIFY_DATA_BYTES]> {
+        let cfg = &self.target.config;
+        let subsys = &ctrl.subsys;
+        let discovery = subsys.kind == SubsysKind::Discovery;
+        let namespaces = subsys.namespaces();
+        let vwc = namespaces
+            .iter()
+            .any(|ns| ns.device.info().volatile_write_cache && ns.is_attached_to(&ctrl.hostnqn));
+        let total_bytes: u128 = namespaces.iter().map(|ns| u128::from(ns.size_bytes)).sum();
+        let ns_mgmt = read(&self.target.ns_manager).is_some();
+        let mut psd = [PowerStateDescriptor::default(); 32];
+        psd[0].mp = 2500; // 25 W in centiwatts: an informational maximum.
+        let mut id = IdentifyController {
+            sn: subsys.serial.clone(),
+            mn: subsys.model.clone(),
+            fr: cfg.firmware.clone(),
+            rab: 6,
+            ieee: cfg.ieee_oui,
+            cmic: cbits::CMIC_MULTI_CTRL | cbits::CMIC_MULTI_PORT,
+            mdts: cfg.mdts_field(),
+            cntlid: ctrl.cntlid,
+            ver: Vs::V2_0.to_u32(),
+            ctratt: cbits::CTRATT_HOSTID_128,
+            fguid: guid_of(&subsys.nqn),
+            acl: ACL,
+            aerl: AERL,
+            frmw: 0x03,
+            lpa: cbits::LPA_CMD_EFFECTS | cbits::LPA_EXTENDED_DATA,
+            elpe: (ERROR_LOG_ENTRIES - 1) as u8,
+            npss: 0,
+            wctemp: 0x0157,
+            cctemp: 0x0175,
+            kas: KAS_100MS,
+            sqes: 0x66,
+            cqes: 0x44,
+            maxcmd: cfg.mqes.saturating_add(1),
+            sgls: cbits::SGLS_SUPPORTED | cbits::SGLS_OFFSET | cbits::SGLS_TRANSPORT,
+            subnqn: subsys.nqn.clone(),
+            ioccsz: (64 + cfg.in_capsule_bytes) / 16,
+            iorcsz: 1,
+            icdoff: 0,
+            msdbd: 1,
+            ofcs: cbits::OFCS_DISCONNECT,
+            psd,
+            ..IdentifyController::default()
+        };
+        if discovery {
+            id.cntrltype = cbits::CNTRLTYPE_DISCOVERY;
+            id.cmic = 0;
+            id.oaes = cbits::OAES_DISCOVERY_CHANGE;
+            id.maxcmd = cfg.mqes.saturating_add(1);
+        } else {
+            id.cntrltype = cbits::CNTRLTYPE_IO;
+            id.oaes = cbits::OAES_NS_ATTR;
+            id.oacs = if ns_mgmt { cbits::OACS_NS_MGMT } else { 0 };
+            id.oncs = cbits::ONCS_COMPARE
+                | cbits::ONCS_DSM
+                | cbits::ONCS_WRITE_ZEROES
+                | cbits::ONCS_RESERVATIONS;
+            // Bits 2:1 = 10b: flush of all namespaces (NSID FFFFFFFFh) is not supported.
+            id.vwc = if vwc {
+                cbits::VWC_PRESENT | 0b100
+            } else {
+                0b100
+            };
+            id.nn = MAX_NAMESPACES;
+            id.mnan = MAX_NAMESPACES;
+            id.tnvmcap = total_bytes;
+        }
+        id.to_bytes()
+    }
+}
+
+fn lba_formats() -> (u8, [LbaFormat; nvme_proto::identify::namespace::LBAF_COUNT]) {
+    let mut lbaf = [LbaFormat::default(); nvme_proto::identify::namespace::LBAF_COUNT];
+    lbaf[0] = LbaFormat::new(9);
+    lbaf[1] = LbaFormat::new(12);
+    (1, lbaf)
+}
+
+/// Capabilities common to all namespaces (NSID FFFFFFFFh).
+fn common_namespace(_mdts_bytes: u32) -> IdentifyNamespace {
+    let (nlbaf, lbaf) = lba_formats();
+    IdentifyNamespace {
+        nlbaf,
+        lbaf,
+        nmic: nbits::NMIC_SHARED,
+        ..IdentifyNamespace::default()
+    }
+}
+
+pub(crate) fn identify_namespace(ns: &Namespace, mdts_bytes: u32) -> IdentifyNamespace {
+    let (nlbaf, lbaf) = lba_formats();
+    let info = ns.device.info();
+    let reads_zero_after_dealloc =
+        !matches!(info.kind, DeviceKind::BlockDevice | DeviceKind::Other(_));
+    let mut dlfeat = nbits::DLFEAT_WRITE_ZEROES_DEALLOCATES;
+    if reads_zero_after_dealloc {
+        dlfeat |= nbits::DLFEAT_READ_ZEROES;
+    }
+    let noiob = (u64::from(mdts_bytes) >> ns.lba_shift).min(u64::from(u16::MAX)) as u16;
+    IdentifyNamespace {
+        nsze: ns.blocks,
+        ncap: ns.blocks,
+        nuse: ns.blocks,
+        nlbaf,
+        flbas: IdentifyNamespace::flbas_for(if ns.block_size_bytes == 4096 { 1 } else { 0 }),
+        nmic: nbits::NMIC_SHARED,
+        rescap: ns.reservations.capabilities(),
+        dlfeat,
+        noiob,
+        nvmcap: u128::from(ns.size_bytes),
+        nguid: ns.nguid,
+        eui64: ns.eui64,
+        lbaf,
+        ..IdentifyNamespace::default()
+    }
+}

@@ -1,0 +1,168 @@
+//! Get Log Page with offsets and partial reads.
+
+use std::sync::Arc;
+
+use blockdev::IoBuf;
+use nvme_proto::log::effects::effect;
+use nvme_proto::log::{
+    ChangedNsList, CommandEffectsLog, ErrorInfoEntry, FirmwareSlotLog, GetLogPageCommand,
+    ReservationNotificationLog, SmartLog, lid, log_page_range,
+};
+use nvme_proto::opcode::{admin, io};
+use nvme_proto::{Command, Status};
+
+use crate::cmd::{Dispatch, Outcome};
+use crate::controller::{Controller, ERROR_LOG_ENTRIES};
+use crate::subsystem::SubsysKind;
+use crate::sync::lock;
+use crate::transport::conn::Core;
+
+/// Composite temperature reported in the SMART log (Kelvin): a nominal 27 °C, since the
+/// target has no sensor of its own.
+const NOMINAL_TEMPERATURE_K: u16 = 300;
+
+impl Core {
+    pub(crate) fn get_log_page(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
+        let g = GetLogPageCommand::from_command(cmd);
+        let len = g.len_bytes();
+        if len > u64::from(self.target.config.mdts_bytes) {
+            return Outcome::status(Status::INVALID_FIELD.dnr())
+                .with_loc(40)
+                .into();
+        }
+        let discovery = ctrl.subsys.kind == SubsysKind::Discovery;
+        let page: Vec<u8> = match (g.lid, discovery) {
+            (lid::DISCOVERY, true) => {
+                let local = self.local;
+                crate::discovery::discovery_log(&self.target, &ctrl.hostnqn, local).to_bytes()
+            }
+            (lid::ERROR_INFO, _) => {
+                let entries: Vec<ErrorInfoEntry> = lock(&ctrl.state)
+                    .error_log
+                    .iter()
+                    .map(|r| ErrorInfoEntry {
+                        error_count: r.error_count,
+                        sqid: r.sqid,
+                        cid: r.cid,
+                        status: nvme_proto::Status::from_field(r.status_field),
+                        param_error_location: r.param_error_location,
+                        lba: r.lba,
+                        nsid: r.nsid,
+                        trtype: nvme_proto::log::discovery::trtype::TCP,
+                        ..ErrorInfoEntry::default()
+                    })
+                    .collect();
+                ErrorInfoEntry::encode_page(&entries, ERROR_LOG_ENTRIES)
+            }
+            (lid::SMART_HEALTH, false) => {
+                if g.nsid != 0 && g.nsid != u32::MAX {
+                    // Per-namespace SMART data is not supported (LPA bit 0 clear).
+                    return Outcome::status(Status::INVALID_FIELD.dnr())
+                        .with_loc(4)
+                        .into();
+                }
+                let h = self.target.health_snapshot();
+                SmartLog {
+                    composite_temperature_k: NOMINAL_TEMPERATURE_K,
+                    available_spare_pct: 100,
+                    available_spare_threshold_pct: 10,
+                    data_units_read: h.data_units_read.into(),
+                    data_units_written: h.data_units_written.into(),
+                    host_read_commands: h.host_read_commands.into(),
+                    host_write_commands: h.host_write_commands.into(),
+                    controller_busy_time_min: h.controller_busy_minutes.into(),
+                    power_cycles: h.power_cycles.into(),
+                    power_on_hours: h.power_on_hours.into(),
+                    unsafe_shutdowns: h.unsafe_shutdowns.into(),
+                    media_errors: h.media_errors.into(),
+                    num_err_log_entries: h.error_log_entries.into(),
+                    ..SmartLog::default()
+                }
+                .to_bytes()
+                .to_vec()
+            }
+            (lid::FIRMWARE_SLOT, false) => FirmwareSlotLog::single(&self.target.config.firmware)
+                .to_bytes()
+                .to_vec(),
+            (lid::CHANGED_NS_LIST, false) => {
+                let mut st = lock(&ctrl.state);
+                let list = if st.changed_ns_overflow {
+                    ChangedNsList {
+                        nsids: vec![ChangedNsList::OVERFLOW],
+                    }
+                } else {
+                    ChangedNsList::from_changed(st.changed_ns.iter().copied())
+                };
+                // Reading the log clears it.
+                st.changed_ns.clear();
+                st.changed_ns_overflow = false;
+                list.to_bytes().to_vec()
+            }
+            (lid::COMMANDS_SUPPORTED_EFFECTS, false) => effects_log().to_bytes().to_vec(),
+            (lid::RESERVATION_NOTIFICATION, false) => {
+                let mut st = lock(&ctrl.state);
+                let entry = st.resv_log.pop_front();
+                let available = st.resv_log.len().min(255) as u8;
+                match entry {
+                    Some(e) => ReservationNotificationLog {
+                        log_page_count: e.log_count,
+                        log_type: e.log_type,
+                        available_log_pages: available,
+                        nsid: e.nsid,
+                    },
+                    None => ReservationNotificationLog::default(),
+                }
+                .to_bytes()
+                .to_vec()
+            }
+            _ => {
+                return Outcome::status(Status::INVALID_LOG_PAGE.dnr())
+                    .with_loc(40)
+                    .into();
+            }
+        };
+        if !g.rae {
+            ctrl.log_read(g.lid);
+        }
+        match log_page_range(&page, g.lpo, len) {
+            Ok(r) => {
+                let mut buf = IoBuf::new_zeroed(len as usize);
+                buf[..r.data.len()].copy_from_slice(r.data);
+                Dispatch::Now(Outcome::data(buf))
+            }
+            Err(e) => Outcome::status(e.status()).with_loc(48).into(),
+        }
+    }
+}
+
+fn effects_log() -> CommandEffectsLog {
+    let mut l = CommandEffectsLog::default();
+    for op in [
+        admin::GET_LOG_PAGE,
+        admin::IDENTIFY,
+        admin::ABORT,
+        admin::GET_FEATURES,
+        admin::ASYNC_EVENT_REQUEST,
+        admin::KEEP_ALIVE,
+    ] {
+        l.admin[usize::from(op)] = effect::CSUPP;
+    }
+    l.admin[usize::from(admin::SET_FEATURES)] = effect::CSUPP | effect::CCC;
+    for op in [admin::NAMESPACE_MANAGEMENT, admin::NAMESPACE_ATTACHMENT] {
+        l.admin[usize::from(op)] = effect::CSUPP | effect::NCC | effect::NIC | effect::CCC;
+    }
+    for op in [io::READ, io::COMPARE, io::FLUSH, io::RESERVATION_REPORT] {
+        l.io[usize::from(op)] = effect::CSUPP;
+    }
+    for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MANAGEMENT] {
+        l.io[usize::from(op)] = effect::CSUPP | effect::LBCC;
+    }
+    for op in [
+        io::RESERVATION_REGISTER,
+        io::RESERVATION_ACQUIRE,
+        io::RESERVATION_RELEASE,
+    ] {
+        l.io[usize::from(op)] = effect::CSUPP;
+    }
+    l
+}

@@ -1,0 +1,70 @@
+//! The discovery log page (0x70): one entry per (subsystem, listener) the host may
+//! access, plus one "current discovery subsystem" entry per listener.
+
+use std::net::SocketAddr;
+
+use nvme_proto::fabrics::DISCOVERY_NQN;
+use nvme_proto::log::discovery::{adrfam, eflags, sectype, subtype, treq, trtype};
+use nvme_proto::log::{DiscoveryLog, DiscoveryLogEntry};
+
+use crate::sync::{lock, read};
+use crate::target::TargetInner;
+
+/// Admin queue size hosts should use (ASQSZ); 32 is the minimum the spec allows.
+const ASQSZ: u16 = 32;
+
+/// Builds the discovery log for `hostnqn`. `local` is the address the host reached us on,
+/// reported for listeners bound to a wildcard address.
+pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -> DiscoveryLog {
+    let genctr = t
+        .discovery_genctr
+        .load(std::sync::atomic::Ordering::Acquire);
+    let listeners: Vec<_> = lock(&t.listeners).iter().cloned().collect();
+    let mut entries = Vec::new();
+    let entry = |l: &crate::target::ListenerInfo, subnqn: &str, st: u8, flags: u16| {
+        let ip = if l.addr.ip().is_unspecified() {
+            local.ip()
+        } else {
+            l.addr.ip()
+        };
+        DiscoveryLogEntry {
+            trtype: trtype::TCP,
+            adrfam: if ip.is_ipv4() {
+                adrfam::IPV4
+            } else {
+                adrfam::IPV6
+            },
+            subtype: st,
+            treq: treq::SECURE_CHANNEL_NOT_SPECIFIED | treq::DISABLE_SQFLOW,
+            portid: l.portid,
+            cntlid: 0xFFFF,
+            asqsz: ASQSZ,
+            eflags: flags,
+            trsvcid: l.addr.port().to_string(),
+            subnqn: subnqn.to_string(),
+            traddr: ip.to_string(),
+            sectype: sectype::NONE,
+        }
+    };
+    for l in &listeners {
+        entries.push(entry(
+            l,
+            DISCOVERY_NQN,
+            subtype::CURRENT_DISCOVERY,
+            eflags::DUPRETINFO | eflags::EPCSD,
+        ));
+    }
+    for (nqn, s) in read(&t.subsystems).iter() {
+        if !s.host_allowed(hostnqn) {
+            continue;
+        }
+        for l in listeners.iter().filter(|l| !l.opts.discovery_only) {
+            entries.push(entry(l, nqn, subtype::NVME, 0));
+        }
+    }
+    DiscoveryLog {
+        genctr,
+        recfmt: 0,
+        entries,
+    }
+}

@@ -1,0 +1,88 @@
+//! NVM subsystems (and the discovery subsystem): access list, namespaces, controllers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use crate::controller::Controller;
+use crate::namespace::Namespace;
+use crate::sync::{lock, read, write};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SubsysKind {
+    Nvm,
+    Discovery,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Access {
+    pub allow_any: bool,
+    pub hosts: BTreeSet<String>,
+}
+
+pub(crate) struct Subsystem {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    pub kind: SubsysKind,
+    pub access: RwLock<Access>,
+    pub namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    /// Bumped on every namespace change; connections cache namespace lookups against it.
+    pub ns_generation: AtomicU64,
+    pub controllers: Mutex<BTreeMap<u16, Weak<Controller>>>,
+    /// Set when the subsystem was removed: new connects fail, live controllers are killed.
+    pub removed: std::sync::atomic::AtomicBool,
+}
+
+impl Subsystem {
+    pub fn new(
+        nqn: String,
+        serial: String,
+        model: String,
+        kind: SubsysKind,
+        access: Access,
+    ) -> Self {
+        Subsystem {
+            nqn,
+            serial,
+            model,
+            kind,
+            access: RwLock::new(access),
+            namespaces: RwLock::new(BTreeMap::new()),
+            ns_generation: AtomicU64::new(1),
+            controllers: Mutex::new(BTreeMap::new()),
+            removed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        let a = read(&self.access);
+        a.allow_any || a.hosts.contains(hostnqn)
+    }
+
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        read(&self.namespaces).get(&nsid).cloned()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        read(&self.namespaces).values().cloned().collect()
+    }
+
+    pub fn bump_ns_generation(&self) {
+        self.ns_generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn live_controllers(&self) -> Vec<Arc<Controller>> {
+        let mut g = lock(&self.controllers);
+        g.retain(|_, w| w.strong_count() > 0);
+        g.values().filter_map(Weak::upgrade).collect()
+    }
+
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        lock(&self.controllers).get(&cntlid).and_then(Weak::upgrade)
+    }
+
+    pub fn set_access(&self, a: Access) {
+        *write(&self.access) = a;
+    }
+}

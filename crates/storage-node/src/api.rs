@@ -1,0 +1,156 @@
+//! JSON types of the node's control API, shared by the HTTP server and the client the
+//! `ferrobay node ...` commands use. Sizes are bytes; identifiers are lower-case hex.
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::Extent;
+
+/// Suggested HTTP port of a node (`/metrics` and this API), used by `ferrobay node ...`
+/// when no address is given.
+pub const DEFAULT_HTTP_PORT: u16 = 9420;
+
+/// Version prefix of every control API path.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// The node itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    pub uuid: String,
+    /// NVMe/TCP listeners (I/O and discovery).
+    pub nvme_listeners: Vec<String>,
+    /// The discovery-only listener (port 8009 by default), if separate.
+    pub discovery_listener: Option<String>,
+    pub http_listener: Option<String>,
+    pub state_generation: u64,
+}
+
+/// Which hosts see a namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentView {
+    /// Every host, present and future.
+    pub all: bool,
+    /// Otherwise these host NQNs.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceView {
+    pub subsystem_nqn: String,
+    pub nsid: u32,
+    /// Name of the drive it lives on (`d0`, ...).
+    pub drive: String,
+    pub size_bytes: u64,
+    pub block_size_bytes: u32,
+    pub extents: Vec<Extent>,
+    pub nguid: String,
+    pub eui64: String,
+    pub uuid: String,
+    pub attachment: AttachmentView,
+    pub created_unix_ms: u64,
+}
+
+/// `POST /api/v1/namespaces`. Give the subsystem or the drive (its default subsystem).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateNamespaceRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsystem_nqn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drive: Option<String>,
+    pub size_bytes: u64,
+    /// 512 or 4096; default: the drive's (512 unless 4K-native).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size_bytes: Option<u32>,
+    /// Default: the lowest free NSID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    /// Default (`None`): attached to every host. `Some` with `all: false`: only these hosts
+    /// (none = created detached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach: Option<AttachmentView>,
+}
+
+/// `POST .../attach` and `POST .../detach`: every host (`all`) or the listed host NQNs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachRequest {
+    #[serde(default)]
+    pub all: bool,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemView {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    pub drive: String,
+    pub allow_any_host: bool,
+    pub allowed_hosts: Vec<String>,
+    pub namespaces: Vec<u32>,
+    /// Controllers connected now: (cntlid, host NQN).
+    pub controllers: Vec<(u16, String)>,
+}
+
+/// `POST /api/v1/subsystems/{nqn}/hosts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRequest {
+    pub host_nqn: String,
+}
+
+/// `PUT /api/v1/subsystems/{nqn}/allow_any_host`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllowAnyHostRequest {
+    pub allow_any_host: bool,
+}
+
+/// SMART-like summary of one drive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveHealth {
+    pub name: String,
+    pub spec: String,
+    pub uuid: String,
+    pub serial: String,
+    pub kind: String,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub namespaces: u32,
+    /// "ok", or why not (e.g. media errors seen).
+    pub status: String,
+    /// Host commands through the target, summed over the drive's namespaces.
+    pub host_read_commands: u64,
+    pub host_write_commands: u64,
+    /// SMART data units (1000 × 512 bytes, rounded up).
+    pub data_units_read: u64,
+    pub data_units_written: u64,
+    pub command_errors: u64,
+    /// From the drive itself (all I/O since the node started).
+    pub device_read_ops: u64,
+    pub device_write_ops: u64,
+    pub device_read_bytes: u64,
+    pub device_write_bytes: u64,
+    pub device_flushes: u64,
+    pub media_errors: u64,
+}
+
+/// `GET /api/v1/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReport {
+    pub node_name: String,
+    pub uptime_seconds: u64,
+    pub power_cycles: u64,
+    pub power_on_hours: u64,
+    pub unsafe_shutdowns: u64,
+    pub controller_busy_minutes: u64,
+    pub error_log_entries: u64,
+    pub connections: u64,
+    pub drives: Vec<DriveHealth>,
+}
+
+/// Body of every error response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

@@ -1,0 +1,600 @@
+//! The running storage node: drives, catalog, NVMe/TCP target, listeners, HTTP port.
+
+mod drives;
+mod health;
+mod nsmgr;
+mod ops;
+mod resv;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use blockdev::{BlockDevice, IoEngine};
+use nvmf_target::{
+    ListenerHandle, ListenerOptions, NamespaceConfig, PersistentHealth, SubsystemConfig, Target,
+    TargetConfig, TargetError,
+};
+use rand::SeedableRng;
+use uuid::Uuid;
+
+use crate::catalog::{Catalog, CatalogError, Origin};
+use crate::extent_device::ExtentDevice;
+use crate::naming::{NamingError, NodeDrive};
+use crate::state::{Attachment, DataDirLock, FsStore, LoadSource, NamespaceRecord, StateError};
+
+/// The well-known NVMe/TCP discovery port.
+pub const DISCOVERY_PORT: u16 = 8009;
+/// Power-on time is persisted this often, so an unsafe shutdown loses at most this much.
+const POWER_ON_SAVE_INTERVAL: Duration = Duration::from_secs(600);
+/// How long a clean shutdown waits for connections to close.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to run a node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Node name: part of every default NQN; must match the data dir's state.
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// NVMe/TCP listeners (I/O and discovery). Port 0 picks a free port.
+    pub listen: Vec<SocketAddr>,
+    /// Discovery-only listener; `None`: port 8009 on the first listen address's IP
+    /// (skipped when a listen address already uses port 8009).
+    pub discovery_listen: Option<SocketAddr>,
+    /// The HTTP port (`/metrics`, control API); `None`: no HTTP port.
+    pub http_listen: Option<SocketAddr>,
+    /// Drives as given (`[NAME=]SPEC`); empty: bring up the drives of the state.
+    pub drives: Vec<NodeDrive>,
+    /// Target tuning, including the controller ID range (`cntlid_min..=cntlid_max`).
+    pub target: TargetConfig,
+    pub engine: IoEngine,
+}
+
+impl NodeConfig {
+    /// Defaults: no listeners, no HTTP, the state's drives, default target settings.
+    pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> NodeConfig {
+        NodeConfig {
+            name: name.into(),
+            data_dir: data_dir.into(),
+            listen: Vec::new(),
+            discovery_listen: None,
+            http_listen: None,
+            drives: Vec::new(),
+            target: TargetConfig::default(),
+            engine: IoEngine::Auto,
+        }
+    }
+}
+
+/// Why a node operation failed. Every message is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{0}")]
+    Config(String),
+    #[error("drive {name} ({spec}): {reason}")]
+    Drive {
+        name: String,
+        spec: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("target: {0}")]
+    Target(#[from] TargetError),
+    #[error("listen on {addr}: {reason}")]
+    Listen { addr: SocketAddr, reason: String },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<NamingError> for NodeError {
+    fn from(e: NamingError) -> NodeError {
+        NodeError::Catalog(CatalogError::Naming(e))
+    }
+}
+
+impl From<StateError> for NodeError {
+    fn from(e: StateError) -> NodeError {
+        NodeError::Catalog(CatalogError::State(e))
+    }
+}
+
+/// What kind of failure an error is, for HTTP status codes and NVMe statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    BadRequest,
+    NotFound,
+    Conflict,
+    InsufficientCapacity,
+    Internal,
+}
+
+impl NodeError {
+    pub fn kind(&self) -> ErrorKind {
+        use crate::extent::ExtentError as E;
+        match self {
+            NodeError::BadRequest(_) | NodeError::Config(_) => ErrorKind::BadRequest,
+            NodeError::NotFound(_) => ErrorKind::NotFound,
+            NodeError::Conflict(_) => ErrorKind::Conflict,
+            NodeError::Catalog(c) => match c {
+                CatalogError::NoSuchSubsystem(_) | CatalogError::NoSuchNamespace { .. } => {
+                    ErrorKind::NotFound
+                }
+                CatalogError::NamespaceExists { .. }
+                | CatalogError::NoFreeNsid(_)
+                | CatalogError::DriveExists(_)
+                | CatalogError::HostAlreadyAllowed { .. }
+                | CatalogError::WrongNode { .. } => ErrorKind::Conflict,
+                CatalogError::HostNotAllowed { .. } => ErrorKind::NotFound,
+                CatalogError::BadNsid(_)
+                | CatalogError::BadBlockSize(_)
+                | CatalogError::BadSize { .. }
+                | CatalogError::Naming(_) => ErrorKind::BadRequest,
+                CatalogError::Extent {
+                    source: E::InsufficientCapacity { .. } | E::TooFragmented { .. },
+                    ..
+                } => ErrorKind::InsufficientCapacity,
+                CatalogError::Extent { .. } => ErrorKind::BadRequest,
+                CatalogError::State(_) | CatalogError::Inconsistent(_) => ErrorKind::Internal,
+            },
+            NodeError::Drive { .. }
+            | NodeError::Target(_)
+            | NodeError::Listen { .. }
+            | NodeError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+pub(crate) struct NodeInner {
+    name: String,
+    node_uuid: Uuid,
+    target: Target,
+    /// Shared with the reservation stores of the namespaces.
+    catalog: Arc<Mutex<Catalog>>,
+    /// Opened drives by UUID.
+    drives: BTreeMap<Uuid, Arc<dyn BlockDevice>>,
+    nvme_listeners: Vec<ListenerHandle>,
+    discovery_listener: Option<ListenerHandle>,
+    http: Mutex<Option<crate::http::HttpServer>>,
+    started: Instant,
+    /// Up to when power-on time has been added to the state.
+    power_on_saved: Mutex<Instant>,
+    ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    shut_down: std::sync::atomic::AtomicBool,
+    /// Held until a clean shutdown has been recorded.
+    lock: Mutex<Option<DataDirLock>>,
+}
+
+/// A running storage node. Cheap to clone.
+#[derive(Clone)]
+pub struct StorageNode {
+    inner: Arc<NodeInner>,
+}
+
+impl std::fmt::Debug for StorageNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageNode")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn lock_catalog(m: &Mutex<Catalog>) -> MutexGuard<'_, Catalog> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The block device and offset behind a namespace record.
+pub(crate) fn namespace_device(
+    drive: &Arc<dyn BlockDevice>,
+    ns: &NamespaceRecord,
+) -> Result<(Arc<dyn BlockDevice>, u64), NodeError> {
+    match ns.extents.as_slice() {
+        [one] => Ok((drive.clone(), one.offset_bytes)),
+        many => {
+            let dev = ExtentDevice::new(drive.clone(), many.to_vec()).map_err(|e| {
+                NodeError::Internal(format!("namespace {}/{}: {e}", ns.subsystem_nqn, ns.nsid))
+            })?;
+            Ok((Arc::new(dev), 0))
+        }
+    }
+}
+
+/// The target's view of a persisted attachment, and back.
+pub(crate) fn to_target_attachment(a: &Attachment) -> nvmf_target::Attachment {
+    match a {
+        Attachment::All => nvmf_target::Attachment::all(),
+        Attachment::Hosts(h) => nvmf_target::Attachment {
+            all: false,
+            hosts: h.iter().cloned().collect(),
+        },
+    }
+}
+
+pub(crate) fn from_target_attachment(a: &nvmf_target::Attachment) -> Attachment {
+    if a.all {
+        Attachment::All
+    } else {
+        Attachment::Hosts(a.hosts.iter().cloned().collect())
+    }
+}
+
+impl StorageNode {
+    /// Starts a node: loads (or creates) the state in the data dir, opens and checks the
+    /// drives, brings every subsystem and namespace up in a new target, and listens.
+    pub async fn start(cfg: NodeConfig) -> Result<StorageNode, NodeError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            NodeError::Config(format!(
+                "cannot create data dir {}: {e}",
+                cfg.data_dir.display()
+            ))
+        })?;
+        let lock = DataDirLock::acquire(&cfg.data_dir)?;
+        let rng = Box::new(rand::rngs::StdRng::from_os_rng());
+        let (mut catalog, origin) =
+            Catalog::open(Box::new(FsStore::new(&cfg.data_dir)), &cfg.name, rng)?;
+        match &origin {
+            Origin::Fresh => {
+                tracing::info!(node = %cfg.name, dir = %cfg.data_dir.display(), "new node")
+            }
+            Origin::Loaded {
+                generation,
+                source: LoadSource::Current,
+            } => {
+                tracing::info!(node = %cfg.name, generation, "node state loaded")
+            }
+            Origin::Loaded {
+                generation,
+                source: LoadSource::Previous { reason },
+            } => tracing::warn!(
+                node = %cfg.name, generation, %reason,
+                "current node state unusable; brought up the previous generation"
+            ),
+        }
+
+        let plans = drives::plan(catalog.state(), &cfg.drives)?;
+        let opened = drives::open_all(plans, cfg.engine).await?;
+        let mut devices = BTreeMap::new();
+        for d in opened {
+            let uuid = match &d.plan.known {
+                Some(k) => k.uuid,
+                None => {
+                    let info = d.device.info();
+                    let nqn = catalog.add_drive(
+                        &d.plan.name,
+                        &d.plan.spec.to_string(),
+                        info.size_bytes,
+                        info.logical_block_bytes,
+                    )?;
+                    tracing::info!(drive = %d.plan.name, %nqn, "new drive");
+                    catalog
+                        .state()
+                        .drive_by_name(&d.plan.name)
+                        .map(|r| r.uuid)
+                        .ok_or_else(|| NodeError::Internal("drive vanished from state".into()))?
+                }
+            };
+            devices.insert(uuid, d.device);
+        }
+
+        let target = Target::new(cfg.target.clone())?;
+        // The counters as they will be once this start is recorded (after bring-up
+        // succeeded: a start that fails is not a power cycle).
+        let smart = catalog.state().smart.clone();
+        target.set_persistent_health(PersistentHealth {
+            power_cycles: smart.power_cycles + 1,
+            power_on_hours: smart.power_on_seconds / 3600,
+            unsafe_shutdowns: smart.unsafe_shutdowns + u64::from(!smart.clean_shutdown),
+        });
+        let catalog = Arc::new(Mutex::new(catalog));
+        let listeners = match bring_up(&target, &catalog, &devices) {
+            Ok(()) => listen_all(&target, &cfg).await,
+            Err(e) => Err(e),
+        };
+        let (nvme_listeners, discovery_listener) = match listeners {
+            Ok(l) => l,
+            Err(e) => {
+                target.shutdown(SHUTDOWN_TIMEOUT).await;
+                return Err(e);
+            }
+        };
+        let node_uuid = lock_catalog(&catalog).state().node_uuid;
+        let recorded = lock_catalog(&catalog).record_start();
+        if let Err(e) = recorded {
+            target.shutdown(SHUTDOWN_TIMEOUT).await;
+            return Err(e.into());
+        }
+
+        let now = Instant::now();
+        let inner = Arc::new(NodeInner {
+            name: cfg.name.clone(),
+            node_uuid,
+            target: target.clone(),
+            catalog,
+            drives: devices,
+            nvme_listeners,
+            discovery_listener,
+            http: Mutex::new(None),
+            started: now,
+            power_on_saved: Mutex::new(now),
+            ticker: Mutex::new(None),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+            lock: Mutex::new(Some(lock)),
+        });
+        target.set_namespace_manager(Arc::new(nsmgr::NsManager::new(Arc::downgrade(&inner))));
+        let node = StorageNode { inner };
+        if let Some(addr) = cfg.http_listen {
+            match crate::http::HttpServer::start(addr, node.clone()).await {
+                Ok(server) => {
+                    tracing::info!(addr = %server.local_addr(), "HTTP listening");
+                    *node.inner.http.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
+                }
+                Err(e) => {
+                    let _ = node.shutdown().await;
+                    return Err(NodeError::Listen {
+                        addr,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        let weak = Arc::downgrade(&node.inner);
+        let ticker = tokio::spawn(async move {
+            let mut every = tokio::time::interval(POWER_ON_SAVE_INTERVAL);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let node = StorageNode { inner };
+                let r = tokio::task::spawn_blocking(move || node.save_power_on_time()).await;
+                if let Ok(Err(e)) = r {
+                    tracing::warn!(error = %e, "cannot save power-on time");
+                }
+            }
+        });
+        *node.inner.ticker.lock().unwrap_or_else(|p| p.into_inner()) = Some(ticker);
+        Ok(node)
+    }
+
+    pub(crate) fn catalog(&self) -> MutexGuard<'_, Catalog> {
+        lock_catalog(&self.inner.catalog)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn uuid(&self) -> Uuid {
+        self.inner.node_uuid
+    }
+
+    /// The NVMe/TCP target (for tests and embedding).
+    pub fn target(&self) -> &Target {
+        &self.inner.target
+    }
+
+    /// Bound NVMe/TCP addresses (real ports when port 0 was asked for).
+    pub fn nvme_addrs(&self) -> Vec<SocketAddr> {
+        self.inner
+            .nvme_listeners
+            .iter()
+            .map(|l| l.local_addr())
+            .collect()
+    }
+
+    pub fn discovery_addr(&self) -> Option<SocketAddr> {
+        self.inner
+            .discovery_listener
+            .as_ref()
+            .map(|l| l.local_addr())
+    }
+
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.inner
+            .http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| s.local_addr())
+    }
+
+    /// Adds the power-on time since the last save to the state (blocking I/O).
+    fn save_power_on_time(&self) -> Result<(), NodeError> {
+        let mut saved = self
+            .inner
+            .power_on_saved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let secs = saved.elapsed().as_secs();
+        if secs > 0 {
+            self.catalog().add_power_on_seconds(secs)?;
+            *saved += Duration::from_secs(secs);
+        }
+        Ok(())
+    }
+
+    /// Stops listening, closes connections, flushes the drives and records a clean
+    /// shutdown in the state. Idempotent; the node's operations fail afterwards.
+    pub async fn shutdown(&self) -> Result<(), NodeError> {
+        if self
+            .inner
+            .shut_down
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        let http = self
+            .inner
+            .http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = http {
+            h.stop().await;
+        }
+        if let Some(t) = self
+            .inner
+            .ticker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            t.abort();
+        }
+        self.inner.target.shutdown(SHUTDOWN_TIMEOUT).await;
+        let mut flush_error = None;
+        for dev in self.inner.drives.values() {
+            if let Err(e) = dev.flush().await {
+                tracing::error!(drive = %dev.info().name, error = %e, "flush at shutdown failed");
+                flush_error = Some(format!("flush {}: {e}", dev.info().name));
+            }
+        }
+        if let Some(e) = flush_error {
+            // Not clean: the next start counts an unsafe shutdown.
+            return Err(NodeError::Internal(e));
+        }
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let saved = *node
+                .inner
+                .power_on_saved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            node.catalog()
+                .record_clean_shutdown(saved.elapsed().as_secs())
+        })
+        .await
+        .map_err(|e| NodeError::Internal(e.to_string()))??;
+        // The data dir is free for another node from here on.
+        self.inner
+            .lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        tracing::info!(node = %self.inner.name, "clean shutdown");
+        Ok(())
+    }
+
+    pub(crate) fn check_running(&self) -> Result<(), NodeError> {
+        if self
+            .inner
+            .shut_down
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(NodeError::Conflict("the node is shutting down".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn drive_device(&self, uuid: Uuid) -> Result<&Arc<dyn BlockDevice>, NodeError> {
+        self.inner
+            .drives
+            .get(&uuid)
+            .ok_or_else(|| NodeError::Internal(format!("drive {uuid} is not open")))
+    }
+}
+
+fn listen_err(addr: SocketAddr, e: TargetError) -> NodeError {
+    NodeError::Listen {
+        addr,
+        reason: e.to_string(),
+    }
+}
+
+/// Opens the NVMe/TCP listeners and the discovery-only one.
+async fn listen_all(
+    target: &Target,
+    cfg: &NodeConfig,
+) -> Result<(Vec<ListenerHandle>, Option<ListenerHandle>), NodeError> {
+    let mut nvme_listeners = Vec::new();
+    for addr in &cfg.listen {
+        let l = target
+            .listen(*addr)
+            .await
+            .map_err(|e| listen_err(*addr, e))?;
+        tracing::info!(addr = %l.local_addr(), "NVMe/TCP listening");
+        nvme_listeners.push(l);
+    }
+    let discovery_addr = match (cfg.discovery_listen, cfg.listen.first()) {
+        (Some(a), _) => Some(a),
+        (None, Some(first)) if !cfg.listen.iter().any(|a| a.port() == DISCOVERY_PORT) => {
+            Some(SocketAddr::new(first.ip(), DISCOVERY_PORT))
+        }
+        _ => None,
+    };
+    let discovery_listener = match discovery_addr {
+        Some(addr) => {
+            let opts = ListenerOptions {
+                discovery_only: true,
+            };
+            let l = target
+                .listen_with(addr, opts)
+                .await
+                .map_err(|e| listen_err(addr, e))?;
+            tracing::info!(addr = %l.local_addr(), "discovery listening");
+            Some(l)
+        }
+        None => None,
+    };
+    Ok((nvme_listeners, discovery_listener))
+}
+
+/// Adds every subsystem and namespace of the state to the target.
+fn bring_up(
+    target: &Target,
+    catalog: &Arc<Mutex<Catalog>>,
+    devices: &BTreeMap<Uuid, Arc<dyn BlockDevice>>,
+) -> Result<(), NodeError> {
+    let state = lock_catalog(catalog).state().clone();
+    for s in &state.subsystems {
+        target.add_subsystem(SubsystemConfig {
+            nqn: s.nqn.clone(),
+            serial: s.serial.clone(),
+            model: s.model.clone(),
+            allow_any_host: s.allow_any_host,
+            allowed_hosts: s.allowed_hosts.clone(),
+        })?;
+    }
+    for ns in &state.namespaces {
+        let drive = devices
+            .get(&ns.drive_uuid)
+            .ok_or_else(|| NodeError::Internal(format!("drive {} is not open", ns.drive_uuid)))?;
+        target.add_namespace(&ns.subsystem_nqn, namespace_config(drive, ns, catalog)?)?;
+        if let Attachment::Hosts(_) = ns.attachment {
+            target.set_namespace_attachment(
+                &ns.subsystem_nqn,
+                ns.nsid,
+                to_target_attachment(&ns.attachment),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The target's configuration of a persisted namespace.
+pub(crate) fn namespace_config(
+    drive: &Arc<dyn BlockDevice>,
+    ns: &NamespaceRecord,
+    catalog: &Arc<Mutex<Catalog>>,
+) -> Result<NamespaceConfig, NodeError> {
+    let (device, offset_bytes) = namespace_device(drive, ns)?;
+    Ok(NamespaceConfig {
+        nsid: ns.nsid,
+        device,
+        offset_bytes,
+        size_bytes: ns.size_bytes,
+        block_size_bytes: ns.block_size_bytes,
+        nguid: ns.nguid,
+        eui64: ns.eui64,
+        uuid: *ns.uuid.as_bytes(),
+        attached: ns.attachment == Attachment::All,
+        reservations: Some(resv::reservations_for(catalog, ns)),
+    })
+}

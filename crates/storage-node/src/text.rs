@@ -1,0 +1,207 @@
+//! Plain-text tables of API results, for `ferrobay node ns list`, `... health` and friends
+//! (so the CLI only prints).
+
+use std::fmt::Write;
+
+use crate::api::{HealthReport, NamespaceView, SubsystemView};
+
+/// Size with the largest binary unit that keeps it exact to one decimal (e.g. `1.5G`).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 5] = [("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)];
+    for (unit, shift) in UNITS {
+        if bytes >= 1 << shift {
+            let whole = bytes >> shift;
+            let tenth = ((bytes - (whole << shift)) * 10) >> shift;
+            return if tenth == 0 {
+                format!("{whole}{unit}")
+            } else {
+                format!("{whole}.{tenth}{unit}")
+            };
+        }
+    }
+    format!("{bytes}B")
+}
+
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn namespaces_table(nss: &[NamespaceView]) -> String {
+    let rows: Vec<Vec<String>> = nss
+        .iter()
+        .map(|n| {
+            let attached = if n.attachment.all {
+                "all".to_string()
+            } else if n.attachment.hosts.is_empty() {
+                "none".to_string()
+            } else {
+                n.attachment.hosts.join(",")
+            };
+            vec![
+                n.subsystem_nqn.clone(),
+                n.nsid.to_string(),
+                n.drive.clone(),
+                human_bytes(n.size_bytes),
+                n.block_size_bytes.to_string(),
+                n.nguid.clone(),
+                attached,
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "SUBSYSTEM",
+            "NSID",
+            "DRIVE",
+            "SIZE",
+            "BLOCK",
+            "NGUID",
+            "ATTACHED",
+        ],
+        &rows,
+    )
+}
+
+pub fn subsystems_table(subs: &[SubsystemView]) -> String {
+    let rows: Vec<Vec<String>> = subs
+        .iter()
+        .map(|s| {
+            let hosts = if s.allow_any_host {
+                "any".to_string()
+            } else {
+                s.allowed_hosts.join(",")
+            };
+            let ns: Vec<String> = s.namespaces.iter().map(u32::to_string).collect();
+            vec![
+                s.nqn.clone(),
+                s.serial.clone(),
+                s.drive.clone(),
+                ns.join(","),
+                s.controllers.len().to_string(),
+                hosts,
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "SUBSYSTEM",
+            "SERIAL",
+            "DRIVE",
+            "NAMESPACES",
+            "CONTROLLERS",
+            "HOSTS",
+        ],
+        &rows,
+    )
+}
+
+pub fn health_text(h: &HealthReport) -> String {
+    let mut out = format!(
+        "node {}: up {}s, power cycles {}, power-on hours {}, unsafe shutdowns {}, connections {}, controller busy {} min, error log entries {}\n",
+        h.node_name,
+        h.uptime_seconds,
+        h.power_cycles,
+        h.power_on_hours,
+        h.unsafe_shutdowns,
+        h.connections,
+        h.controller_busy_minutes,
+        h.error_log_entries
+    );
+    let rows: Vec<Vec<String>> = h
+        .drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                d.spec.clone(),
+                d.serial.clone(),
+                human_bytes(d.size_bytes),
+                human_bytes(d.allocated_bytes),
+                d.namespaces.to_string(),
+                d.data_units_read.to_string(),
+                d.data_units_written.to_string(),
+                d.host_read_commands.to_string(),
+                d.host_write_commands.to_string(),
+                d.media_errors.to_string(),
+                d.status.clone(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "DRIVE",
+            "SPEC",
+            "SERIAL",
+            "SIZE",
+            "ALLOCATED",
+            "NS",
+            "DU_READ",
+            "DU_WRITTEN",
+            "READS",
+            "WRITES",
+            "MEDIA_ERR",
+            "STATUS",
+        ],
+        &rows,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::AttachmentView;
+
+    #[test]
+    fn sizes_and_tables() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(512), "512B");
+        assert_eq!(human_bytes(1536), "1.5K");
+        assert_eq!(human_bytes(64 << 20), "64M");
+        assert_eq!(human_bytes(1 << 40), "1T");
+        let n = NamespaceView {
+            subsystem_nqn: "nqn.x".into(),
+            nsid: 1,
+            drive: "d0".into(),
+            size_bytes: 8 << 20,
+            block_size_bytes: 512,
+            extents: vec![],
+            nguid: "ab".into(),
+            eui64: "cd".into(),
+            uuid: "u".into(),
+            attachment: AttachmentView {
+                all: false,
+                hosts: vec![],
+            },
+            created_unix_ms: 0,
+        };
+        let t = namespaces_table(&[n]);
+        assert_eq!(
+            t,
+            "SUBSYSTEM  NSID  DRIVE  SIZE  BLOCK  NGUID  ATTACHED\nnqn.x      1     d0     8M    512    ab     none\n"
+        );
+    }
+}
