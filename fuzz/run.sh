@@ -9,7 +9,7 @@ target="${1:-pdu_decode}"
 seconds="${2:-20}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked
+    cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 
 toolchain=()

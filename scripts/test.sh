@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command: installs what the tests need (idempotently), then runs them.
+# The project's test command: installs what the tests need (idempotently), then runs
+# the whole suite: unit, property and integration tests (including the Linux kernel
+# NVMe/TCP host and target booted under QEMU), then a short run of every fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo test --workspace --locked
+for target in $(ls fuzz/fuzz_targets | sed -n 's/\.rs$//p'); do
+    fuzz/run.sh "$target" "${FUZZ_SECONDS:-20}"
+done

@@ -60,8 +60,9 @@ async fn fragmented_namespace_keeps_data_and_identity_across_restart() {
     node.delete_namespace(NQN, 1).await.unwrap();
     let a = create(&node, 4 * MIB).await;
     let _b = create(&node, 4 * MIB).await;
+    let _d = create(&node, 20 * MIB).await;
     node.delete_namespace(NQN, a.nsid).await.unwrap();
-    // 8 MiB no longer fits in the 4 MiB hole: it spans the hole and the space after b.
+    // Free: [0, 4M) and [28M, 32M). 8 MiB fits in neither alone, so it spans both.
     let c = create(&node, 8 * MIB).await;
     assert_eq!(c.extents.len(), 2, "{:?}", c.extents);
 

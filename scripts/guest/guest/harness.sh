@@ -137,7 +137,8 @@ io_verify() { io_write "$@" && io_check "$@"; }
 
 # The io_matrix cases, "SIZE OFFSET_IN_SLOT": 512 B .. 1 MiB, sector-aligned but
 # not size-aligned offsets, some crossing 4 KiB / 128 KiB boundaries. Each case
-# gets its own 2 MiB slot: the matrix covers 16 MiB from BASE.
+# gets its own 2 MiB slot: the matrix covers 16 MiB from BASE. A job may set
+# its own IO_MATRIX (e.g. 4 KiB-aligned cases for a 4 KiB-LBA namespace).
 IO_MATRIX="512 512
 1024 3584
 4096 4608
