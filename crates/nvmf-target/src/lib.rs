@@ -41,7 +41,9 @@ pub use config::{
     TargetConfig,
 };
 pub use error::TargetError;
-pub use fuzz::fuzz_one_connection;
+pub use fuzz::{
+    FUZZ_HOSTNQN, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session,
+};
 pub use namespace::{Attachment, NamespaceInfo};
 pub use ns_manager::{CreateNamespace, NamespaceManager};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};

@@ -13,7 +13,6 @@ use tokio::sync::Notify;
 
 use crate::TargetError;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
-use crate::controller::Controller;
 use crate::namespace::{Attachment, Namespace, NamespaceInfo};
 use crate::ns_manager::NamespaceManager;
 use crate::resv_api::{Reservations, ReservationsFactory};
@@ -795,13 +794,4 @@ impl Target {
         crate::transport::conn::serve(self.inner.clone(), stream, info, local, h.clone()).await;
         self.inner.unregister_conn(&h);
     }
-}
-
-#[allow(dead_code)]
-pub(crate) fn controller_for(
-    inner: &TargetInner,
-    nqn: &str,
-    cntlid: u16,
-) -> Option<Arc<Controller>> {
-    inner.subsystem(nqn)?.controller(cntlid)
 }

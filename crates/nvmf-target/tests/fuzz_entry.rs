@@ -1,83 +1,77 @@
-//! The fuzzing entry point survives hand-picked and random inputs (and so does a real
-//! session fed through it).
+//! The fuzzing entry point survives hand-picked and mutated inputs, and a well-formed
+//! session fed through it gets exactly the expected answers.
+//! `FUZZ_CASES=N` runs more mutations.
 
-use nvme_proto::fabrics::{ConnectCommand, ConnectData, PropertySet, PropertySize};
-use nvme_proto::tcp::{Digests, Framing, IcReq, PduHeader, encode_header};
-use nvme_proto::{Command, SglDescriptor};
-use nvmf_target::fuzz_one_connection;
+use nvmf_target::{fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session};
 use proptest::prelude::*;
-
-fn pdu(h: &PduHeader, data: &[u8]) -> Vec<u8> {
-    let mut v = encode_header(h, 0, data.len(), Framing::default())
-        .as_bytes()
-        .to_vec();
-    v.extend_from_slice(data);
-    v
-}
-
-/// A well-formed session prefix: ICReq, admin Connect, a property get.
-fn session() -> Vec<u8> {
-    let mut v = pdu(
-        &PduHeader::IcReq(IcReq {
-            pfv: 0,
-            hpda: 0,
-            digests: Digests::default(),
-            maxr2t: 0,
-        }),
-        &[],
-    );
-    let cmd = ConnectCommand {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato_ms: 0,
-    }
-    .to_command(1);
-    let data = ConnectData {
-        hostid: [1; 16],
-        cntlid: 0xFFFF,
-        subnqn: "nqn.2026-01.io.ferrobay:fuzz".into(),
-        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001".into(),
-    }
-    .to_bytes();
-    v.extend(pdu(&PduHeader::CapsuleCmd(cmd), &data));
-    let en = PropertySet {
-        size: PropertySize::Four,
-        ofst: 0x14,
-        value: 1 | (6 << 16) | (4 << 20),
-    }
-    .to_command(3);
-    v.extend(pdu(&PduHeader::CapsuleCmd(en), &[]));
-    let mut id = Command::new(0x06, 2, 0);
-    id.set_cdw10(1).set_sgl1(SglDescriptor::transport(4096));
-    v.extend(pdu(&PduHeader::CapsuleCmd(id), &[]));
-    v
-}
 
 #[test]
 fn fixed_inputs() {
-    fuzz_one_connection(&[]);
+    assert_eq!(fuzz_one_connection(&[]), 0);
     fuzz_one_connection(&[0u8; 7]);
     fuzz_one_connection(&[0xFF; 300]);
-    let s = session();
-    // ICResp, Connect and Property Set responses, identify data (C2HData header + 4096)
+    let s = fuzz_seed_admin_session();
+    // ICResp, Connect and Property Set responses, Identify data (C2HData header + 4096)
     // and its response.
     assert_eq!(fuzz_one_connection(&s), 128 + 24 + 24 + 24 + 4096 + 24);
+    let io = fuzz_seed_io_session();
+    // ICResp, Connect, write response, read data + response, and the R2T of the last write.
+    assert_eq!(
+        fuzz_one_connection(&io),
+        128 + 24 + 24 + (24 + 512) + 24 + 24
+    );
     for cut in [1, 8, 100, 128, 200, s.len() - 1] {
         fuzz_one_connection(&s[..cut]);
+        fuzz_one_connection(&io[..cut.min(io.len())]);
     }
 }
 
+fn cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
     #[test]
-    fn random_tails_after_a_valid_session(tail in proptest::collection::vec(any::<u8>(), 0..600), flip in 0usize..1500, bit in 0u8..8) {
-        let mut s = session();
-        if flip < s.len() {
-            s[flip] ^= 1 << bit;
+    fn mutated_sessions(
+        io: bool,
+        flips in proptest::collection::vec((0usize..2000, 0u8..8), 0..4),
+        tail in proptest::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let mut s = if io { fuzz_seed_io_session() } else { fuzz_seed_admin_session() };
+        for (at, bit) in flips {
+            if let Some(b) = s.get_mut(at) {
+                *b ^= 1 << bit;
+            }
         }
         s.extend(tail);
         fuzz_one_connection(&s);
+    }
+}
+
+/// The seeds of the `command_handling` fuzz target in `fuzz/corpus/command_handling` are
+/// these sessions; regenerate them with
+/// `FERROBAY_WRITE_FUZZ_CORPUS=1 cargo test -p nvmf-target --test fuzz_entry`.
+#[test]
+fn fuzz_corpus_seeds_match() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus/command_handling");
+    let write = std::env::var_os("FERROBAY_WRITE_FUZZ_CORPUS").is_some();
+    for (name, bytes) in [
+        ("seed-admin-session", nvmf_target::fuzz_seed_admin_session()),
+        ("seed-io-session", nvmf_target::fuzz_seed_io_session()),
+    ] {
+        let path = dir.join(name);
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let on_disk = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (regenerate with FERROBAY_WRITE_FUZZ_CORPUS=1)", path.display()));
+        assert!(on_disk == bytes, "{name} differs from the generated seed");
+        assert!(nvmf_target::fuzz_one_connection(&bytes) > 0, "{name}: the target answers the seed session");
     }
 }

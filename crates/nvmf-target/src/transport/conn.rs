@@ -131,6 +131,12 @@ pub(crate) struct Core {
     r2t_bytes: usize,
     sq_head: u16,
     busy_since: Option<Instant>,
+    /// A termination request was queued: linger after sending it.
+    fatal: bool,
+    /// The host closed its sending side.
+    peer_eof: bool,
+    /// Asynchronous Event Requests among the running commands.
+    aers_running: usize,
     pub ns_cache: crate::cmd::io::NsCache,
     pub shard: usize,
 }
@@ -178,6 +184,9 @@ pub(crate) async fn serve<S>(
             r2t_bytes: 0,
             sq_head: 0,
             busy_since: None,
+            fatal: false,
+            peer_eof: false,
+            aers_running: 0,
             ns_cache: Default::default(),
         },
     };
@@ -222,20 +231,32 @@ pub(crate) enum RunEnd {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<RunEnd> {
-        let mut fatal = false;
         loop {
             let mut progress = false;
             while let Poll::Ready(Some((slot, out))) =
                 Pin::new(&mut self.core.inflight).poll_next(cx)
             {
+                if self
+                    .core
+                    .slots
+                    .get(usize::from(slot))
+                    .is_some_and(|s| is_aer(&s.cmd))
+                {
+                    self.core.aers_running = self.core.aers_running.saturating_sub(1);
+                }
                 self.core.complete(slot, out);
                 progress = true;
             }
             if self.core.phase != Phase::Closing
+                && !self.core.peer_eof
                 && self.core.tx.queued_bytes() < TX_HIGH_WATER_BYTES
             {
                 match self.rx.poll_fill(&mut self.io, cx) {
-                    Poll::Ready(Ok(0)) => return Poll::Ready(RunEnd::PeerClosed),
+                    // The host closed its sending side: finish what is running, then close.
+                    Poll::Ready(Ok(0)) => {
+                        self.core.peer_eof = true;
+                        progress = true;
+                    }
                     Poll::Ready(Ok(_)) => {
                         progress = true;
                         if let Err(stop) = self.core.process(&mut self.rx) {
@@ -244,7 +265,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                                     tracing::info!(conn = self.core.handle.id, peer = %self.core.handle.peer,
                                         fes = err.fes, fei = err.fei, reason = err.reason, "fatal transport error");
                                     self.core.tx.push_vec(encode_term_req(true, &err, &hdr));
-                                    fatal = true;
+                                    self.core.fatal = true;
                                 }
                                 Stop::Close => return Poll::Ready(RunEnd::PeerClosed),
                             }
@@ -263,13 +284,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 }
             }
             if self.core.phase == Phase::Closing && self.core.tx.is_empty() {
-                return Poll::Ready(if fatal { RunEnd::Fatal } else { RunEnd::Closed });
+                return Poll::Ready(if self.core.fatal {
+                    RunEnd::Fatal
+                } else {
+                    RunEnd::Closed
+                });
+            }
+            // After end of stream only AERs (which may wait forever) may be left running.
+            if self.core.peer_eof
+                && self.core.tx.is_empty()
+                && self.core.inflight.len() <= self.core.aers_running
+            {
+                return Poll::Ready(RunEnd::PeerClosed);
             }
             if !progress {
                 return Poll::Pending;
             }
         }
     }
+}
+
+fn is_aer(cmd: &Command) -> bool {
+    cmd.opcode() == admin::ASYNC_EVENT_REQUEST
 }
 
 fn is_host_pdu(t: u8) -> bool {
@@ -730,7 +766,12 @@ impl Core {
         };
         match d {
             Dispatch::Now(o) => self.finish_now(slot, o),
-            Dispatch::Later(fut) => self.inflight.push(Tagged { slot, fut }),
+            Dispatch::Later(fut) => {
+                if is_aer(&cmd) {
+                    self.aers_running += 1;
+                }
+                self.inflight.push(Tagged { slot, fut })
+            }
         }
     }
 
