@@ -79,7 +79,10 @@ fn main() -> ExitCode {
     let full = std::env::args().any(|a| a == "--bench");
     let settings = Settings::from_env(full);
     let binary = ferrobay_binary();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("storage_node bench: cannot start the async runtime: {e}");

@@ -43,7 +43,11 @@ pub struct NativeSection {
 /// Runs section A; failures end up in `error` with whatever was measured before.
 pub async fn run(binary: &Path, settings: &Settings) -> NativeSection {
     let mut section = NativeSection {
-        target: format!("ferrobay node --drive {} ({})", settings.native_drive, binary.display()),
+        target: format!(
+            "ferrobay node --drive {} ({})",
+            settings.native_drive,
+            binary.display()
+        ),
         ..NativeSection::default()
     };
     if let Err(e) = measure(binary, settings, &mut section).await {
@@ -53,7 +57,11 @@ pub async fn run(binary: &Path, settings: &Settings) -> NativeSection {
     section
 }
 
-async fn measure(binary: &Path, settings: &Settings, section: &mut NativeSection) -> Result<(), String> {
+async fn measure(
+    binary: &Path,
+    settings: &Settings,
+    section: &mut NativeSection,
+) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-node").map_err(|e| format!("scratch dir: {e}"))?;
     let node = NodeChild::start(binary, &dir.path().join(NODE_NAME), &settings.native_drive)?;
     let url = format!(
@@ -61,12 +69,22 @@ async fn measure(binary: &Path, settings: &Settings, section: &mut NativeSection
         node.nvme_addr
     );
     section.url = url.clone();
-    let dev = open(&url, settings.io_queues).await.map_err(|e| format!("{e}\n{}", node.log_tail()))?;
-
-    eprintln!("storage_node bench: native: precondition ({})", PRECONDITION.name);
-    let pre = bench::run(dev.clone(), &PRECONDITION.config(0), &url, &Progress::Silent)
+    let dev = open(&url, settings.io_queues)
         .await
-        .map_err(|e| format!("precondition: {e}"))?;
+        .map_err(|e| format!("{e}\n{}", node.log_tail()))?;
+
+    eprintln!(
+        "storage_node bench: native: precondition ({})",
+        PRECONDITION.name
+    );
+    let pre = bench::run(
+        dev.clone(),
+        &PRECONDITION.config(0),
+        &url,
+        &Progress::Silent,
+    )
+    .await
+    .map_err(|e| format!("precondition: {e}"))?;
     check_errors(&pre, &node)?;
     section.precondition = Some(pre);
 
@@ -75,7 +93,10 @@ async fn measure(binary: &Path, settings: &Settings, section: &mut NativeSection
         let r = one(&dev, w, settings, &url, &node).await?;
         eprintln!(
             "  {:.0} IOPS {:.1} MB/s, target {:.2} / initiator {:.2} CPU s per million I/Os",
-            r.report.iops, r.report.mb_per_s, r.target_cpu_s_per_million_ios, r.initiator_cpu_s_per_million_ios
+            r.report.iops,
+            r.report.mb_per_s,
+            r.target_cpu_s_per_million_ios,
+            r.initiator_cpu_s_per_million_ios
         );
         section.results.push(r);
     }
@@ -134,7 +155,10 @@ async fn open(url: &str, io_queues: u16) -> Result<Arc<dyn BlockDevice>, String>
         io_queues,
         ..ConnectOptions::default()
     };
-    let ns = u.open(&host, &opts).await.map_err(|e| format!("connect {url}: {e}"))?;
+    let ns = u
+        .open(&host, &opts)
+        .await
+        .map_err(|e| format!("connect {url}: {e}"))?;
     Ok(Arc::new(ns))
 }
 
@@ -161,7 +185,8 @@ impl NodeChild {
         }
         std::fs::create_dir_all(data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
         let log_path = data_dir.join("node.log");
-        let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let mut cmd = Command::new(binary);
         cmd.args(["node", "run", "--name", NODE_NAME, "--data-dir"])
             .arg(data_dir)
@@ -188,15 +213,17 @@ impl NodeChild {
             if let Ok(s) = std::fs::read_to_string(&endpoints)
                 && let Ok(e) = serde_json::from_str::<Endpoints>(&s)
             {
-                node.nvme_addr = e
-                    .nvme_tcp
-                    .first()
-                    .cloned()
-                    .ok_or_else(|| format!("{} lists no nvme_tcp listener", endpoints.display()))?;
+                node.nvme_addr =
+                    e.nvme_tcp.first().cloned().ok_or_else(|| {
+                        format!("{} lists no nvme_tcp listener", endpoints.display())
+                    })?;
                 return Ok(node);
             }
             if let Ok(Some(status)) = node.child.try_wait() {
-                return Err(format!("ferrobay node exited at start ({status})\n{}", node.log_tail()));
+                return Err(format!(
+                    "ferrobay node exited at start ({status})\n{}",
+                    node.log_tail()
+                ));
             }
             if t0.elapsed() > NODE_READY_TIMEOUT {
                 return Err(format!(

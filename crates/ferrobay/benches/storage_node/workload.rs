@@ -86,6 +86,8 @@ pub struct Settings {
     pub guest_mem_mb: u32,
     pub guest: bool,
     pub guest_fio: bool,
+    /// Runs of each workload per target and initiator in the guest (means are compared).
+    pub guest_rounds: u32,
     /// I/O queues the nvmf-host initiator asks for (nvmf-host's default: one per CPU).
     pub io_queues: u16,
 }
@@ -106,6 +108,9 @@ impl Settings {
             guest_mem_mb: (2 * guest_ns_mb + 768) as u32,
             guest: full && env_flag("FERROBAY_BENCH_GUEST", true),
             guest_fio: env_flag("FERROBAY_BENCH_GUEST_FIO", true),
+            guest_rounds: env_f64("FERROBAY_BENCH_ROUNDS")
+                .map_or(2, |v| v as u32)
+                .clamp(1, 10),
             io_queues: nvmf_host::ConnectOptions::default().io_queues,
         }
     }
