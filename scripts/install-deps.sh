@@ -9,6 +9,8 @@ command -v depmod >/dev/null || need+=(kmod)
 command -v file >/dev/null || need+=(file)
 # The Linux test guest (scripts/guest/build.sh) unpacks the kernel's xz stream.
 command -v xz >/dev/null || need+=(xz-utils)
+# ISA-L, the reference the erasure-coding benchmark compares against (loaded at run time).
+[ -e /usr/include/isa-l.h ] || need+=(libisal-dev)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}"
     apt-get update -qq
