@@ -42,6 +42,11 @@ pub struct TargetConfig {
     pub serial_prefix: String,
     /// IEEE OUI reported in Identify Controller.
     pub ieee_oui: [u8; 3],
+    /// How long a Reservation Acquire with "preempt and abort" waits for the preempted
+    /// hosts' commands already on the device to finish before it completes. On timeout
+    /// the Acquire completes with Command Interrupted (the reservation change stays), as
+    /// in SPDK; Linux nvmet waits without a bound. Keep it below hosts' I/O timeouts.
+    pub preempt_abort_timeout_ms: u32,
 }
 
 impl Default for TargetConfig {
@@ -61,6 +66,7 @@ impl Default for TargetConfig {
             firmware: env!("CARGO_PKG_VERSION").to_string(),
             serial_prefix: "FB".to_string(),
             ieee_oui: [0, 0, 0],
+            preempt_abort_timeout_ms: 10_000,
         }
     }
 }
@@ -97,6 +103,9 @@ impl TargetConfig {
         }
         if self.max_io_queues == 0 {
             return bad("max_io_queues must be ≥ 1");
+        }
+        if self.preempt_abort_timeout_ms == 0 {
+            return bad("preempt_abort_timeout_ms must be ≥ 1");
         }
         Ok(())
     }
@@ -152,7 +161,13 @@ pub struct NamespaceConfig {
     /// Reservation state; `None` uses the target's factory
     /// ([`crate::Target::set_reservations_factory`]).
     pub reservations: Option<Arc<dyn crate::Reservations>>,
+    /// ANA group ID, 1..=[`crate::ANA_MAX_GROUPS`] ([`DEFAULT_ANA_GROUP`] by default).
+    /// Each listener holds a state per group ([`crate::Target::set_ana_state`]).
+    pub ana_group: u32,
 }
+
+/// The ANA group of namespaces that name none.
+pub const DEFAULT_ANA_GROUP: u32 = 1;
 
 impl NamespaceConfig {
     /// A namespace spanning the whole device with its logical block size and random IDs.
@@ -181,7 +196,14 @@ impl NamespaceConfig {
             uuid,
             attached: true,
             reservations: None,
+            ana_group: DEFAULT_ANA_GROUP,
         }
+    }
+
+    /// The same namespace in ANA group `group`.
+    pub fn with_ana_group(mut self, group: u32) -> Self {
+        self.ana_group = group;
+        self
     }
 }
 
@@ -193,6 +215,7 @@ impl std::fmt::Debug for NamespaceConfig {
             .field("offset_bytes", &self.offset_bytes)
             .field("size_bytes", &self.size_bytes)
             .field("block_size_bytes", &self.block_size_bytes)
+            .field("ana_group", &self.ana_group)
             .finish()
     }
 }

@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use crate::subsystem::Subsystem;
 use crate::sync::lock;
+use crate::target::ListenerInfo;
 use crate::transport::handle::ConnHandle;
 
 /// One error log entry (semantic; encoded with nvme-proto's log layout).
@@ -76,6 +77,18 @@ pub(crate) struct Controller {
     epoch: Instant,
     /// Asynchronous Event Request commands outstanding (≤ AERL + 1).
     pub aer_outstanding: AtomicU32,
+    /// Abort commands waiting for another queue's answer (≤ ACL + 1).
+    pub aborts_outstanding: AtomicU32,
+    /// The port the admin queue connected through: its ANA states apply to this
+    /// controller.
+    pub listener: Arc<ListenerInfo>,
+}
+
+/// The admin queue a controller is created on: its connection and the listener it came
+/// through.
+pub(crate) struct AdminQueue {
+    pub conn: Arc<ConnHandle>,
+    pub listener: Arc<ListenerInfo>,
 }
 
 impl Controller {
@@ -84,10 +97,14 @@ impl Controller {
         subsys: Arc<Subsystem>,
         hostnqn: String,
         hostid: [u8; 16],
-        admin: Arc<ConnHandle>,
+        admin_queue: AdminQueue,
         kato_ms: u32,
         io_queues_granted: u16,
     ) -> Self {
+        let AdminQueue {
+            conn: admin,
+            listener,
+        } = admin_queue;
         Controller {
             cntlid,
             subsys,
@@ -117,6 +134,8 @@ impl Controller {
             last_keepalive_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             aer_outstanding: AtomicU32::new(0),
+            aborts_outstanding: AtomicU32::new(0),
+            listener,
         }
     }
 
@@ -158,6 +177,7 @@ impl Controller {
                 (aer_type::NOTICE, aer_notice::DISCOVERY_LOG_CHANGE) => {
                     st.aec & aec::DISCOVERY_LOG_CHANGE != 0
                 }
+                (aer_type::NOTICE, aer_notice::ANA_CHANGE) => st.aec & aec::ANA_CHANGE != 0,
                 _ => true,
             };
             if !enabled || st.masked_logs.contains(&ev.log_page) {
@@ -198,6 +218,11 @@ impl Controller {
             }
         }
         self.post_event(AerEvent::ns_attribute_changed());
+    }
+
+    /// An ANA state of this controller's port changed: raise the ANA change notice.
+    pub fn ana_changed(&self) {
+        self.post_event(AerEvent::ana_change());
     }
 
     pub fn discovery_changed(&self) {

@@ -19,6 +19,8 @@ pub enum TargetError {
     InvalidNamespace(String),
     #[error("no free namespace ID in {0}")]
     NoFreeNsid(String),
+    #[error("no listener with port ID {0}")]
+    NoSuchListener(u16),
     #[error("the target is shut down")]
     ShutDown,
     #[error("I/O error: {0}")]

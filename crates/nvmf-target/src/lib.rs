@@ -18,12 +18,19 @@
 //! commands), [`Reservations`] (per-namespace reservation state machine),
 //! [`Target::set_persistent_health`] (SMART counters that survive restarts) and
 //! [`Target::stats`] (metrics).
+//!
+//! Multipath: every namespace belongs to an ANA group ([`NamespaceConfig::ana_group`]);
+//! each listener holds a state per group ([`Target::set_ana_state`],
+//! [`ListenerHandle::set_ana_state`]) that its controllers report in the ANA log and
+//! enforce on I/O.
 
+mod ana;
 mod cmd;
 mod config;
 mod controller;
 mod discovery;
 mod error;
+mod fence;
 mod fuzz;
 mod namespace;
 mod ns_manager;
@@ -36,9 +43,10 @@ mod sync;
 mod target;
 mod transport;
 
+pub use ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, AnaState};
 pub use config::{
-    ADMIN_IN_CAPSULE_BYTES, MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES, SubsystemConfig,
-    TargetConfig,
+    ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES,
+    SubsystemConfig, TargetConfig,
 };
 pub use error::TargetError;
 pub use fuzz::{

@@ -3,8 +3,9 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 
-use blockdev::BlockDevice;
+use blockdev::{BlockDevice, DeviceKind};
 
+use crate::fence::InflightTable;
 use crate::resv_api::Reservations;
 use crate::stats::NsCounters;
 
@@ -48,6 +49,10 @@ pub(crate) struct Namespace {
     pub reservations: Arc<dyn Reservations>,
     pub attachment: RwLock<Attachment>,
     pub counters: NsCounters,
+    /// ANA group (1..=ANAGRPMAX), fixed for the namespace's life.
+    pub ana_group: u32,
+    /// Media-modifying commands in flight per host (preempt-and-abort waits on them).
+    pub inflight: InflightTable,
 }
 
 impl Namespace {
@@ -70,6 +75,18 @@ impl Namespace {
             Ok(mut g) => *g = a,
             Err(p) => *p.into_inner() = a,
         }
+    }
+
+    /// Whether deallocated blocks read back as zeroes: the device discards, and its
+    /// kind guarantees zeroes after a discard (docs/blockdev.md: RAM, null, regular
+    /// files; a kernel block device returns whatever the drive does).
+    pub fn discard_reads_zeroes(&self) -> bool {
+        let info = self.device.info();
+        info.supports_discard
+            && matches!(
+                info.kind,
+                DeviceKind::Ram | DeviceKind::Null | DeviceKind::File
+            )
     }
 
     /// Byte offset on the device of LBA `slba` and the length of `nlb` blocks, or None if
@@ -98,6 +115,7 @@ impl Namespace {
             eui64: self.eui64,
             uuid: self.uuid,
             attachment: self.attachment(),
+            ana_group: self.ana_group,
         }
     }
 }
@@ -115,4 +133,6 @@ pub struct NamespaceInfo {
     pub eui64: [u8; 8],
     pub uuid: [u8; 16],
     pub attachment: Attachment,
+    /// ANA group ID.
+    pub ana_group: u32,
 }

@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use crate::TargetError;
+use crate::ana::{ANA_MAX_GROUPS, AnaState, ListenerAna, ana_limits};
+use crate::cmd::identify::MAX_NAMESPACES;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::namespace::{Attachment, Namespace, NamespaceInfo};
 use crate::ns_manager::NamespaceManager;
@@ -37,6 +39,21 @@ pub(crate) struct ListenerInfo {
     pub opts: ListenerOptions,
     pub stop: Notify,
     pub stopped: AtomicBool,
+    /// ANA state of each group through this port.
+    pub ana: ListenerAna,
+}
+
+impl ListenerInfo {
+    pub fn new(portid: u16, addr: SocketAddr, opts: ListenerOptions) -> ListenerInfo {
+        ListenerInfo {
+            portid,
+            addr,
+            opts,
+            stop: Notify::new(),
+            stopped: AtomicBool::new(false),
+            ana: ListenerAna::default(),
+        }
+    }
 }
 
 /// A bound listener. Dropping it keeps listening; call [`ListenerHandle::close`] to stop.
@@ -55,6 +72,17 @@ impl ListenerHandle {
     pub fn port_id(&self) -> u16 {
         self.info.portid
     }
+    /// Sets the ANA state of `group` (1..=[`crate::ANA_MAX_GROUPS`]) on this listener;
+    /// its controllers with a namespace of that group get an ANA change event.
+    pub fn set_ana_state(&self, group: u32, state: AnaState) -> Result<(), TargetError> {
+        self.target.set_listener_ana(&self.info, group, state)
+    }
+
+    /// The ANA state of `group` on this listener (optimized unless set).
+    pub fn ana_state(&self, group: u32) -> AnaState {
+        self.info.ana.state(group)
+    }
+
     /// Stops accepting on this listener (established connections stay).
     pub fn close(&self) {
         self.info.stopped.store(true, Ordering::Release);
@@ -391,8 +419,20 @@ impl Target {
                 ));
             }
         }
+        if !(1..=ANA_MAX_GROUPS).contains(&cfg.ana_group) {
+            return Err(TargetError::InvalidNamespace(format!(
+                "ANA group {} is not in 1..={ANA_MAX_GROUPS}",
+                cfg.ana_group
+            )));
+        }
+        let (_, mnan) = ana_limits(self.inner.config.mdts_bytes, MAX_NAMESPACES);
         let nsid = {
             let mut map = write(&s.namespaces);
+            if map.len() >= mnan as usize {
+                return Err(TargetError::InvalidNamespace(format!(
+                    "{nqn} already has the most namespaces the target reports (MNAN {mnan})"
+                )));
+            }
             let nsid = if cfg.nsid == 0 {
                 (1..u32::MAX)
                     .find(|n| !map.contains_key(n))
@@ -433,6 +473,8 @@ impl Target {
                     Attachment::none()
                 }),
                 counters: Default::default(),
+                ana_group: cfg.ana_group,
+                inflight: Default::default(),
             };
             map.insert(nsid, Arc::new(ns));
             nsid
@@ -606,6 +648,69 @@ impl Target {
             .unwrap_or_default()
     }
 
+    // ---- ANA ----
+
+    /// Sets the ANA state of `group` (1..=[`crate::ANA_MAX_GROUPS`]) on the listener with
+    /// port ID `port_id` ([`ListenerHandle::port_id`]). Controllers connected through that
+    /// listener that have a namespace of the group get an ANA change event (unless their
+    /// async event configuration disables it); I/O through the listener follows the new
+    /// state at once.
+    pub fn set_ana_state(
+        &self,
+        port_id: u16,
+        group: u32,
+        state: AnaState,
+    ) -> Result<(), TargetError> {
+        let info = lock(&self.inner.listeners)
+            .iter()
+            .find(|l| l.portid == port_id)
+            .cloned()
+            .ok_or(TargetError::NoSuchListener(port_id))?;
+        self.set_listener_ana(&info, group, state)
+    }
+
+    /// The ANA state of `group` on listener `port_id`, or `None` for an unknown listener.
+    pub fn ana_state(&self, port_id: u16, group: u32) -> Option<AnaState> {
+        lock(&self.inner.listeners)
+            .iter()
+            .find(|l| l.portid == port_id)
+            .map(|l| l.ana.state(group))
+    }
+
+    fn set_listener_ana(
+        &self,
+        info: &Arc<ListenerInfo>,
+        group: u32,
+        state: AnaState,
+    ) -> Result<(), TargetError> {
+        if !(1..=ANA_MAX_GROUPS).contains(&group) {
+            return Err(TargetError::InvalidConfig("ANA group must be in 1..=128"));
+        }
+        if !info.ana.set(group, state) {
+            return Ok(());
+        }
+        tracing::info!(port = info.portid, addr = %info.addr, group, %state, "ANA state changed");
+        let subsystems: Vec<_> = read(&self.inner.subsystems).values().cloned().collect();
+        for s in subsystems {
+            let in_group: Vec<_> = s
+                .namespaces()
+                .into_iter()
+                .filter(|ns| ns.ana_group == group)
+                .collect();
+            if in_group.is_empty() {
+                continue;
+            }
+            for c in s.live_controllers() {
+                if Arc::ptr_eq(&c.listener, info)
+                    && in_group.iter().any(|ns| ns.is_attached_to(&c.hostnqn))
+                {
+                    c.ana_changed();
+                }
+            }
+        }
+        Ok(())
+    }
+
     // ---- seams ----
 
     /// Installs the handler of Namespace Management / Attachment commands.
@@ -693,13 +798,7 @@ impl Target {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let portid = (self.inner.next_portid.fetch_add(1, Ordering::Relaxed) & 0xFFFF) as u16;
-        let info = Arc::new(ListenerInfo {
-            portid,
-            addr: local,
-            opts,
-            stop: Notify::new(),
-            stopped: AtomicBool::new(false),
-        });
+        let info = Arc::new(ListenerInfo::new(portid, local, opts));
         lock(&self.inner.listeners).push(info.clone());
         let target = self.clone();
         let li = info.clone();
@@ -783,13 +882,7 @@ impl Target {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let info = Arc::new(ListenerInfo {
-            portid: 0,
-            addr: local,
-            opts: ListenerOptions::default(),
-            stop: Notify::new(),
-            stopped: AtomicBool::new(false),
-        });
+        let info = Arc::new(ListenerInfo::new(0, local, ListenerOptions::default()));
         let h = self.inner.register_conn("stream".into(), local.to_string());
         crate::transport::conn::serve(self.inner.clone(), stream, info, local, h.clone()).await;
         self.inner.unregister_conn(&h);

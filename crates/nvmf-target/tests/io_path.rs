@@ -301,3 +301,79 @@ async fn success_flag_only_with_sq_flow_control_disabled() {
         assert_eq!(q.successes_seen, if disable { 3 } else { 0 });
     }
 }
+
+/// Write Zeroes with DEAC deallocates on devices whose deallocated blocks read as zeroes
+/// and writes zeroes on the others; either way the range reads back as zeroes.
+#[tokio::test]
+async fn write_zeroes_deac_deallocates_only_where_reads_return_zeroes() {
+    use blockdev::{BlockDevice, CrashRecorder, FaultAction, FaultOps, FaultRule, FaultyDevice};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let t = start_target(TargetConfig::default()).await;
+    let ram: Arc<dyn BlockDevice> = Arc::new(blockdev::RamDevice::new("ram-deac", 4 << 20));
+    let crash: Arc<dyn BlockDevice> = Arc::new(CrashRecorder::new("crash-deac", 4 << 20));
+    let mut counters = Vec::new();
+    for (nsid, dev) in [(4u32, ram), (5, crash)] {
+        let faulty = Arc::new(FaultyDevice::new(dev));
+        let h = faulty.handle();
+        let count = |ops| FaultRule::new(ops, FaultAction::Delay(Duration::ZERO));
+        let discards = h.add(count(FaultOps {
+            discard: true,
+            ..FaultOps::NONE
+        }));
+        let zeroes = h.add(count(FaultOps {
+            write_zeroes: true,
+            ..FaultOps::NONE
+        }));
+        counters.push((nsid, h, discards, zeroes));
+        t.target
+            .add_namespace(
+                SUBNQN,
+                nvmf_target::NamespaceConfig::whole_device(nsid, faulty),
+            )
+            .expect("namespace");
+    }
+    let mut a = Client::admin(t.addr, SUBNQN, 0).await;
+    let mut q = Client::io_queue(t.addr, a.cntlid, 1, false, false).await;
+    let wz = |nsid: u32, deac: bool| {
+        let mut c = Command::new(io::WRITE_ZEROES, 0, nsid);
+        c.set_slba(8).set_cdw12(
+            7 | if deac {
+                nvme_proto::dsm::cdw12::DEAC
+            } else {
+                0
+            },
+        );
+        c
+    };
+    for (nsid, h, discards, zeroes) in &counters {
+        let (nsid, ram) = (*nsid, *nsid == 4);
+        let (_, idn) = a.exec(identify_cmd(cns::NAMESPACE, nsid), None, 4096).await;
+        let dlfeat = IdentifyNamespace::decode(&idn).expect("id-ns").dlfeat;
+        assert_eq!(dlfeat & 0b111 == 1, ram, "DLFEAT read-zeroes, NSID {nsid}");
+        for deac in [true, false] {
+            let data = pattern(8 * 512, u64::from(nsid));
+            assert_eq!(
+                q.expect_status(write_cmd(nsid, 8, 8), Some(&data), 0).await,
+                Status::SUCCESS
+            );
+            let (d0, z0) = (h.hits(*discards), h.hits(*zeroes));
+            assert_eq!(
+                q.expect_status(wz(nsid, deac), None, 0).await,
+                Status::SUCCESS
+            );
+            let discarded = h.hits(*discards) - d0;
+            let zeroed = h.hits(*zeroes) - z0;
+            let want_discard = deac && ram;
+            assert_eq!(
+                (discarded, zeroed),
+                (u64::from(want_discard), u64::from(!want_discard)),
+                "NSID {nsid} DEAC {deac}"
+            );
+            let (c, back) = q.exec(read_cmd(nsid, 8, 8), None, 8 * 512).await;
+            assert_eq!(c.status, Status::SUCCESS);
+            assert!(back.iter().all(|&b| b == 0), "NSID {nsid} DEAC {deac}");
+        }
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use blockdev::IoBuf;
 use nvme_proto::fabrics::{Cc, Csts};
@@ -17,6 +18,8 @@ use crate::ns_manager::CreateNamespace;
 use crate::subsystem::SubsysKind;
 use crate::sync::{lock, read};
 use crate::transport::conn::Core;
+use crate::transport::handle::ConnRequest;
+use tokio::sync::oneshot;
 
 /// Asynchronous Event Request Limit, 0's based (4 outstanding).
 pub(crate) const AERL: u8 = 3;
@@ -76,8 +79,7 @@ impl Core {
                 Outcome::ok().into()
             }
             admin::ASYNC_EVENT_REQUEST => aer(ctrl),
-            // Commands are not aborted once received (allowed by the spec): DW0 bit 0 = 1.
-            admin::ABORT => Outcome::dw0(1).into(),
+            admin::ABORT => self.abort(&ctrl, cmd),
             admin::NAMESPACE_MANAGEMENT => self.ns_management(&ctrl, cmd, data.as_deref()),
             admin::NAMESPACE_ATTACHMENT => self.ns_attachment(&ctrl, cmd, data.as_deref()),
             _ => Outcome::status(Status::INVALID_OPCODE.dnr())
@@ -208,6 +210,55 @@ impl Core {
                 Err(_) => Outcome::status(Status::INTERNAL_ERROR),
             }
         }))
+    }
+}
+
+impl Core {
+    /// Abort (CDW10: SQID 15:0, CID 31:16): a command that has not started executing
+    /// (waiting for its data or for an R2T) is aborted with Command Abort Requested and
+    /// DW0 bit 0 is 0; commands already executing run to completion (DW0 bit 0 = 1, as
+    /// the spec allows).
+    fn abort(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
+        let sqid = (cmd.cdw10() & 0xFFFF) as u16;
+        let cid = (cmd.cdw10() >> 16) as u16;
+        if sqid == 0 {
+            let aborted = self.abort_cid(cid, Status::ABORT_REQUESTED);
+            return Outcome::dw0(u32::from(!aborted)).into();
+        }
+        let Some(queue) = lock(&ctrl.state).io_queues.get(&sqid).cloned() else {
+            return Outcome::dw0(NOT_ABORTED).into();
+        };
+        if ctrl.aborts_outstanding.fetch_add(1, Ordering::AcqRel) > u32::from(ACL) {
+            ctrl.aborts_outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Status::ABORT_LIMIT_EXCEEDED.dnr().into();
+        }
+        let guard = AbortGuard(ctrl.clone());
+        let (tx, rx) = oneshot::channel();
+        if !queue.request(ConnRequest::AbortCid { cid, reply: tx }) {
+            return Outcome::dw0(NOT_ABORTED).into();
+        }
+        Dispatch::Later(Box::pin(async move {
+            let _guard = guard;
+            let aborted = matches!(
+                tokio::time::timeout(ABORT_REPLY_TIMEOUT, rx).await,
+                Ok(Ok(true))
+            );
+            Outcome::dw0(u32::from(!aborted))
+        }))
+    }
+}
+
+/// Abort's DW0 when the command was not aborted.
+const NOT_ABORTED: u32 = 1;
+/// How long Abort waits for the other queue's task to answer.
+const ABORT_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Decrements the controller's count of waiting Abort commands when one ends.
+struct AbortGuard(Arc<Controller>);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.0.aborts_outstanding.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -9,6 +9,7 @@ use nvme_proto::{Command, Status};
 
 use crate::cmd::io::io_error;
 use crate::cmd::{Dispatch, Outcome, block_error_status};
+use crate::fence::InflightGuard;
 use crate::namespace::Namespace;
 use crate::stats::OpKind;
 use crate::transport::conn::Core;
@@ -19,7 +20,7 @@ impl Core {
         cmd: &Command,
         ns: Arc<Namespace>,
         data: Option<IoBuf>,
-        _xfer_len: u32,
+        guard: Option<InflightGuard>,
     ) -> Dispatch {
         let d = DsmCommand::from_command(cmd);
         let ranges = DsmRange::decode_list(data.as_deref().unwrap_or(&[]), usize::from(d.ranges));
@@ -65,6 +66,7 @@ impl Core {
                     break;
                 }
             }
+            drop(guard);
             let us = t0.elapsed().as_micros() as u64;
             ns.counters
                 .finish(shard, OpKind::Other, 0, us, result.is_ok(), false);

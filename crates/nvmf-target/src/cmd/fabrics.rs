@@ -12,7 +12,7 @@ use nvme_proto::opcode::fctype;
 use nvme_proto::{Command, Status};
 
 use crate::cmd::{Dispatch, Outcome};
-use crate::controller::Controller;
+use crate::controller::{AdminQueue, Controller};
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
 use crate::transport::conn::{Core, QueueState};
@@ -100,7 +100,10 @@ impl Core {
                 subsys.clone(),
                 cd.hostnqn.clone(),
                 cd.hostid,
-                self.handle.clone(),
+                AdminQueue {
+                    conn: self.handle.clone(),
+                    listener: self.listener.clone(),
+                },
                 kato_ms,
                 target.config.max_io_queues,
             ));

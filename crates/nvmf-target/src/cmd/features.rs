@@ -20,7 +20,7 @@ fn supported_aec(discovery: bool) -> u32 {
     if discovery {
         aec::DISCOVERY_LOG_CHANGE
     } else {
-        aec::NS_ATTRIBUTE
+        aec::NS_ATTRIBUTE | aec::ANA_CHANGE
     }
 }
 

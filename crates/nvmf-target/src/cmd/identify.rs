@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use blockdev::{DeviceKind, IoBuf};
+use blockdev::IoBuf;
 use nvme_proto::fabrics::Vs;
 use nvme_proto::identify::controller::bits as cbits;
 use nvme_proto::identify::namespace::bits as nbits;
@@ -12,6 +12,7 @@ use nvme_proto::identify::{
 };
 use nvme_proto::{Command, Status};
 
+use crate::ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, ana_limits};
 use crate::cmd::admin::{ACL, AERL};
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{Controller, ERROR_LOG_ENTRIES};
@@ -200,7 +201,18 @@ impl Core {
             id.maxcmd = cfg.mqes.saturating_add(1);
         } else {
             id.cntrltype = cbits::CNTRLTYPE_IO;
-            id.oaes = cbits::OAES_NS_ATTR;
+            id.oaes = cbits::OAES_NS_ATTR | cbits::OAES_ANA_CHANGE;
+            id.cmic |= cbits::CMIC_ANA;
+            let (groups, mnan) = ana_limits(cfg.mdts_bytes, MAX_NAMESPACES);
+            id.anatt = ANA_TRANSITION_TIME_S;
+            id.anacap = cbits::ANACAP_OPTIMIZED
+                | cbits::ANACAP_NON_OPTIMIZED
+                | cbits::ANACAP_INACCESSIBLE
+                | cbits::ANACAP_PERSISTENT_LOSS
+                | cbits::ANACAP_CHANGE
+                | cbits::ANACAP_GRPID_STATIC;
+            id.anagrpmax = ANA_MAX_GROUPS;
+            id.nanagrpid = groups;
             id.oacs = if ns_mgmt { cbits::OACS_NS_MGMT } else { 0 };
             id.oncs = cbits::ONCS_COMPARE
                 | cbits::ONCS_DSM
@@ -213,7 +225,8 @@ impl Core {
                 0b100
             };
             id.nn = MAX_NAMESPACES;
-            id.mnan = MAX_NAMESPACES;
+            // In 1..=NN, and small enough that the largest ANA log fits in MDTS.
+            id.mnan = mnan;
             id.tnvmcap = total_bytes;
         }
         id.to_bytes()
@@ -240,11 +253,8 @@ fn common_namespace(_mdts_bytes: u32) -> IdentifyNamespace {
 
 pub(crate) fn identify_namespace(ns: &Namespace, mdts_bytes: u32) -> IdentifyNamespace {
     let (nlbaf, lbaf) = lba_formats();
-    let info = ns.device.info();
-    let reads_zero_after_dealloc =
-        !matches!(info.kind, DeviceKind::BlockDevice | DeviceKind::Other(_));
     let mut dlfeat = nbits::DLFEAT_WRITE_ZEROES_DEALLOCATES;
-    if reads_zero_after_dealloc {
+    if ns.discard_reads_zeroes() {
         dlfeat |= nbits::DLFEAT_READ_ZEROES;
     }
     let noiob = (u64::from(mdts_bytes) >> ns.lba_shift).min(u64::from(u16::MAX)) as u16;
@@ -259,6 +269,7 @@ pub(crate) fn identify_namespace(ns: &Namespace, mdts_bytes: u32) -> IdentifyNam
         dlfeat,
         noiob,
         nvmcap: u128::from(ns.size_bytes),
+        anagrpid: ns.ana_group,
         nguid: ns.nguid,
         eui64: ns.eui64,
         lbaf,

@@ -2,14 +2,16 @@
 //! reservation commands (dispatched to the namespace's [`crate::Reservations`]).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use blockdev::{IoBuf, WriteFlags};
+use nvme_proto::dsm::cdw12 as dsm_cdw12;
 use nvme_proto::opcode::io;
 use nvme_proto::{Command, Status};
 
 use crate::cmd::{Acct, Dispatch, Outcome, block_error_status};
+use crate::fence::InflightGuard;
 use crate::namespace::Namespace;
 use crate::resv_api::HostRef;
 use crate::stats::OpKind;
@@ -18,16 +20,28 @@ use crate::transport::conn::Core;
 /// NSIDs up to this are cached in a vector; larger ones are looked up every time.
 const NS_CACHE_SLOTS: usize = 1024;
 
+/// An active namespace with this connection's host's in-flight counter on it.
+#[derive(Clone)]
+pub(crate) struct ActiveNs {
+    pub ns: Arc<Namespace>,
+    pub inflight: Arc<AtomicU64>,
+}
+
 /// Per-connection cache of active namespaces, invalidated by the subsystem's generation.
 #[derive(Default)]
 pub(crate) struct NsCache {
     generation: u64,
-    slots: Vec<Option<Option<Arc<Namespace>>>>,
+    slots: Vec<Option<Option<ActiveNs>>>,
 }
 
 impl Core {
     /// The active namespace `nsid` of this queue's controller (attached to its host).
     pub(crate) fn active_ns(&mut self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.active_ns_io(nsid).map(|a| a.ns)
+    }
+
+    /// [`Core::active_ns`] with the host's in-flight counter (for the I/O path).
+    pub(crate) fn active_ns_io(&mut self, nsid: u32) -> Option<ActiveNs> {
         let q = self.q.as_ref()?;
         let subsys = &q.ctrl.subsys;
         let generation = subsys.ns_generation.load(Ordering::Acquire);
@@ -44,7 +58,11 @@ impl Core {
         }
         let found = subsys
             .namespace(nsid)
-            .filter(|ns| ns.is_attached_to(&q.ctrl.hostnqn));
+            .filter(|ns| ns.is_attached_to(&q.ctrl.hostnqn))
+            .map(|ns| ActiveNs {
+                inflight: ns.inflight.counter(&q.ctrl.hostid),
+                ns,
+            });
         if idx < NS_CACHE_SLOTS {
             if cache.slots.len() <= idx {
                 cache.slots.resize(idx + 1, None);
@@ -62,7 +80,7 @@ impl Core {
     ) -> Dispatch {
         let nsid = cmd.nsid();
         let op = cmd.opcode();
-        let Some(ns) = self.active_ns(nsid) else {
+        let Some(ActiveNs { ns, inflight }) = self.active_ns_io(nsid) else {
             if let Some(b) = data {
                 self.tx.pool.put(b);
             }
@@ -95,6 +113,11 @@ impl Core {
                 ..Outcome::status(st).with_loc(loc)
             })
         };
+        // Every I/O command, reservations included, follows the ANA state of the
+        // namespace's group on this controller's port (as Linux nvmet does).
+        if let Err(st) = ctrl.listener.ana.check_io(ns.ana_group) {
+            return fail(self, data, st, 0);
+        }
         match op {
             io::RESERVATION_REGISTER
             | io::RESERVATION_ACQUIRE
@@ -107,6 +130,8 @@ impl Core {
         if !known_io_opcode(op) {
             return fail(self, data, Status::INVALID_OPCODE.dnr(), 0);
         }
+        // Counted before the reservation check: see `crate::fence`.
+        let guard = modifies_media(op).then(|| InflightGuard::enter(&inflight));
         if let Err(st) = ns.reservations.check_access(&host, op) {
             return fail(self, data, st, 0);
         }
@@ -172,6 +197,7 @@ impl Core {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
                             let r = ns.device.write(off, buf, flags).await;
+                            drop(guard);
                             let us = t0.elapsed().as_micros() as u64;
                             match r {
                                 Ok(buf) => {
@@ -272,12 +298,18 @@ impl Core {
                 let Some((off, len)) = ns.byte_range(cmd.slba(), nlb) else {
                     return fail(self, None, Status::LBA_OUT_OF_RANGE.dnr(), 40);
                 };
-                // DEAC (CDW12 bit 25) may deallocate; zeroing gives the same reads on every
-                // backend, so both paths zero.
+                // DEAC: deallocate when deallocated blocks read back as zeroes (what Write
+                // Zeroes promises); otherwise write zeroes.
+                let deallocate = cmd.cdw12() & dsm_cdw12::DEAC != 0 && ns.discard_reads_zeroes();
                 Dispatch::Later(Box::pin(async move {
                     ns.counters.start(shard);
                     let t0 = Instant::now();
-                    let r = ns.device.write_zeroes(off, len).await;
+                    let r = if deallocate {
+                        ns.device.discard(off, len).await
+                    } else {
+                        ns.device.write_zeroes(off, len).await
+                    };
+                    drop(guard);
                     let us = t0.elapsed().as_micros() as u64;
                     ns.counters
                         .finish(shard, OpKind::Other, 0, us, r.is_ok(), false);
@@ -289,7 +321,7 @@ impl Core {
                     }
                 }))
             }
-            io::DATASET_MANAGEMENT => self.exec_dsm(cmd, ns, data, xfer_len),
+            io::DATASET_MANAGEMENT => self.exec_dsm(cmd, ns, data, guard),
             _ => fail(self, data, Status::INVALID_OPCODE.dnr(), 0),
         }
     }
@@ -306,6 +338,12 @@ pub(crate) fn io_error(st: Status, nsid: u32, lba: u64) -> Outcome {
         err_lba: lba,
         ..Outcome::status(st)
     }
+}
+
+/// Commands whose completion on the device can change the media: preempt-and-abort
+/// waits for these.
+fn modifies_media(op: u8) -> bool {
+    matches!(op, io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT)
 }
 
 fn known_io_opcode(op: u8) -> bool {

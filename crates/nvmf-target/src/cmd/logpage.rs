@@ -6,7 +6,7 @@ use blockdev::IoBuf;
 use nvme_proto::log::effects::effect;
 use nvme_proto::log::{
     ChangedNsList, CommandEffectsLog, ErrorInfoEntry, FirmwareSlotLog, GetLogPageCommand,
-    ReservationNotificationLog, SmartLog, lid, log_page_range,
+    ReservationNotificationLog, SmartLog, ana, lid, log_page_range,
 };
 use nvme_proto::opcode::{admin, io};
 use nvme_proto::{Command, Status};
@@ -99,6 +99,20 @@ impl Core {
                 list.to_bytes().to_vec()
             }
             (lid::COMMANDS_SUPPORTED_EFFECTS, false) => effects_log().to_bytes().to_vec(),
+            (lid::ANA, false) => {
+                // The groups of this host's active namespaces, in this port's states.
+                let namespaces: Vec<(u32, u32)> = ctrl
+                    .subsys
+                    .namespaces()
+                    .iter()
+                    .filter(|ns| ns.is_attached_to(&ctrl.hostnqn))
+                    .map(|ns| (ns.ana_group, ns.nsid))
+                    .collect();
+                ctrl.listener
+                    .ana
+                    .log(&namespaces, g.lsp & ana::LSP_RGO != 0)
+                    .to_bytes()
+            }
             (lid::RESERVATION_NOTIFICATION, false) => {
                 let mut st = lock(&ctrl.state);
                 let entry = st.resv_log.pop_front();

@@ -32,7 +32,7 @@ use crate::controller::{Controller, ErrorRecord};
 use crate::stats::OpKind;
 use crate::sync::lock;
 use crate::target::{ListenerInfo, TargetInner};
-use crate::transport::handle::ConnHandle;
+use crate::transport::handle::{ConnHandle, ConnRequest};
 use crate::transport::rx::RxBuf;
 use crate::transport::tx::TxQueue;
 
@@ -219,6 +219,7 @@ pub(crate) async fn serve<S>(
         RunEnd::PeerClosed | RunEnd::Killed | RunEnd::Io => {}
     }
     conn.core.teardown();
+    conn.core.drain_inflight();
 }
 
 pub(crate) enum RunEnd {
@@ -231,8 +232,11 @@ pub(crate) enum RunEnd {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<RunEnd> {
+        self.core.handle.waker.register(cx.waker());
         loop {
-            let mut progress = false;
+            // Before reading more PDUs: data that arrives next must find aborted commands
+            // already marked.
+            let mut progress = self.core.serve_requests();
             while let Poll::Ready(Some((slot, out))) =
                 Pin::new(&mut self.core.inflight).poll_next(cx)
             {
@@ -932,8 +936,99 @@ impl Core {
         self.target.health.error_log_entries.fetch_add(1, Relaxed);
     }
 
+    /// Serves the requests other tasks queued on this connection; true if any.
+    fn serve_requests(&mut self) -> bool {
+        let Some(reqs) = self.handle.take_requests() else {
+            return false;
+        };
+        for r in reqs {
+            match r {
+                ConnRequest::AbortNs { nsid, status } => {
+                    let io_queue = self.q.as_ref().is_some_and(|q| q.qid != 0);
+                    if !io_queue {
+                        continue;
+                    }
+                    let waiting: Vec<u16> = self
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| {
+                            matches!(s.state, SlotState::AwaitData(_)) && s.cmd.nsid() == nsid
+                        })
+                        .map(|(i, _)| i as u16)
+                        .collect();
+                    if !waiting.is_empty() {
+                        tracing::debug!(conn = self.handle.id, nsid, count = waiting.len(),
+                            %status, "aborting commands that had not started");
+                    }
+                    for slot in waiting {
+                        self.abort_waiting(slot, status);
+                    }
+                }
+                ConnRequest::AbortCid { cid, reply } => {
+                    let _ = reply.send(self.abort_cid(cid, Status::ABORT_REQUESTED));
+                }
+            }
+        }
+        true
+    }
+
+    /// Aborts command `cid` if it has not started executing; true if it was aborted.
+    pub(crate) fn abort_cid(&mut self, cid: u16, status: Status) -> bool {
+        if !self.cid_in_use(cid) {
+            return false;
+        }
+        let slot = self
+            .slots
+            .iter()
+            .position(|s| s.cmd.cid() == cid && matches!(s.state, SlotState::AwaitData(_)));
+        match slot {
+            Some(i) => self.abort_waiting(i as u16, status),
+            None => false,
+        }
+    }
+
+    /// Aborts a command waiting for its data. Without an R2T sent it completes now;
+    /// with one, the host is already sending: the data is received and discarded, and the
+    /// command completes with `status` instead of executing.
+    fn abort_waiting(&mut self, slot: u16, status: Status) -> bool {
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            return false;
+        };
+        let SlotState::AwaitData(inc) = &mut s.state else {
+            return false;
+        };
+        if inc.r2t_sent {
+            inc.failed.get_or_insert(status);
+            return true;
+        }
+        self.r2t_wait.retain(|&w| w != slot);
+        self.finish_now(slot, Outcome::status(status));
+        true
+    }
+
     pub(crate) fn ctrl(&self) -> Option<&Arc<Controller>> {
         self.q.as_ref().map(|q| &q.ctrl)
+    }
+
+    /// Lets the commands still running finish in the background instead of dropping
+    /// them: a dropped device future may still reach the media, and the in-flight counts
+    /// that preempt-and-abort waits on must stay up until it has.
+    fn drain_inflight(&mut self) {
+        let mut rest = std::mem::take(&mut self.inflight);
+        if rest.is_empty() {
+            return;
+        }
+        let conn = self.handle.id;
+        tokio::spawn(async move {
+            let n = rest.len();
+            while futures::StreamExt::next(&mut rest).await.is_some() {}
+            tracing::debug!(
+                conn,
+                commands = n,
+                "commands of a closed connection finished"
+            );
+        });
     }
 
     fn teardown(&mut self) {

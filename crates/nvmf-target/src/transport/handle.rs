@@ -1,10 +1,15 @@
-//! A handle on a live connection: identity, counters and a kill switch that other tasks
-//! (keep-alive watchdog, controller teardown, shutdown) pull.
+//! A handle on a live connection: identity, counters, a kill switch that other tasks
+//! (keep-alive watchdog, controller teardown, shutdown) pull, and a small request queue
+//! through which other tasks ask the connection to abort commands it holds.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use tokio::sync::Notify;
+use futures::task::AtomicWaker;
+use nvme_proto::Status;
+use tokio::sync::{Notify, oneshot};
 
 use crate::stats::{ConnCounters, ConnStatsSnapshot};
 use crate::sync::lock;
@@ -17,6 +22,23 @@ pub(crate) struct ConnIdent {
     pub qid: u16,
 }
 
+/// Requests queued per connection before further ones are refused.
+const MAX_REQUESTS: usize = 64;
+
+/// Work another task hands to a connection's task.
+#[derive(Debug)]
+pub(crate) enum ConnRequest {
+    /// Abort every command on namespace `nsid` that has not started executing (waiting
+    /// for its data or for an R2T) with `status`.
+    AbortNs { nsid: u32, status: Status },
+    /// Abort command `cid` if it has not started executing; the reply tells whether it
+    /// was aborted (Abort command).
+    AbortCid {
+        cid: u16,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
 pub(crate) struct ConnHandle {
     pub id: u64,
     pub peer: String,
@@ -25,6 +47,11 @@ pub(crate) struct ConnHandle {
     pub ident: Mutex<ConnIdent>,
     killed: AtomicBool,
     kill: Notify,
+    requests: Mutex<VecDeque<ConnRequest>>,
+    /// Set when a request is queued: the connection's loop checks it without locking.
+    has_requests: AtomicBool,
+    /// Wakes the connection's task when a request is queued.
+    pub waker: AtomicWaker,
 }
 
 impl ConnHandle {
@@ -37,6 +64,40 @@ impl ConnHandle {
             ident: Mutex::new(ConnIdent::default()),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            requests: Mutex::new(VecDeque::new()),
+            has_requests: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+        }
+    }
+
+    /// Queues a request for the connection's task; false (request dropped) when the
+    /// connection is gone or its queue is full.
+    pub fn request(&self, r: ConnRequest) -> bool {
+        if self.is_killed() {
+            return false;
+        }
+        {
+            let mut q = lock(&self.requests);
+            if q.len() >= MAX_REQUESTS {
+                return false;
+            }
+            q.push_back(r);
+        }
+        self.has_requests.store(true, Release);
+        self.waker.wake();
+        true
+    }
+
+    /// Takes the queued requests (connection task only).
+    pub fn take_requests(&self) -> Option<VecDeque<ConnRequest>> {
+        if !self.has_requests.swap(false, Acquire) {
+            return None;
+        }
+        let mut q = lock(&self.requests);
+        if q.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut *q))
         }
     }
 

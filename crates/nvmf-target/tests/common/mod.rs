@@ -1,7 +1,7 @@
 //! A small raw NVMe/TCP host for the tests: real TCP, hand-built PDUs, pipelining.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use nvme_proto::fabrics::{
 };
 use nvme_proto::opcode::{admin, io};
 use nvme_proto::tcp::{
-    CH_BYTES, CommonHeader, DataHeader, Digests, Framing, IcReq, IcResp, PduHeader, TermReq,
+    CH_BYTES, CommonHeader, DataHeader, Digests, Framing, IcReq, IcResp, PduHeader, R2t, TermReq,
     check_header_digest, crc32c, encode_header, layout, pdu_flags,
 };
 use nvme_proto::{Command, Completion, SglDescriptor, Status};
@@ -28,6 +28,7 @@ pub struct TestTarget {
     pub target: Target,
     pub addr: SocketAddr,
     pub dev: Arc<blockdev::RamDevice>,
+    pub listener: nvmf_target::ListenerHandle,
 }
 
 /// A target with one subsystem, one 64 MiB RAM namespace (512-byte blocks), listening on
@@ -49,6 +50,7 @@ pub async fn start_target(cfg: TargetConfig) -> TestTarget {
         target,
         addr: l.local_addr(),
         dev,
+        listener: l,
     }
 }
 
@@ -76,6 +78,14 @@ pub struct Client {
     /// Connect attributes (bit 2: disable SQ flow control).
     pub cattr: u8,
     pub successes_seen: usize,
+    /// Host identity sent in Connect.
+    pub hostid: [u8; 16],
+    pub hostnqn: String,
+    /// Commands whose R2Ts are held until [`Client::release_r2t`].
+    hold: HashSet<u16>,
+    held_r2ts: Vec<R2t>,
+    /// Completions read while waiting for something else.
+    stash: VecDeque<Event>,
 }
 
 pub fn io_timeout() -> Duration {
@@ -97,6 +107,11 @@ impl Client {
             r2ts_seen: 0,
             cattr: 0,
             successes_seen: 0,
+            hostid: HOSTID,
+            hostnqn: HOSTNQN.to_string(),
+            hold: HashSet::new(),
+            held_r2ts: Vec::new(),
+            stash: VecDeque::new(),
         }
     }
 
@@ -230,72 +245,164 @@ impl Client {
         self.send_raw(&v).await;
     }
 
-    /// Drives the connection until a command completes (answering R2Ts on the way).
+    /// Drives the connection until a command completes (answering R2Ts on the way, except
+    /// held ones).
     pub async fn next_event(&mut self) -> Event {
+        if let Some(e) = self.stash.pop_front() {
+            return e;
+        }
         loop {
             let Some((h, flags, data)) = self.recv_pdu().await else {
                 return Event::Closed;
             };
-            match h {
-                PduHeader::CapsuleResp(c) => {
+            if let Some(e) = self.on_pdu(h, flags, data).await {
+                return e;
+            }
+        }
+    }
+
+    /// The completion of command `cid` (other completions are kept for later).
+    pub async fn wait_done(&mut self, cid: u16) -> (Completion, Vec<u8>) {
+        if let Some(i) = self
+            .stash
+            .iter()
+            .position(|e| matches!(e, Event::Done(c, _) if c.cid == cid))
+            && let Some(Event::Done(c, d)) = self.stash.remove(i)
+        {
+            return (c, d);
+        }
+        loop {
+            match self.next_event_unstashed().await {
+                Event::Done(c, d) if c.cid == cid => return (c, d),
+                Event::Done(c, d) => self.stash.push_back(Event::Done(c, d)),
+                e => panic!("waiting for cid {cid}: {e:?}"),
+            }
+        }
+    }
+
+    async fn next_event_unstashed(&mut self) -> Event {
+        loop {
+            let Some((h, flags, data)) = self.recv_pdu().await else {
+                return Event::Closed;
+            };
+            if let Some(e) = self.on_pdu(h, flags, data).await {
+                return e;
+            }
+        }
+    }
+
+    /// Submits a write through R2T whose R2T is held: the data is not sent until
+    /// [`Client::release_r2t`].
+    pub async fn submit_held(&mut self, cmd: Command, write: &[u8]) -> u16 {
+        let cid = self.next_cid;
+        self.hold.insert(cid);
+        let got = self.submit(cmd, Some(write), 0, false).await;
+        assert_eq!(got, cid);
+        cid
+    }
+
+    /// Reads PDUs until the held R2T of `cid` has arrived (completions are kept).
+    pub async fn wait_held_r2t(&mut self, cid: u16) {
+        while !self.held_r2ts.iter().any(|r| r.cccid == cid) {
+            let Some((h, flags, data)) = self.recv_pdu().await else {
+                panic!("connection closed waiting for the R2T of cid {cid}");
+            };
+            match self.on_pdu(h, flags, data).await {
+                None => {}
+                Some(e @ Event::Done(..)) => self.stash.push_back(e),
+                Some(e) => panic!("waiting for the R2T of cid {cid}: {e:?}"),
+            }
+        }
+    }
+
+    /// Whether the R2T of `cid` has arrived (without reading).
+    pub fn has_held_r2t(&self, cid: u16) -> bool {
+        self.held_r2ts.iter().any(|r| r.cccid == cid)
+    }
+
+    /// Sends the data of held command `cid` (its R2T must have arrived).
+    pub async fn release_r2t(&mut self, cid: u16) {
+        self.hold.remove(&cid);
+        let i = self
+            .held_r2ts
+            .iter()
+            .position(|r| r.cccid == cid)
+            .expect("R2T held for this cid");
+        let r = self.held_r2ts.remove(i);
+        self.send_r2t_data(r).await;
+    }
+
+    async fn send_r2t_data(&mut self, r: R2t) {
+        let w = self
+            .pending
+            .get(&r.cccid)
+            .and_then(|p| p.write.clone())
+            .expect("R2T for a command without write data");
+        let start = r.offset as usize;
+        let end = start + r.length as usize;
+        assert!(end <= w.len(), "R2T beyond the data");
+        let mut off = start;
+        while off < end {
+            let n = (self.maxh2cdata as usize).min(end - off);
+            let last = off + n == end;
+            let h = PduHeader::H2CData(DataHeader {
+                cccid: r.cccid,
+                ttag: r.ttag,
+                offset: off as u32,
+                length: n as u32,
+            });
+            let v = self.encode_pdu(
+                &h,
+                if last { pdu_flags::LAST_PDU } else { 0 },
+                &w[off..off + n],
+            );
+            self.send_raw(&v).await;
+            off += n;
+        }
+    }
+
+    /// Handles one PDU; returns an event when a command ended or the target terminated.
+    async fn on_pdu(&mut self, h: PduHeader, flags: u8, data: Vec<u8>) -> Option<Event> {
+        match h {
+            PduHeader::CapsuleResp(c) => {
+                let p = self
+                    .pending
+                    .remove(&c.cid)
+                    .map(|p| p.read)
+                    .unwrap_or_default();
+                Some(Event::Done(c, p))
+            }
+            PduHeader::C2HData(d) => {
+                let p = self
+                    .pending
+                    .get_mut(&d.cccid)
+                    .expect("C2HData for unknown cid");
+                assert_eq!(d.offset as usize, p.read.len(), "C2HData offset");
+                assert_eq!(d.length as usize, data.len(), "C2HData length");
+                p.read.extend_from_slice(&data);
+                if flags & pdu_flags::SUCCESS != 0 {
+                    assert!(flags & pdu_flags::LAST_PDU != 0, "SUCCESS without LAST");
+                    self.successes_seen += 1;
                     let p = self
                         .pending
-                        .remove(&c.cid)
+                        .remove(&d.cccid)
                         .map(|p| p.read)
                         .unwrap_or_default();
-                    return Event::Done(c, p);
+                    return Some(Event::Done(Completion::success(d.cccid), p));
                 }
-                PduHeader::C2HData(d) => {
-                    let p = self
-                        .pending
-                        .get_mut(&d.cccid)
-                        .expect("C2HData for unknown cid");
-                    assert_eq!(d.offset as usize, p.read.len(), "C2HData offset");
-                    assert_eq!(d.length as usize, data.len(), "C2HData length");
-                    p.read.extend_from_slice(&data);
-                    if flags & pdu_flags::SUCCESS != 0 {
-                        assert!(flags & pdu_flags::LAST_PDU != 0, "SUCCESS without LAST");
-                        self.successes_seen += 1;
-                        let p = self
-                            .pending
-                            .remove(&d.cccid)
-                            .map(|p| p.read)
-                            .unwrap_or_default();
-                        return Event::Done(Completion::success(d.cccid), p);
-                    }
-                }
-                PduHeader::R2t(r) => {
-                    self.r2ts_seen += 1;
-                    let w = self
-                        .pending
-                        .get(&r.cccid)
-                        .and_then(|p| p.write.clone())
-                        .expect("R2T for a command without write data");
-                    let start = r.offset as usize;
-                    let end = start + r.length as usize;
-                    assert!(end <= w.len(), "R2T beyond the data");
-                    let mut off = start;
-                    while off < end {
-                        let n = (self.maxh2cdata as usize).min(end - off);
-                        let last = off + n == end;
-                        let h = PduHeader::H2CData(DataHeader {
-                            cccid: r.cccid,
-                            ttag: r.ttag,
-                            offset: off as u32,
-                            length: n as u32,
-                        });
-                        let v = self.encode_pdu(
-                            &h,
-                            if last { pdu_flags::LAST_PDU } else { 0 },
-                            &w[off..off + n],
-                        );
-                        self.send_raw(&v).await;
-                        off += n;
-                    }
-                }
-                PduHeader::C2HTermReq(t) => return Event::Term(t),
-                other => panic!("unexpected PDU {other:?}"),
+                None
             }
+            PduHeader::R2t(r) => {
+                self.r2ts_seen += 1;
+                if self.hold.contains(&r.cccid) {
+                    self.held_r2ts.push(r);
+                } else {
+                    self.send_r2t_data(r).await;
+                }
+                None
+            }
+            PduHeader::C2HTermReq(t) => Some(Event::Term(t)),
+            other => panic!("unexpected PDU {other:?}"),
         }
     }
 
@@ -339,7 +446,7 @@ impl Client {
         };
         let cmd = cc.to_command(0);
         let data = ConnectData {
-            hostid: HOSTID,
+            hostid: self.hostid,
             cntlid,
             subnqn: subnqn.to_string(),
             hostnqn: hostnqn.to_string(),
@@ -387,6 +494,38 @@ impl Client {
             .await;
         assert_eq!(r.status, Status::SUCCESS, "admin connect");
         c.enable().await;
+        c
+    }
+
+    /// Like [`Client::admin`] for another host identity.
+    pub async fn admin_as(
+        addr: SocketAddr,
+        subnqn: &str,
+        hostnqn: &str,
+        hostid: [u8; 16],
+    ) -> Client {
+        let mut c = Client::tcp(addr).await;
+        c.hostid = hostid;
+        c.hostnqn = hostnqn.to_string();
+        c.icreq(false, false).await;
+        let r = c.fabrics_connect(0, 31, 0, subnqn, hostnqn, 0xFFFF).await;
+        assert_eq!(r.status, Status::SUCCESS, "admin connect");
+        c.enable().await;
+        c
+    }
+
+    /// An I/O queue of `admin`'s controller, with its host identity.
+    pub async fn io_queue_of(addr: SocketAddr, admin: &Client, subnqn: &str, qid: u16) -> Client {
+        let mut c = Client::tcp(addr).await;
+        c.hostid = admin.hostid;
+        c.hostnqn = admin.hostnqn.clone();
+        c.icreq(false, false).await;
+        let hostnqn = c.hostnqn.clone();
+        let r = c
+            .fabrics_connect(qid, 127, 0, subnqn, &hostnqn, admin.cntlid)
+            .await;
+        assert_eq!(r.status, Status::SUCCESS, "I/O connect");
+        c.icd_limit = 16 << 10;
         c
     }
 

@@ -9,7 +9,7 @@ mod resv;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use blockdev::{BlockDevice, IoEngine};
@@ -161,8 +161,8 @@ pub(crate) struct NodeInner {
     catalog: Arc<Mutex<Catalog>>,
     /// Opened drives by UUID.
     drives: BTreeMap<Uuid, Arc<dyn BlockDevice>>,
-    nvme_listeners: Vec<ListenerHandle>,
-    discovery_listener: Option<ListenerHandle>,
+    /// Set once the listeners are open (after the namespace manager is installed).
+    listeners: OnceLock<Listeners>,
     http: Mutex<Option<crate::http::HttpServer>>,
     started: Instant,
     /// Up to when power-on time has been added to the state.
@@ -171,6 +171,12 @@ pub(crate) struct NodeInner {
     shut_down: std::sync::atomic::AtomicBool,
     /// Held until a clean shutdown has been recorded.
     lock: Mutex<Option<DataDirLock>>,
+}
+
+/// The NVMe/TCP listeners and the discovery-only one.
+struct Listeners {
+    nvme: Vec<ListenerHandle>,
+    discovery: Option<ListenerHandle>,
 }
 
 /// A running storage node. Cheap to clone.
@@ -294,33 +300,19 @@ impl StorageNode {
             unsafe_shutdowns: smart.unsafe_shutdowns + u64::from(!smart.clean_shutdown),
         });
         let catalog = Arc::new(Mutex::new(catalog));
-        let listeners = match bring_up(&target, &catalog, &devices) {
-            Ok(()) => listen_all(&target, &cfg).await,
-            Err(e) => Err(e),
-        };
-        let (nvme_listeners, discovery_listener) = match listeners {
-            Ok(l) => l,
-            Err(e) => {
-                target.shutdown(SHUTDOWN_TIMEOUT).await;
-                return Err(e);
-            }
-        };
-        let node_uuid = lock_catalog(&catalog).state().node_uuid;
-        let recorded = lock_catalog(&catalog).record_start();
-        if let Err(e) = recorded {
+        if let Err(e) = bring_up(&target, &catalog, &devices) {
             target.shutdown(SHUTDOWN_TIMEOUT).await;
-            return Err(e.into());
+            return Err(e);
         }
-
+        let node_uuid = lock_catalog(&catalog).state().node_uuid;
         let now = Instant::now();
         let inner = Arc::new(NodeInner {
             name: cfg.name.clone(),
             node_uuid,
             target: target.clone(),
-            catalog,
+            catalog: catalog.clone(),
             drives: devices,
-            nvme_listeners,
-            discovery_listener,
+            listeners: OnceLock::new(),
             http: Mutex::new(None),
             started: now,
             power_on_saved: Mutex::new(now),
@@ -328,7 +320,24 @@ impl StorageNode {
             shut_down: std::sync::atomic::AtomicBool::new(false),
             lock: Mutex::new(Some(lock)),
         });
+        // Before listening: a host that connects at once must already see Namespace
+        // Management in Identify (OACS) and have its create-ns handled.
         target.set_namespace_manager(Arc::new(nsmgr::NsManager::new(Arc::downgrade(&inner))));
+        let (nvme, discovery) = match listen_all(&target, &cfg).await {
+            Ok(l) => l,
+            Err(e) => {
+                target.shutdown(SHUTDOWN_TIMEOUT).await;
+                return Err(e);
+            }
+        };
+        if inner.listeners.set(Listeners { nvme, discovery }).is_err() {
+            return Err(NodeError::Internal("listeners opened twice".into()));
+        }
+        let recorded = lock_catalog(&catalog).record_start();
+        if let Err(e) = recorded {
+            target.shutdown(SHUTDOWN_TIMEOUT).await;
+            return Err(e.into());
+        }
         let node = StorageNode { inner };
         if let Some(addr) = cfg.http_listen {
             match crate::http::HttpServer::start(addr, node.clone()).await {
@@ -383,16 +392,17 @@ impl StorageNode {
     /// Bound NVMe/TCP addresses (real ports when port 0 was asked for).
     pub fn nvme_addrs(&self) -> Vec<SocketAddr> {
         self.inner
-            .nvme_listeners
-            .iter()
-            .map(|l| l.local_addr())
-            .collect()
+            .listeners
+            .get()
+            .map(|l| l.nvme.iter().map(|l| l.local_addr()).collect())
+            .unwrap_or_default()
     }
 
     pub fn discovery_addr(&self) -> Option<SocketAddr> {
         self.inner
-            .discovery_listener
-            .as_ref()
+            .listeners
+            .get()
+            .and_then(|l| l.discovery.as_ref())
             .map(|l| l.local_addr())
     }
 
@@ -596,5 +606,6 @@ pub(crate) fn namespace_config(
         uuid: *ns.uuid.as_bytes(),
         attached: ns.attachment == Attachment::All,
         reservations: Some(resv::reservations_for(catalog, ns)),
+        ana_group: nvmf_target::DEFAULT_ANA_GROUP,
     })
 }
