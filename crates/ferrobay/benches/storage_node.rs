@@ -13,21 +13,37 @@
 //!   same `ferrobay` binary on a RAM drive, on guest loopback, each driven by the same
 //!   initiators inside the guest: `ferrobay bench` (nvmf-host) and the kernel's nvme-tcp
 //!   host with fio. Ratios are ferrobay / kernel.
-//! - SPDK: not run; the JSON says why.
+//! - C. SPDK: SPDK's `nvmf_tgt` (Malloc bdev, TCP, one polling reactor, `--no-huge`) and a
+//!   second `ferrobay node`, both native on 127.0.0.1 with RAM namespaces of the same size,
+//!   measured one at a time and alternately by the same initiator as A. Ratios are
+//!   ferrobay / SPDK. Runs only when `FERROBAY_BENCH_SPDK_TGT` names an `nvmf_tgt` binary
+//!   built outside this repo (nothing here fetches or builds SPDK); otherwise "not run" with
+//!   the reason. A shared SPDK build (as with a packaged DPDK) gets `<bin>/../lib` on its
+//!   `LD_LIBRARY_PATH`.
 //!
 //! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
+//! `FERROBAY_BENCH_ROUNDS` (runs per target and workload in B and C, default 2),
 //! `FERROBAY_BENCH_GUEST=0` (skip B), `FERROBAY_BENCH_GUEST_FIO=0` (skip the kernel host in
-//! B), `FERROBAY_BENCH_GUEST_NS_MB` (default 256), `FERROBAY_BIN` (binary to measure),
-//! `FERROBAY_BENCH_OUT` (JSON path). Without `--bench` (e.g. `cargo test --benches`) it runs
-//! a short native smoke pass only and writes no file.
+//! B), `FERROBAY_BENCH_GUEST_NS_MB` (default 256), `FERROBAY_BENCH_SPDK_TGT` (run C with
+//! this `nvmf_tgt`), `FERROBAY_BENCH_SPDK_CPUMASK` (its reactor mask, default 0x1),
+//! `FERROBAY_BENCH_SPDK_ARGS` (more `nvmf_tgt` arguments, e.g. `--interrupt-mode`),
+//! `FERROBAY_BIN` (binary to measure), `FERROBAY_BENCH_OUT` (JSON path). Without `--bench`
+//! (e.g. `cargo test --benches`) it runs a short native smoke pass (and C, if asked for)
+//! and writes no file.
 
 #[path = "storage_node/files.rs"]
 mod files;
 #[path = "storage_node/guest.rs"]
 mod guest;
+#[path = "storage_node/load.rs"]
+mod load;
 #[path = "storage_node/native.rs"]
 mod native;
+#[path = "storage_node/spdk.rs"]
+mod spdk;
+#[path = "storage_node/spdk_target.rs"]
+mod spdk_target;
 #[path = "storage_node/table.rs"]
 mod table;
 #[path = "storage_node/workload.rs"]
@@ -41,7 +57,7 @@ use serde::Serialize;
 pub use workload::{Settings, WORKLOADS, Workload};
 
 /// Version of the JSON layout below.
-const SCHEMA: &str = "ferrobay.bench.storage_node/1";
+const SCHEMA: &str = "ferrobay.bench.storage_node/2";
 
 #[derive(Debug, Serialize)]
 struct Output {
@@ -52,7 +68,7 @@ struct Output {
     settings: Settings,
     native: native::NativeSection,
     guest: guest::GuestSection,
-    spdk: SpdkNote,
+    spdk: spdk::SpdkSection,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,19 +77,6 @@ struct Machine {
     kernel: String,
     binary: String,
 }
-
-/// Why SPDK's nvmf_tgt is not part of the run (see the report for the details).
-#[derive(Debug, Serialize)]
-struct SpdkNote {
-    ran: bool,
-    reason: &'static str,
-}
-
-const SPDK_REASON: &str = "not built here: SPDK v24.01 with DPDK (its spdk-23.11 branch, or \
-    Debian's libdpdk-dev 22.11 via --with-dpdk) can be built from source on this machine in \
-    roughly 15-30 min on 2 cores and run with --no-huge over TCP, but that build is not part of \
-    the project; its reactor also polls a whole core, which on this 2-core machine would take \
-    half the CPU from the initiator";
 
 fn main() -> ExitCode {
     let full = std::env::args().any(|a| a == "--bench");
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         binary.display()
     );
     let native = runtime.block_on(native::run(&binary, &settings));
+    let spdk = runtime.block_on(spdk::run(&binary, &settings));
     let guest = if settings.guest {
         guest::run(&binary, &settings)
     } else {
@@ -120,10 +124,7 @@ fn main() -> ExitCode {
         settings,
         native,
         guest,
-        spdk: SpdkNote {
-            ran: false,
-            reason: SPDK_REASON,
-        },
+        spdk,
     };
     let json = match serde_json::to_string_pretty(&out) {
         Ok(j) => j,
@@ -144,9 +145,10 @@ fn main() -> ExitCode {
             Err(e) => eprintln!("storage_node bench: cannot write {}: {e}", path.display()),
         }
     }
-    eprint!("{}", table::render(&out.native, &out.guest));
+    eprint!("{}", table::render(&out.native, &out.guest, &out.spdk));
 
-    let failed = out.native.error.is_some() || out.guest.error.is_some();
+    let failed =
+        out.native.error.is_some() || out.guest.error.is_some() || out.spdk.error.is_some();
     if failed {
         ExitCode::FAILURE
     } else {

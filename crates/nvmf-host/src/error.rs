@@ -32,6 +32,12 @@ pub enum TransportError {
     /// The queue was shut down by this host.
     #[error("queue shut down")]
     Shutdown,
+    /// The queue has no connection now (its controller is reconnecting).
+    #[error("not connected (reconnecting)")]
+    NotConnected,
+    /// This host closed the connection to reset the controller.
+    #[error("controller reset: {reason}")]
+    Reset { reason: String },
 }
 
 impl From<FatalError> for TransportError {
@@ -146,6 +152,25 @@ pub enum HostError {
     /// (an Identify field out of range, a transfer shorter than asked, ...).
     #[error("{context}: {reason}")]
     Invalid { context: String, reason: String },
+    /// The controller's connection was lost and not re-established within the
+    /// controller-loss timeout; commands that waited for the reconnect fail with this.
+    #[error(
+        "controller of {subnqn} at {addr} lost: no reconnect within {ctrl_loss_tmo_ms} ms ({attempts} attempts); last error: {last_error}"
+    )]
+    ControllerLost {
+        addr: SocketAddr,
+        subnqn: String,
+        ctrl_loss_tmo_ms: u64,
+        attempts: u32,
+        last_error: String,
+    },
+    /// No path of a multipath namespace could take the I/O in time.
+    #[error("{name}: no usable path after {waited_ms} ms ({detail})")]
+    NoPath {
+        name: String,
+        waited_ms: u64,
+        detail: String,
+    },
     /// The caller asked for something impossible (bad NQN, I/O too large, ...).
     #[error("{0}")]
     Usage(String),
@@ -173,7 +198,25 @@ impl HostError {
     /// True when the queue's connection is gone (reconnect needed), as opposed to a
     /// command-level failure.
     pub fn is_transport(&self) -> bool {
-        matches!(self, HostError::Transport { .. })
+        matches!(
+            self,
+            HostError::Transport { .. } | HostError::ControllerLost { .. }
+        )
+    }
+
+    /// True for errors another path to the same namespace may not have: the connection
+    /// is gone or reconnecting, the command timed out, or the controller answered with a
+    /// path-related status (SCT 3: ANA inaccessible, persistent loss, transition, ...).
+    pub fn is_path_error(&self) -> bool {
+        match self {
+            HostError::Transport { .. }
+            | HostError::ControllerLost { .. }
+            | HostError::Timeout { .. }
+            | HostError::SubmitTimeout { .. }
+            | HostError::Connect { .. } => true,
+            HostError::Status { status, .. } => status.sct == nvme_proto::status::sct::PATH,
+            _ => false,
+        }
     }
 
     pub(crate) fn invalid(context: impl Into<String>, reason: impl Into<String>) -> Self {

@@ -1,14 +1,22 @@
 //! NVMe/TCP initiator in user space.
 //!
 //! Layers, bottom up:
-//! - [`queue`]: one TCP connection (ICReq/ICResp, PDUs, digests, R2T/H2CData, C2HData) with
-//!   a driver task that owns the socket; commands go in with an owned buffer and come back
-//!   with their completion.
-//! - [`Controller`]: the admin queue plus N I/O queues: Connect, enable, Identify, log
-//!   pages, features, keep-alive, shutdown.
+//! - [`queue`]: a queue pair: a pre-allocated command table (one ticket per CID, a waker
+//!   each: nothing is allocated per command) that outlives TCP connections, and for each
+//!   connection a driver task that owns the socket (ICReq/ICResp, PDUs, digests,
+//!   R2T/H2CData, C2HData straight into the caller's buffer).
+//! - [`Controller`]: the admin queue plus N I/O queues, brought up as the Linux host does,
+//!   and kept up by a supervisor task: Keep Alive at KATO/2, one Asynchronous Event
+//!   Request outstanding, Abort on command timeouts, controller reset and reconnect with
+//!   exponential backoff. State and events go out on a watch channel
+//!   ([`Controller::watch`], [`ControllerStatus`]).
 //! - [`discover`]: the discovery log page, read in pieces with the generation re-checked.
-//! - [`RemoteNamespace`]: `blockdev::BlockDevice` for one namespace.
-//! - [`NvmeTcpUrl`]: `nvme+tcp://ADDR:PORT/SUBNQN[/NSID][?digest=hd,dd]` for tools.
+//! - [`RemoteNamespace`]: `blockdev::BlockDevice` for one namespace through one controller.
+//! - [`MultipathNamespace`]: `blockdev::BlockDevice` for one namespace through several
+//!   controllers, by ANA state, with failover.
+//! - [`NvmeTcpUrl`] names a namespace for tools, as
+//!   `nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd&queues=N...]`;
+//!   [`NvmeTcpUrl::open_device`] gives a multipath device for several addresses.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nvmf_host::HostError> {
@@ -21,27 +29,53 @@
 //! # let _ = buf; Ok(()) }
 //! ```
 //!
-//! Room for the rest of issue 3: a queue reports its own death ([`QueuePair::error`],
-//! [`HostError::is_transport`]) and keeps no state a new connection could not rebuild
-//! from [`ConnectOptions`], so reconnect (and Abort / controller reset on timeouts) can
-//! live in a layer that owns several `Controller`s, one per path, and picks a path by ANA
-//! state. Timed-out commands keep their CID reserved until the target answers or the
-//! queue ends, so a late answer never completes a newer command.
+//! # Failures and what the caller sees
+//!
+//! - A command that times out (`io_timeout_ms`) is aborted (Abort, admin opcode 0x08).
+//!   If the Abort does not bring its completion (the target refuses, or the command is
+//!   already on its media), the controller is reset: every connection closes and the
+//!   controller reconnects. Admin commands are not aborted; their timeout resets at once.
+//! - A lost connection, a fatal PDU error (garbage, bad header digest, a PDU cut short, a
+//!   termination request: the host answers bad PDUs with an H2CTermReq) or a failed Keep
+//!   Alive resets the controller the same way. [`ControllerStatus::last_error`] says why.
+//! - Reconnects: the first at once, then after `reconnect_delay_ms`, doubling up to
+//!   `reconnect_delay_max_ms`, until `ctrl_loss_tmo_ms` after the loss (nvme-cli's `-c`
+//!   and `-l`). Then every waiting command fails with [`HostError::ControllerLost`], and
+//!   so does every later one.
+//! - Reads, writes, Flush, Write Zeroes and Deallocate of a [`RemoteNamespace`] are
+//!   marked *retry*: submitted or in flight during a reconnect, they wait for it and are
+//!   sent again on the new connection (also after an Abort that aborted them, or a data
+//!   digest mismatch), at most [`queue::MAX_RETRIES`] times per command. Everything else
+//!   (reservations, admin commands, pass-through unless asked) fails at once with the
+//!   transport error: it is not idempotent, or the caller knows better.
+//!
+//! # The idempotence assumption
+//!
+//! Sending a read or a write again is safe because doing it twice has the effect of
+//! doing it once: a write that reached the media before its connection died writes the
+//! same bytes to the same blocks again. That holds as long as nobody else writes those
+//! blocks in between: another host (which reservations fence: a preempted host's re-sent
+//! writes get Reservation Conflict), or an overlapping write this host issued while the
+//! first was outstanding (the `BlockDevice` contract already leaves overlapping writes in
+//! flight together unordered). Multipath failover re-sends on another path under the
+//! same assumption.
 
 pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod host_identity;
+pub mod multipath;
 pub mod namespace;
 pub mod queue;
 pub mod status_text;
 pub mod url;
 
-pub use controller::{ConnectOptions, Controller};
+pub use controller::{ConnectOptions, Controller, ControllerState, ControllerStatus};
 pub use discovery::{DiscoveryEntry, discover, discover_all, format_discovery_log};
 pub use host_identity::HostIdentity;
+pub use multipath::{MultipathNamespace, MultipathOptions, PathInfo, PathPolicy};
 pub use namespace::RemoteNamespace;
 pub use url::NvmeTcpUrl;
 
 pub use error::{CommandKind, HostError, TransportError};
-pub use queue::{Completed, Payload, QueueOptions, QueuePair};
+pub use queue::{Completed, Payload, QueueOptions, QueuePair, SubmitOptions};

@@ -172,6 +172,47 @@ async fn many_concurrent_ios_over_all_queues() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_above_mdts_is_split_into_commands_in_flight_together() {
+    tokio::time::timeout(LIMIT, async {
+        let t = FakeTarget::start(FakeConfig {
+            io_queues_max: 1,
+            // Sequential splitting would send the second part only after the first R2T.
+            r2t_delay_ms: 50,
+            ..FakeConfig::default()
+        })
+        .await;
+        let (_c, ns) = open(&t, 0).await;
+        assert_eq!(ns.info().max_io_bytes, 128 * 1024);
+        // 1 MiB + 4 KiB: nine commands, the last one short.
+        let len = (1 << 20) + 4096;
+        let d = pattern(len, 12);
+        let back = ns
+            .write(8192, IoBuf::from_slice(&d), WriteFlags::default())
+            .await
+            .unwrap();
+        assert!(back[..] == d[..], "the caller's buffer comes back intact");
+        let pending = t
+            .state
+            .max_pending_writes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            pending >= 2,
+            "the split commands were sent together: {pending}"
+        );
+        let got = ns.read(8192, IoBuf::new_zeroed(len)).await.unwrap();
+        assert!(got[..] == d[..]);
+        // A split I/O past the end fails before anything is sent.
+        let e = ns
+            .read((64 << 20) - len as u64 + 4096, IoBuf::new_zeroed(len))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BlockError::OutOfRange { .. }), "{e:?}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zeroes_discard_flush_compare() {
     tokio::time::timeout(LIMIT, async {
         let t = FakeTarget::start(FakeConfig::default()).await;
@@ -402,26 +443,224 @@ async fn keep_alive_runs_at_half_kato() {
     .unwrap();
 }
 
-/// Opens the fake with `fault` and does one 8 KiB read; returns its error.
-async fn read_with_fault(
-    fault: Fault,
-    digests: u8,
-    timeout_ms: u64,
-) -> (FakeTarget, Controller, RemoteNamespace, BlockError) {
+/// Options for the bad-peer tests: quick reconnects, a short controller-loss timeout.
+fn robust(digests: u8) -> ConnectOptions {
+    ConnectOptions {
+        io_timeout_ms: 5_000,
+        admin_timeout_ms: 2_000,
+        reconnect_delay_ms: 20,
+        reconnect_delay_max_ms: 200,
+        ctrl_loss_tmo_ms: Some(5_000),
+        ..opts(digests)
+    }
+}
+
+struct Faulty {
+    t: FakeTarget,
+    c: Controller,
+    ns: RemoteNamespace,
+    data: Vec<u8>,
+}
+
+/// Starts the fake (one I/O queue) with `fault` firing `times` times, connects with `o`
+/// and writes 8 KiB of pattern at 0 (reads trigger most faults).
+async fn faulty(fault: Fault, times: u32, o: &ConnectOptions) -> Faulty {
     let t = FakeTarget::start(FakeConfig {
         fault,
+        fault_times: times,
         io_queues_max: 1,
         ..FakeConfig::default()
     })
     .await;
-    let o = ConnectOptions {
-        io_timeout_ms: timeout_ms,
-        ..opts(digests)
-    };
-    let c = connect(&t, &o).await.unwrap();
+    let c = connect(&t, o).await.unwrap();
     let ns = RemoteNamespace::open(&c, 1).await.unwrap();
-    let e = ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap_err();
-    (t, c, ns, e)
+    let data = pattern(8192, 77);
+    if fault != Fault::R2tPastEnd {
+        ns.write(0, IoBuf::from_slice(&data), WriteFlags::default())
+            .await
+            .unwrap();
+    }
+    Faulty { t, c, ns, data }
+}
+
+fn admin_connects(t: &FakeTarget) -> u64 {
+    t.state
+        .admin_connects
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn io_reads(t: &FakeTarget) -> u64 {
+    t.state.io_reads.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A fault that ends the connection once: the read is sent again on a new connection
+/// and succeeds; the status names what happened.
+async fn survives_one_fatal_fault(fault: Fault, digests: u8, reason: &str) {
+    let f = faulty(fault, 1, &robust(digests)).await;
+    let got = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap();
+    assert!(got[..] == f.data[..], "data after the reconnect");
+    let st = f.c.status();
+    assert!(st.is_live(), "{st:?}");
+    assert_eq!(st.generation, 2, "one reconnect: {st:?}");
+    let last = st.last_error.unwrap_or_default();
+    assert!(
+        last.contains(reason),
+        "last error {last:?} should say {reason:?}"
+    );
+    assert_eq!(admin_connects(&f.t), 2);
+    assert_eq!(io_reads(&f.t), 2, "the read went out twice");
+    // The new connection serves further I/O.
+    let d = pattern(4096, 5);
+    f.ns.write(65536, IoBuf::from_slice(&d), WriteFlags::default())
+        .await
+        .unwrap();
+    assert!(f.ns.read(65536, IoBuf::new_zeroed(4096)).await.unwrap()[..] == d[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_closing_mid_pdu_reconnects_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        survives_one_fatal_fault(
+            Fault::CloseMidPdu,
+            0,
+            "target closed the connection in the middle of a PDU (type 0x07)",
+        )
+        .await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_header_digest_reconnects_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        survives_one_fatal_fault(Fault::BadHeaderDigest, 1, "header digest").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_request_reconnects_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        survives_one_fatal_fault(
+            Fault::TermReq,
+            0,
+            "target terminated the connection: invalid PDU header field",
+        )
+        .await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_for_unknown_cid_reconnects_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        survives_one_fatal_fault(Fault::UnknownCid, 0, "which is not outstanding").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_from_the_target_reconnects_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        survives_one_fatal_fault(Fault::GarbageOnRead, 0, "bad PDU from target").await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_stalling_mid_pdu_times_out_resets_and_retries() {
+    tokio::time::timeout(LIMIT, async {
+        let o = ConnectOptions {
+            io_timeout_ms: 300,
+            ..robust(0)
+        };
+        let f = faulty(Fault::StallMidPdu, 1, &o).await;
+        let got = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap();
+        assert!(got[..] == f.data[..]);
+        let st = f.c.status();
+        assert_eq!(st.generation, 2, "{st:?}");
+        let last = st.last_error.unwrap_or_default();
+        assert!(last.contains("Read (CID"), "{last}");
+        assert!(last.contains("timed out after 300 ms"), "{last}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2t_past_the_end_reconnects_and_retries_the_write() {
+    tokio::time::timeout(LIMIT, async {
+        let f = faulty(Fault::R2tPastEnd, 1, &robust(0)).await;
+        let d = pattern(65536, 3);
+        f.ns.write(0, IoBuf::from_slice(&d), WriteFlags::default())
+            .await
+            .unwrap();
+        assert!(f.ns.read(0, IoBuf::new_zeroed(65536)).await.unwrap()[..] == d[..]);
+        let st = f.c.status();
+        assert_eq!(st.generation, 2);
+        let last = st.last_error.unwrap_or_default();
+        assert!(last.contains("R2T for CID"), "{last}");
+        assert!(
+            last.contains("beyond") || last.contains("asks for bytes up to"),
+            "{last}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_data_digest_is_retried_on_the_same_connection() {
+    tokio::time::timeout(LIMIT, async {
+        let f = faulty(Fault::BadDataDigest, 1, &robust(3)).await;
+        let got = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap();
+        assert!(got[..] == f.data[..]);
+        assert_eq!(io_reads(&f.t), 2);
+        assert_eq!(f.c.status().generation, 1, "no reconnect for a data digest");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_bad_data_digest_fails_with_a_clear_error() {
+    tokio::time::timeout(LIMIT, async {
+        let f = faulty(Fault::BadDataDigest, u32::MAX, &robust(3)).await;
+        let e = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap_err();
+        assert!(
+            matches!(host_error(&e), Some(HostError::DataDigest { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("data digest mismatch"), "{e}");
+        // The first try and MAX_RETRIES re-sends.
+        assert_eq!(io_reads(&f.t), 1 + u64::from(nvmf_host::queue::MAX_RETRIES));
+        assert!(f.c.status().is_live());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_always_breaks_the_connection_fails_the_io_clearly() {
+    tokio::time::timeout(LIMIT, async {
+        let f = faulty(Fault::CloseMidPdu, u32::MAX, &robust(0)).await;
+        let e = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap_err();
+        let r = transport_reason(&e);
+        assert_eq!(r, TransportError::ClosedMidPdu { pdu_type: 0x07 }, "{e}");
+        assert_eq!(io_reads(&f.t), 1 + u64::from(nvmf_host::queue::MAX_RETRIES));
+        // The controller itself is fine: it reconnected each time.
+        assert!(f.c.wait_live().await);
+        f.ns.write(0, IoBuf::from_slice(&f.data), WriteFlags::default())
+            .await
+            .unwrap();
+    })
+    .await
+    .unwrap();
 }
 
 fn transport_reason(e: &BlockError) -> TransportError {
@@ -432,118 +671,194 @@ fn transport_reason(e: &BlockError) -> TransportError {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn peer_closing_mid_pdu_is_a_clear_error() {
+async fn abort_completes_a_stuck_read_without_a_reset() {
     tokio::time::timeout(LIMIT, async {
-        let (_t, c, ns, e) = read_with_fault(Fault::CloseMidPdu, 0, 5000).await;
-        assert_eq!(
-            transport_reason(&e),
-            TransportError::ClosedMidPdu { pdu_type: 0x07 }
-        );
-        assert!(e.to_string().contains("in the middle of a PDU"), "{e}");
-        // The queue stays failed; later I/O fails at once with the same reason.
-        let e2 = ns.read(0, IoBuf::new_zeroed(512)).await.unwrap_err();
-        assert_eq!(
-            transport_reason(&e2),
-            TransportError::ClosedMidPdu { pdu_type: 0x07 }
-        );
-        assert!(c.io_queues()[0].error().is_some());
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_header_digest_is_fatal_and_named() {
-    tokio::time::timeout(LIMIT, async {
-        let (_t, _c, _ns, e) = read_with_fault(Fault::BadHeaderDigest, 1, 5000).await;
-        let r = transport_reason(&e);
-        assert!(matches!(r, TransportError::BadPdu { fes: 3, .. }), "{r:?}");
-        assert!(e.to_string().contains("header digest"), "{e}");
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_data_digest_fails_only_the_command() {
-    tokio::time::timeout(LIMIT, async {
-        let (_t, _c, ns, e) = read_with_fault(Fault::BadDataDigest, 3, 5000).await;
-        assert!(
-            matches!(host_error(&e), Some(HostError::DataDigest { .. })),
-            "{e}"
-        );
-        assert!(e.to_string().contains("data digest mismatch"), "{e}");
-        // The connection is still good.
-        let d = pattern(4096, 9);
-        ns.write(0, IoBuf::from_slice(&d), WriteFlags::default())
-            .await
-            .unwrap();
-        assert!(ns.read(0, IoBuf::new_zeroed(4096)).await.unwrap()[..] == d[..]);
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn termination_request_from_target_is_named() {
-    tokio::time::timeout(LIMIT, async {
-        let (_t, _c, _ns, e) = read_with_fault(Fault::TermReq, 0, 5000).await;
-        assert_eq!(
-            transport_reason(&e),
-            TransportError::TargetTerminated { fes: 1, fei: 0 }
-        );
-        assert!(
-            e.to_string()
-                .contains("target terminated the connection: invalid PDU header field"),
-            "{e}"
-        );
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_target_times_out() {
-    tokio::time::timeout(LIMIT, async {
+        let o = ConnectOptions {
+            io_timeout_ms: 300,
+            ..robust(0)
+        };
+        let f = faulty(Fault::IgnoreReadsUntilAbort, 1, &o).await;
         let start = std::time::Instant::now();
-        let (_t, _c, _ns, e) = read_with_fault(Fault::IgnoreReads, 0, 300).await;
+        let got = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap();
+        assert!(got[..] == f.data[..]);
+        assert!(start.elapsed() >= Duration::from_millis(250));
+        assert_eq!(
+            f.t.state.aborts.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        assert_eq!(io_reads(&f.t), 2, "sent again after the abort");
+        assert_eq!(f.c.status().generation, 1, "no reset needed");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_target_aborts_resets_and_finally_times_out() {
+    tokio::time::timeout(LIMIT, async {
+        let o = ConnectOptions {
+            io_timeout_ms: 300,
+            ..robust(0)
+        };
+        let f = faulty(Fault::IgnoreReads, u32::MAX, &o).await;
+        let start = std::time::Instant::now();
+        let e = f.ns.read(0, IoBuf::new_zeroed(8192)).await.unwrap_err();
         assert!(matches!(e, BlockError::Timeout), "{e:?}");
-        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(f.t.state.aborts.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+        // Each of the 1 + MAX_RETRIES timeouts: Abort (refused by this target), reset and
+        // reconnect; the read fails at the last reset.
+        assert!(f.c.wait_live().await);
+        let st = f.c.status();
+        assert_eq!(
+            st.generation,
+            2 + u64::from(nvmf_host::queue::MAX_RETRIES),
+            "{st:?}"
+        );
+        let last = st.last_error.unwrap_or_default();
+        assert!(
+            last.contains("timed out after 300 ms; Abort did not abort it"),
+            "{last}"
+        );
     })
     .await
     .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completion_for_unknown_cid_is_fatal() {
+async fn keep_alive_failure_resets_and_waiting_io_completes_after_the_stall() {
+    use std::sync::atomic::Ordering;
     tokio::time::timeout(LIMIT, async {
-        let (_t, _c, _ns, e) = read_with_fault(Fault::UnknownCid, 0, 5000).await;
-        let r = transport_reason(&e);
-        assert!(matches!(r, TransportError::BadPdu { .. }), "{r:?}");
-        assert!(e.to_string().contains("not outstanding"), "{e}");
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r2t_past_the_end_is_fatal() {
-    tokio::time::timeout(LIMIT, async {
-        let t = FakeTarget::start(FakeConfig {
-            fault: Fault::R2tPastEnd,
-            io_queues_max: 1,
-            ..FakeConfig::default()
-        })
-        .await;
-        let c = connect(&t, &opts(0)).await.unwrap();
-        let ns = RemoteNamespace::open(&c, 1).await.unwrap();
-        let e = ns
-            .write(0, IoBuf::new_zeroed(65536), WriteFlags::default())
+        let o = ConnectOptions {
+            kato_ms: 400,
+            admin_timeout_ms: 500,
+            ..robust(0)
+        };
+        let f = faulty(Fault::None, 0, &o).await;
+        let mut watch = f.c.watch();
+        f.t.state.stalled.store(true, Ordering::Relaxed);
+        let ns = std::sync::Arc::new(f.ns);
+        let reader = {
+            let ns = ns.clone();
+            tokio::spawn(async move { ns.read(0, IoBuf::new_zeroed(8192)).await })
+        };
+        watch
+            .wait_for(|s| !s.is_live())
             .await
-            .unwrap_err();
-        let r = transport_reason(&e);
-        assert!(matches!(r, TransportError::BadPdu { fes: 4, .. }), "{r:?}");
-        assert!(e.to_string().contains("R2T for CID"), "{e}");
+            .expect("controller leaves live");
+        let why = f.c.status().last_error.unwrap_or_default();
+        assert!(why.contains("Keep Alive"), "{why}");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!reader.is_finished(), "the read waits for the reconnect");
+        f.t.state.stalled.store(false, Ordering::Relaxed);
+        let got = reader.await.unwrap().unwrap();
+        assert!(got[..] == f.data[..]);
+        let st = f.c.status();
+        assert!(st.is_live());
+        assert!(st.generation >= 2, "{st:?}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_restart_within_the_loss_timeout_keeps_io_going() {
+    tokio::time::timeout(LIMIT, async {
+        let f = faulty(Fault::None, 0, &robust(0)).await;
+        let addr = f.t.addr;
+        let mut w = f.c.watch();
+        drop(f.t);
+        w.wait_for(|s| !s.is_live()).await.unwrap();
+        let ns = std::sync::Arc::new(f.ns);
+        let d = pattern(16384, 8);
+        let writer = {
+            let ns = ns.clone();
+            let d = d.clone();
+            tokio::spawn(async move {
+                ns.write(4096, IoBuf::from_slice(&d), WriteFlags::default())
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!writer.is_finished(), "the write waits for the target");
+        assert!(!f.c.status().is_live());
+        let t2 = FakeTarget::start_at(
+            addr,
+            FakeConfig {
+                io_queues_max: 1,
+                ..FakeConfig::default()
+            },
+        )
+        .await;
+        writer.await.unwrap().unwrap();
+        assert!(ns.read(4096, IoBuf::new_zeroed(16384)).await.unwrap()[..] == d[..]);
+        assert!(f.c.status().is_live());
+        assert_eq!(admin_connects(&t2), 1);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_loss_timeout_fails_waiting_io_with_a_clear_error() {
+    tokio::time::timeout(LIMIT, async {
+        let o = ConnectOptions {
+            ctrl_loss_tmo_ms: Some(800),
+            ..robust(0)
+        };
+        let f = faulty(Fault::None, 0, &o).await;
+        let mut w = f.c.watch();
+        drop(f.t);
+        // The target's connections close asynchronously: start once the host saw it.
+        w.wait_for(|s| !s.is_live()).await.unwrap();
+        let start = std::time::Instant::now();
+        let e = f.ns.read(0, IoBuf::new_zeroed(4096)).await.unwrap_err();
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        let he = host_error(&e).expect("host error");
+        assert!(matches!(he, HostError::ControllerLost { .. }), "{he}");
+        let text = e.to_string();
+        assert!(text.contains("lost: no reconnect within 800 ms"), "{text}");
+        assert!(text.contains("last error: connect to"), "{text}");
+        assert!(matches!(
+            f.c.status().state,
+            nvmf_host::ControllerState::Lost { .. }
+        ));
+        // Later I/O fails at once with the same error.
+        let start = std::time::Instant::now();
+        let e2 = f.ns.read(0, IoBuf::new_zeroed(4096)).await.unwrap_err();
+        assert!(start.elapsed() < Duration::from_millis(100));
+        assert!(matches!(
+            host_error(&e2),
+            Some(HostError::ControllerLost { .. })
+        ));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_loss_timeout_means_no_reconnect() {
+    tokio::time::timeout(LIMIT, async {
+        let o = ConnectOptions {
+            ctrl_loss_tmo_ms: Some(0),
+            ..robust(0)
+        };
+        let f = faulty(Fault::None, 0, &o).await;
+        let mut w = f.c.watch();
+        drop(f.t);
+        w.wait_for(|s| !s.is_live()).await.unwrap();
+        let e = f.ns.read(0, IoBuf::new_zeroed(4096)).await.unwrap_err();
+        assert!(
+            matches!(
+                host_error(&e),
+                Some(HostError::ControllerLost { attempts: 0, .. })
+            ),
+            "{e}"
+        );
     })
     .await
     .unwrap();

@@ -474,3 +474,29 @@ async fn reservations_between_two_hosts() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_thread_keeps_to_one_io_queue() {
+    tokio::time::timeout(LIMIT, async {
+        let s = start(TargetConfig::default(), &[(1, 1 << 20, 512)]).await;
+        let c = Controller::connect(s.listener.local_addr(), NQN, &host(), &opts(0))
+            .await
+            .unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..8 {
+            let c = c.clone();
+            let qids = std::thread::spawn(move || {
+                (0..100)
+                    .map(|_| c.pick_io_queue().unwrap().qid())
+                    .collect::<std::collections::BTreeSet<u16>>()
+            })
+            .join()
+            .unwrap();
+            assert_eq!(qids.len(), 1, "one queue per thread: {qids:?}");
+            seen.extend(qids);
+        }
+        assert_eq!(seen.len(), 2, "threads spread over both queues: {seen:?}");
+    })
+    .await
+    .unwrap();
+}

@@ -213,7 +213,7 @@ fn measure(binary: &Path, settings: &Settings) -> Result<GuestRun, MeasureError>
     let workloads: Vec<String> = settings.workloads.iter().map(spec).collect();
     // Two targets and two initiators per round; three times the measured time for the fixed
     // costs of each run under TCG.
-    let runs = settings.workloads.len() as f64 * 4.0 * f64::from(settings.guest_rounds);
+    let runs = settings.workloads.len() as f64 * 4.0 * f64::from(settings.rounds);
     let measured = Duration::from_secs_f64(settings.runtime_s * runs * 3.0);
     let mut cfg = GuestConfig::new("bench-storage-node", JOB)
         .cpus(settings.guest_cpus)
@@ -223,7 +223,7 @@ fn measure(binary: &Path, settings: &Settings) -> Result<GuestRun, MeasureError>
         .env("LIBS", libs.join(" "))
         .env("NS_MB", settings.guest_ns_mb)
         .env("SECS", format!("{}", settings.runtime_s))
-        .env("ROUNDS", settings.guest_rounds)
+        .env("ROUNDS", settings.rounds)
         .env("WORKLOADS", workloads.join(" "))
         .env("PRE", spec(&PRECONDITION))
         .env("KNQN", KERNEL_NQN)

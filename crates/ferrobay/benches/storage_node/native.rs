@@ -15,7 +15,7 @@ use crate::Settings;
 use crate::workload::{PRECONDITION, Workload};
 
 /// Node name; its drive d0 is exported as `nqn.2026-01.io.ferrobay:<name>:d0`, NSID 1.
-const NODE_NAME: &str = "bench1";
+pub const NODE_NAME: &str = "bench1";
 const NODE_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One workload against the native node.
@@ -236,6 +236,10 @@ impl NodeChild {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn cpu(&self) -> Result<CpuTime, String> {
         CpuTime::of_pid(self.child.id())
             .ok_or_else(|| format!("cannot read /proc/{}/stat of the node", self.child.id()))
@@ -281,7 +285,7 @@ impl Drop for NodeChild {
 /// The child gets SIGKILL when the thread that started it ends (this bench runs its
 /// sections from the main thread, so: when the bench dies, also on Ctrl-C).
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
+pub fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
     // which is async-signal-safe; it touches no memory or locks of the parent.

@@ -78,6 +78,8 @@ impl Workload {
 pub struct Settings {
     pub runtime_s: f64,
     pub workloads: Vec<Workload>,
+    /// Size of the native RAM namespaces (ferrobay's `--drive ram:..`, SPDK's Malloc bdev).
+    pub ram_ns_mb: u64,
     /// `--drive` of the native node.
     pub native_drive: String,
     /// Size of each RAM namespace in the guest (brd and the node's RAM drive).
@@ -86,10 +88,17 @@ pub struct Settings {
     pub guest_mem_mb: u32,
     pub guest: bool,
     pub guest_fio: bool,
-    /// Runs of each workload per target and initiator in the guest (means are compared).
-    pub guest_rounds: u32,
+    /// Runs of each workload per target (and initiator) in the guest and in the SPDK
+    /// section (means are compared).
+    pub rounds: u32,
     /// I/O queues the nvmf-host initiator asks for (nvmf-host's default: one per CPU).
     pub io_queues: u16,
+    /// `FERROBAY_BENCH_SPDK_TGT`: an `nvmf_tgt` binary built outside the repo (section C).
+    pub spdk_tgt: Option<String>,
+    /// `FERROBAY_BENCH_SPDK_CPUMASK`: SPDK's reactor mask (default 0x1: one core).
+    pub spdk_cpumask: String,
+    /// `FERROBAY_BENCH_SPDK_ARGS`: more `nvmf_tgt` arguments (e.g. `--interrupt-mode`).
+    pub spdk_args: Vec<String>,
 }
 
 impl Settings {
@@ -98,20 +107,27 @@ impl Settings {
         let guest_ns_mb = env_f64("FERROBAY_BENCH_GUEST_NS_MB")
             .map_or(256, |v| v as u64)
             .clamp(16, 2048);
+        let ram_ns_mb = if full { 1024 } else { 256 };
         Settings {
             runtime_s: secs.clamp(0.1, 600.0),
             workloads: WORKLOADS.to_vec(),
-            native_drive: if full { "ram:1G" } else { "ram:256M" }.into(),
+            ram_ns_mb,
+            native_drive: format!("ram:{ram_ns_mb}M"),
             guest_ns_mb,
             guest_cpus: 2,
             // Two RAM namespaces, fio's libraries and page cache headroom.
             guest_mem_mb: (2 * guest_ns_mb + 768) as u32,
             guest: full && env_flag("FERROBAY_BENCH_GUEST", true),
             guest_fio: env_flag("FERROBAY_BENCH_GUEST_FIO", true),
-            guest_rounds: env_f64("FERROBAY_BENCH_ROUNDS")
+            rounds: env_f64("FERROBAY_BENCH_ROUNDS")
                 .map_or(2, |v| v as u32)
                 .clamp(1, 10),
             io_queues: nvmf_host::ConnectOptions::default().io_queues,
+            spdk_tgt: env_string("FERROBAY_BENCH_SPDK_TGT"),
+            spdk_cpumask: env_string("FERROBAY_BENCH_SPDK_CPUMASK").unwrap_or_else(|| "0x1".into()),
+            spdk_args: env_string("FERROBAY_BENCH_SPDK_ARGS")
+                .map(|a| a.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
         }
     }
 
@@ -129,6 +145,14 @@ fn env_f64(name: &str) -> Option<f64> {
             None
         }
     }
+}
+
+/// A non-blank variable, trimmed.
+fn env_string(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 fn env_flag(name: &str, default: bool) -> bool {

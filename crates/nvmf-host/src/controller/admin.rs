@@ -30,7 +30,7 @@ pub(crate) async fn identify_raw(
     }
     .to_command(0);
     let done = q
-        .submit_checked(cmd, Payload::read(IoBuf::new_zeroed(IDENTIFY_DATA_BYTES)))
+        .submit_init_checked(cmd, Payload::read(IoBuf::new_zeroed(IDENTIFY_DATA_BYTES)))
         .await?;
     done.buf
         .ok_or_else(|| HostError::invalid("Identify", "no data buffer came back"))
@@ -73,7 +73,7 @@ pub(crate) async fn get_log_page(
         }
         .to_command(0);
         let r = q
-            .submit_checked(
+            .submit_init_checked(
                 cmd,
                 Payload::FromController {
                     buf: out,
@@ -189,7 +189,7 @@ impl Controller {
         }
         .to_command(0);
         let p = data.map_or(Payload::None, Payload::write);
-        Ok(self.admin().submit_checked(c, p).await?.cqe)
+        Ok(self.admin().submit_init_checked(c, p).await?.cqe)
     }
 
     /// Get Features, current value; returns the completion (DW0 holds the value).
@@ -202,7 +202,11 @@ impl Controller {
             ..Default::default()
         }
         .to_command(0);
-        Ok(self.admin().submit_checked(c, Payload::None).await?.cqe)
+        Ok(self
+            .admin()
+            .submit_init_checked(c, Payload::None)
+            .await?
+            .cqe)
     }
 
     /// Sends one Keep Alive.
@@ -249,7 +253,7 @@ pub(crate) async fn set_number_of_queues(q: &QueuePair, n: u16) -> Result<u16> {
         ..Default::default()
     }
     .to_command(0);
-    let done = q.submit_checked(c, Payload::None).await?;
+    let done = q.submit_init_checked(c, Payload::None).await?;
     let got = NumberOfQueues::from_dw(done.cqe.dw0);
     let granted = got.sq_count().min(got.cq_count()).min(u32::from(n));
     Ok(granted as u16)

@@ -18,7 +18,9 @@ pub(crate) async fn connect_queue(
 ) -> Result<u16> {
     let mut buf = IoBuf::new_zeroed(ConnectData::BYTES);
     data.encode(&mut buf);
-    let done = q.submit(cmd.to_command(0), Payload::write(buf)).await?;
+    let done = q
+        .submit_init(cmd.to_command(0), Payload::write(buf))
+        .await?;
     let status = done.cqe.status;
     if !status.is_success() {
         let detail = if same_code(status, Status::CONNECT_INVALID_PARAMETERS) {
@@ -79,7 +81,7 @@ fn invalid_parameter_text(p: InvalidParameter) -> String {
 
 pub(crate) async fn property_get(q: &QueuePair, ofst: u32, size: PropertySize) -> Result<u64> {
     let done = q
-        .submit_checked(PropertyGet { size, ofst }.to_command(0), Payload::None)
+        .submit_init_checked(PropertyGet { size, ofst }.to_command(0), Payload::None)
         .await?;
     Ok(match size {
         PropertySize::Four => u64::from(done.cqe.dw0),
@@ -93,7 +95,7 @@ pub(crate) async fn property_set(
     size: PropertySize,
     value: u64,
 ) -> Result<()> {
-    q.submit_checked(
+    q.submit_init_checked(
         PropertySet { size, ofst, value }.to_command(0),
         Payload::None,
     )

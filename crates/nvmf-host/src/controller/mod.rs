@@ -1,43 +1,59 @@
-//! A controller: the admin queue plus N I/O queues, each its own TCP connection.
+//! A controller: the admin queue plus N I/O queues, each its own TCP connection, kept
+//! alive across connection loss.
 //!
-//! Connect follows the Linux host: admin queue (ICReq, Connect with CNTLID 0xFFFF and
-//! KATO), CAP/VS, CC.EN and CSTS.RDY, Identify Controller with the fabrics checks, Set
-//! Features Number of Queues, then one Connect per I/O queue with the admin's CNTLID,
-//! and Keep Alive every KATO/2 in the background.
+//! Connect follows the Linux host (see `session.rs`), then a supervisor task owns the
+//! controller's health: Keep Alive every KATO/2, one Asynchronous Event Request always
+//! outstanding, per-command timeouts answered with Abort and, when that does not help, a
+//! controller reset; a lost connection (or a failed Keep Alive) starts a reconnect with
+//! exponential backoff until the controller-loss timeout. Commands marked for retry (the
+//! namespace's reads and writes) wait through a reconnect and are sent again; everything
+//! else fails at once. State and events are published on a watch channel
+//! ([`Controller::watch`]).
 
 mod admin;
 mod enable;
+mod events;
 mod fabrics;
 mod keepalive;
+mod session;
+mod status;
+mod supervisor;
 
+use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use nvme_proto::Command;
-use nvme_proto::fabrics::{
-    CNTLID_DYNAMIC, Cap, ConnectCommand, ConnectData, DISCOVERY_NQN, PropertySize, Vs, reg,
-    validate_nqn,
-};
+use nvme_proto::fabrics::{Cap, DISCOVERY_NQN, PropertySize, Vs, validate_nqn};
 use nvme_proto::identify::IdentifyController;
 use nvme_proto::identify::controller::bits as idbits;
 use nvme_proto::tcp::Digests;
+use tokio::sync::{Notify, watch};
 
 pub use admin::LOG_PAGE_CHUNK_BYTES;
+pub use status::{ControllerState, ControllerStatus, ana_state_name};
 
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
 use crate::namespace::RemoteNamespace;
-use crate::queue::{ADMIN_IN_CAPSULE_BYTES, Completed, Payload, QueueOptions, QueuePair};
+use crate::queue::{
+    ADMIN_IN_CAPSULE_BYTES, Completed, Payload, QueueOptions, QueuePair, SubmitOptions,
+};
+use session::{Params, Session};
 
+/// In-flight data on a thread's own I/O queue above which its transfers go to the least
+/// loaded queue (small I/O keeps to one queue; streams spread over connections).
+pub const SPILL_INFLIGHT_BYTES: u64 = 256 * 1024;
 /// Admin queue entries (Linux NVME_AQ_DEPTH).
 pub const ADMIN_QUEUE_SIZE: u16 = 32;
-/// Largest transfer when MDTS is 0 ("no limit"): what one Read of 65536 512-byte blocks
-/// moves, as Linux ends up sending to such targets.
-pub const UNLIMITED_MDTS_BYTES: u32 = 32 << 20;
+/// Largest transfer when MDTS is 0 ("no limit"). Linux 6.1 nvmet reports MDTS 0 on TCP
+/// yet answers Data SGL Length Invalid to any Read or Write above 4 MiB (seen in
+/// tests/kernel_target.rs), so "no limit" is taken as 4 MiB.
+pub const UNLIMITED_MDTS_BYTES: u32 = 4 << 20;
 
-/// How to connect.
+/// How to connect, and how hard to hold on.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// I/O queues to ask for (0: admin queue only). The controller may grant fewer.
@@ -47,16 +63,27 @@ pub struct ConnectOptions {
     pub digests: Digests,
     /// Keep Alive Timeout sent in Connect; 0 disables keep-alive.
     pub kato_ms: u32,
+    /// Per-command timeout of I/O commands; past it the command is aborted and, if that
+    /// does not bring its completion, the controller is reset.
     pub io_timeout_ms: u64,
     pub admin_timeout_ms: u64,
     pub connect_timeout_ms: u64,
     /// Wait for CSTS.SHST after CC.SHN at most this long.
     pub shutdown_timeout_ms: u64,
+    /// Pause before the second reconnect attempt (the first is immediate); it doubles
+    /// per attempt up to `reconnect_delay_max_ms` (nvme-cli `-c`, `--reconnect-delay`).
+    pub reconnect_delay_ms: u64,
+    pub reconnect_delay_max_ms: u64,
+    /// Give up reconnecting this long after the connection was lost: commands waiting
+    /// for the reconnect then fail with [`HostError::ControllerLost`]. None: never give
+    /// up; Some(0): no reconnect at all (nvme-cli `-l`, `--ctrl-loss-tmo`).
+    pub ctrl_loss_tmo_ms: Option<u64>,
 }
 
 impl Default for ConnectOptions {
     /// Linux's defaults: one I/O queue per CPU (here at most 8), 128 entries, no digests,
-    /// KATO 5 s, 30 s I/O and 60 s admin timeouts.
+    /// KATO 5 s, 30 s I/O and 60 s admin timeouts, controller-loss timeout 600 s; the
+    /// reconnect delay starts at 1 s (Linux: a fixed 10 s) and doubles up to 10 s.
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         ConnectOptions {
@@ -68,32 +95,89 @@ impl Default for ConnectOptions {
             admin_timeout_ms: 60_000,
             connect_timeout_ms: 10_000,
             shutdown_timeout_ms: 5_000,
+            reconnect_delay_ms: 1_000,
+            reconnect_delay_max_ms: 10_000,
+            ctrl_loss_tmo_ms: Some(600_000),
         }
     }
 }
 
-struct Inner {
+/// Background tasks of the current connection.
+#[derive(Default)]
+struct Tasks {
+    supervisor: Option<tokio::task::JoinHandle<()>>,
+    keepalive: Option<tokio::task::JoinHandle<()>>,
+    events: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Tasks {
+    fn stop_connection_tasks(&mut self) {
+        for h in [self.keepalive.take(), self.events.take()]
+            .into_iter()
+            .flatten()
+        {
+            h.abort();
+        }
+    }
+}
+
+pub(crate) struct Inner {
     addr: SocketAddr,
     subnqn: String,
     host: HostIdentity,
     opts: ConnectOptions,
-    cntlid: u16,
-    cap: Cap,
-    vs: Vs,
-    id: IdentifyController,
     admin: QueuePair,
     io: Vec<QueuePair>,
     io_queue_size: u16,
-    max_transfer_bytes: u32,
-    next_io: AtomicUsize,
-    keepalive: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    session: RwLock<Arc<Session>>,
+    status: watch::Sender<ControllerStatus>,
+    /// Wakes the supervisor: a queue lost its connection or a command timed out.
+    notify: Arc<Notify>,
+    /// A reset someone asked for (failed Keep Alive, `Controller::reset`).
+    reset_request: Mutex<Option<String>>,
+    tasks: Mutex<Tasks>,
+    closed: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    fn params(&self) -> Params<'_> {
+        Params {
+            addr: self.addr,
+            subnqn: &self.subnqn,
+            host: &self.host,
+            opts: &self.opts,
+        }
+    }
+    fn session(&self) -> Arc<Session> {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+    fn queues(&self) -> impl Iterator<Item = &QueuePair> {
+        self.io.iter().chain(std::iter::once(&self.admin))
+    }
+    fn request_reset(&self, reason: String) {
+        lock(&self.reset_request).get_or_insert(reason);
+        self.notify.notify_one();
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Ok(mut g) = self.keepalive.lock()
-            && let Some(h) = g.take()
-        {
+        self.closed.store(true, Ordering::Release);
+        // I/O queues first: the target tears the controller down with its admin queue,
+        // and what it closes then is no news.
+        for q in self.queues() {
+            q.fail_all(q.closed_error());
+        }
+        let mut t = lock(&self.tasks);
+        t.stop_connection_tasks();
+        if let Some(h) = t.supervisor.take() {
             h.abort();
         }
     }
@@ -111,15 +195,16 @@ impl std::fmt::Debug for Controller {
         f.debug_struct("Controller")
             .field("addr", &self.inner.addr)
             .field("subnqn", &self.inner.subnqn)
-            .field("cntlid", &self.inner.cntlid)
+            .field("cntlid", &self.cntlid())
             .field("io_queues", &self.inner.io.len())
             .finish()
     }
 }
 
 impl Controller {
-    /// Connects to subsystem `subnqn` at `addr` as `host`, enables the controller and
-    /// opens the I/O queues.
+    /// Connects to subsystem `subnqn` at `addr` as `host`, enables the controller, opens
+    /// the I/O queues and starts supervising them. A first connect that fails is an error
+    /// (no retries), as with `nvme connect`.
     pub async fn connect(
         addr: SocketAddr,
         subnqn: &str,
@@ -130,89 +215,93 @@ impl Controller {
             .map_err(|e| HostError::Usage(format!("subsystem NQN {subnqn:?}: {e}")))?;
         validate_nqn(&host.hostnqn)
             .map_err(|e| HostError::Usage(format!("host NQN {:?}: {e}", host.hostnqn)))?;
-        let admin_opts = QueueOptions {
-            qid: 0,
-            queue_size: ADMIN_QUEUE_SIZE,
-            digests: opts.digests,
-            in_capsule_max_bytes: ADMIN_IN_CAPSULE_BYTES,
-            command_timeout_ms: opts.admin_timeout_ms,
-            connect_timeout_ms: opts.connect_timeout_ms,
-        };
-        let admin = QueuePair::connect(addr, &admin_opts).await?;
-        let data = ConnectData {
-            hostid: host.hostid,
-            cntlid: CNTLID_DYNAMIC,
-            subnqn: subnqn.to_string(),
-            hostnqn: host.hostnqn.clone(),
-        };
-        let cmd = ConnectCommand {
-            recfmt: 0,
-            qid: 0,
-            sqsize: ADMIN_QUEUE_SIZE - 1,
-            cattr: 0,
-            kato_ms: opts.kato_ms,
-        };
-        let cntlid = fabrics::connect_queue(&admin, cmd, &data).await?;
-        let cap =
-            Cap::from_u64(fabrics::property_get(&admin, reg::CAP, PropertySize::Eight).await?);
-        let vs =
-            Vs::from_u32(fabrics::property_get(&admin, reg::VS, PropertySize::Four).await? as u32);
-        enable::enable(&admin, &cap).await?;
-        let id = admin::identify_controller(&admin).await?;
-        let discovery = subnqn == DISCOVERY_NQN || id.cntrltype == idbits::CNTRLTYPE_DISCOVERY;
-        check_identify(addr, cntlid, &id, opts, discovery)?;
-        let page_bytes = 1u64 << (12 + u32::from(cap.mpsmin));
-        let max_transfer_bytes = if id.mdts == 0 {
-            UNLIMITED_MDTS_BYTES
-        } else {
-            (page_bytes << u32::from(id.mdts).min(20)).min(u64::from(u32::MAX)) as u32
-        };
-        let mut io_queue_size = opts.queue_size.min(cap.mqes.saturating_add(1));
-        if id.maxcmd > 0 {
-            io_queue_size = io_queue_size.min(id.maxcmd);
-        }
-        let io_queue_size = io_queue_size.max(crate::queue::MIN_QUEUE_SIZE);
-        let want = if discovery { 0 } else { opts.io_queues };
-        let granted = if want > 0 {
-            admin::set_number_of_queues(&admin, want).await?
-        } else {
-            0
-        };
-        let in_capsule = (id.ioccsz.saturating_mul(16)).saturating_sub(64);
-        let io = connect_io_queues(
+        let admin = QueuePair::detached(
             addr,
-            &data,
-            cntlid,
-            granted,
-            QueueOptions {
+            &QueueOptions {
                 qid: 0,
-                queue_size: io_queue_size,
+                queue_size: ADMIN_QUEUE_SIZE,
                 digests: opts.digests,
-                in_capsule_max_bytes: in_capsule,
-                command_timeout_ms: opts.io_timeout_ms,
+                in_capsule_max_bytes: ADMIN_IN_CAPSULE_BYTES,
+                command_timeout_ms: opts.admin_timeout_ms,
                 connect_timeout_ms: opts.connect_timeout_ms,
             },
-        )
-        .await?;
-        let keepalive = (opts.kato_ms > 0).then(|| keepalive::spawn(admin.clone(), opts.kato_ms));
-        Ok(Controller {
-            inner: Arc::new(Inner {
+        )?;
+        let p = Params {
+            addr,
+            subnqn,
+            host,
+            opts,
+        };
+        let want = if subnqn == DISCOVERY_NQN {
+            0
+        } else {
+            opts.io_queues
+        };
+        let s = match session::bring_up_admin(&admin, &p, want).await {
+            Ok(s) => s,
+            Err(e) => {
+                admin.close().await;
+                return Err(e);
+            }
+        };
+        let mut io_queue_size = opts.queue_size.min(s.cap.mqes.saturating_add(1));
+        if s.id.maxcmd > 0 {
+            io_queue_size = io_queue_size.min(s.id.maxcmd);
+        }
+        let io_queue_size = io_queue_size.max(crate::queue::MIN_QUEUE_SIZE);
+        let in_capsule = session::io_in_capsule_bytes(&s.id);
+        let mut io = Vec::with_capacity(usize::from(s.io_granted));
+        for qid in 1..=s.io_granted {
+            io.push(QueuePair::detached(
                 addr,
-                subnqn: subnqn.to_string(),
-                host: host.clone(),
-                opts: opts.clone(),
-                cntlid,
-                cap,
-                vs,
-                id,
-                admin,
-                io,
-                io_queue_size,
-                max_transfer_bytes,
-                next_io: AtomicUsize::new(0),
-                keepalive: Mutex::new(keepalive),
-            }),
-        })
+                &QueueOptions {
+                    qid,
+                    queue_size: io_queue_size,
+                    digests: opts.digests,
+                    in_capsule_max_bytes: in_capsule,
+                    command_timeout_ms: opts.io_timeout_ms,
+                    connect_timeout_ms: opts.connect_timeout_ms,
+                },
+            )?);
+        }
+        if let Err(e) = session::connect_io_queues(&io, &p, s.cntlid).await {
+            for q in io.iter().chain([&admin]) {
+                q.close().await;
+            }
+            return Err(e);
+        }
+        let notify = Arc::new(Notify::new());
+        for q in io.iter().chain([&admin]) {
+            q.supervise(notify.clone());
+            q.open_gate();
+        }
+        let mut status = ControllerStatus::new(s.cntlid);
+        status.state = ControllerState::Live;
+        status.generation = 1;
+        status.ana = s.ana.clone();
+        let (status_tx, _) = watch::channel(status);
+        let inner = Arc::new(Inner {
+            addr,
+            subnqn: subnqn.to_string(),
+            host: host.clone(),
+            opts: opts.clone(),
+            admin,
+            io,
+            io_queue_size,
+            session: RwLock::new(Arc::new(s)),
+            status: status_tx,
+            notify,
+            reset_request: Mutex::new(None),
+            tasks: Mutex::new(Tasks::default()),
+            closed: AtomicBool::new(false),
+        });
+        supervisor::start_connection_tasks(&inner);
+        let sup = tokio::spawn(supervisor::run(
+            Arc::downgrade(&inner),
+            inner.notify.clone(),
+        ));
+        lock(&inner.tasks).supervisor = Some(sup);
+        Ok(Controller { inner })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -227,26 +316,27 @@ impl Controller {
     pub fn options(&self) -> &ConnectOptions {
         &self.inner.opts
     }
-    /// The controller ID Connect returned.
+    /// The controller ID of the current connection (it may change on reconnect).
     pub fn cntlid(&self) -> u16 {
-        self.inner.cntlid
+        self.inner.session().cntlid
     }
-    pub fn cap(&self) -> &Cap {
-        &self.inner.cap
+    pub fn cap(&self) -> Cap {
+        self.inner.session().cap
     }
     pub fn vs(&self) -> Vs {
-        self.inner.vs
+        self.inner.session().vs
     }
-    /// Identify Controller as read during connect.
-    pub fn id(&self) -> &IdentifyController {
-        &self.inner.id
+    /// Identify Controller as read during the last (re)connect.
+    pub fn id(&self) -> Arc<IdentifyController> {
+        self.inner.session().id.clone()
     }
     pub fn is_discovery(&self) -> bool {
-        self.inner.subnqn == DISCOVERY_NQN || self.inner.id.cntrltype == idbits::CNTRLTYPE_DISCOVERY
+        self.inner.subnqn == DISCOVERY_NQN
+            || self.inner.session().id.cntrltype == idbits::CNTRLTYPE_DISCOVERY
     }
     /// Largest data transfer of one command (from MDTS and CAP.MPSMIN).
     pub fn max_transfer_bytes(&self) -> u32 {
-        self.inner.max_transfer_bytes
+        self.inner.session().max_transfer_bytes
     }
     pub fn admin(&self) -> &QueuePair {
         &self.inner.admin
@@ -258,18 +348,50 @@ impl Controller {
     pub fn io_queue_size(&self) -> u16 {
         self.inner.io_queue_size
     }
+    /// ANA Transition Time: how long a group may stay in the change state.
+    pub fn anatt(&self) -> Duration {
+        Duration::from_secs(u64::from(self.inner.session().id.anatt.max(1)))
+    }
 
-    /// The next I/O queue, round robin.
+    /// The current state and event information.
+    pub fn status(&self) -> ControllerStatus {
+        self.inner.status.borrow().clone()
+    }
+    /// A receiver that sees every change of [`Controller::status`]: state changes
+    /// (reconnecting, live, lost) and asynchronous events (ANA, namespaces, discovery).
+    pub fn watch(&self) -> watch::Receiver<ControllerStatus> {
+        self.inner.status.subscribe()
+    }
+
+    /// The I/O queue for the calling thread: each thread keeps to one queue (as the
+    /// Linux host maps CPUs to queues), so threads do not contend on a queue.
     pub fn pick_io_queue(&self) -> Result<&QueuePair> {
         let n = self.inner.io.len();
         if n == 0 {
             return Err(HostError::Usage(format!(
                 "controller {} of {} has no I/O queues",
-                self.inner.cntlid, self.inner.subnqn
+                self.cntlid(),
+                self.inner.subnqn
             )));
         }
-        let i = self.inner.next_io.fetch_add(1, Ordering::Relaxed) % n;
-        Ok(&self.inner.io[i])
+        Ok(&self.inner.io[thread_slot() % n])
+    }
+
+    /// The I/O queue for a transfer of `len_bytes` from the calling thread: the thread's
+    /// own queue while it has less than [`SPILL_INFLIGHT_BYTES`] in flight, else the
+    /// least loaded queue, so that bandwidth-bound transfers from one thread still use
+    /// several connections.
+    pub fn pick_io_queue_for(&self, len_bytes: u64) -> Result<&QueuePair> {
+        let own = self.pick_io_queue()?;
+        if own.inflight_bytes() + len_bytes <= SPILL_INFLIGHT_BYTES {
+            return Ok(own);
+        }
+        Ok(self
+            .inner
+            .io
+            .iter()
+            .min_by_key(|q| q.inflight_bytes())
+            .unwrap_or(own))
     }
 
     /// Opens namespace `nsid` as a block device.
@@ -277,9 +399,20 @@ impl Controller {
         RemoteNamespace::open(self, nsid).await
     }
 
-    /// I/O pass-through on the next I/O queue.
+    /// I/O pass-through on the calling thread's I/O queue (not retried after a
+    /// reconnect; see [`Controller::submit_io_with`]).
     pub async fn submit_io(&self, cmd: Command, data: Payload) -> Result<Completed> {
         self.pick_io_queue()?.submit(cmd, data).await
+    }
+
+    /// I/O pass-through with per-command options (`retry` for idempotent commands).
+    pub async fn submit_io_with(
+        &self,
+        cmd: Command,
+        data: Payload,
+        opts: SubmitOptions,
+    ) -> Result<Completed> {
+        self.pick_io_queue()?.submit_with(cmd, data, opts).await
     }
 
     pub async fn property_get(&self, ofst: u32, size: PropertySize) -> Result<u64> {
@@ -290,9 +423,44 @@ impl Controller {
         fabrics::property_set(self.admin(), ofst, size, value).await
     }
 
+    /// Reads the ANA log again and publishes it (as an ANA change event would). Used
+    /// after an I/O got an ANA path status.
+    pub async fn refresh_ana(&self) -> Result<()> {
+        let sess = self.inner.session();
+        if sess.id.cmic & idbits::CMIC_ANA == 0 {
+            return Ok(());
+        }
+        let log = session::read_ana_log(self.admin(), &sess.id, sess.max_transfer_bytes).await?;
+        self.inner
+            .status
+            .send_modify(|s| s.ana = Some(Arc::new(log)));
+        Ok(())
+    }
+
+    /// Resets the controller now: closes every connection and reconnects (as
+    /// `nvme reset`). Commands marked for retry wait through it.
+    pub fn reset(&self, reason: &str) {
+        self.inner
+            .request_reset(format!("reset requested: {reason}"));
+    }
+
+    /// Waits until the controller is live (true), or lost or closed (false).
+    pub async fn wait_live(&self) -> bool {
+        let mut rx = self.watch();
+        let r = rx
+            .wait_for(|s| {
+                matches!(
+                    s.state,
+                    ControllerState::Live | ControllerState::Lost { .. } | ControllerState::Closed
+                )
+            })
+            .await;
+        r.is_ok_and(|s| s.is_live())
+    }
+
     /// Normal shutdown (CC.SHN, wait for CSTS.SHST complete), then disconnect.
     pub async fn shutdown(&self) -> Result<()> {
-        self.stop_keepalive();
+        self.stop_tasks();
         let timeout = Duration::from_millis(self.inner.opts.shutdown_timeout_ms);
         let r = enable::shutdown(self.admin(), timeout).await;
         self.disconnect().await;
@@ -300,118 +468,41 @@ impl Controller {
     }
 
     /// Closes every queue (I/O first) without telling the controller; outstanding
-    /// commands fail with "queue shut down".
+    /// commands fail with "queue shut down", nothing reconnects.
     pub async fn disconnect(&self) {
-        self.stop_keepalive();
-        for q in &self.inner.io {
+        self.stop_tasks();
+        for q in self.inner.queues() {
             q.close().await;
         }
-        self.inner.admin.close().await;
+        self.inner
+            .status
+            .send_modify(|s| s.state = ControllerState::Closed);
     }
 
-    fn stop_keepalive(&self) {
-        if let Ok(mut g) = self.inner.keepalive.lock()
-            && let Some(h) = g.take()
-        {
+    fn stop_tasks(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        let mut t = lock(&self.inner.tasks);
+        t.stop_connection_tasks();
+        if let Some(h) = t.supervisor.take() {
             h.abort();
         }
     }
 }
 
-/// The checks the Linux host makes on Identify Controller of a fabrics controller.
-fn check_identify(
-    addr: SocketAddr,
-    cntlid: u16,
-    id: &IdentifyController,
-    opts: &ConnectOptions,
-    discovery: bool,
-) -> Result<()> {
-    let bad = |reason: String| {
-        Err(HostError::invalid(
-            format!("Identify Controller from {addr}"),
-            reason,
-        ))
-    };
-    if id.cntlid != cntlid {
-        return bad(format!(
-            "CNTLID {} differs from the {} Connect returned",
-            id.cntlid, cntlid
-        ));
-    }
-    if id.kas == 0 && opts.kato_ms > 0 {
-        return bad("KAS is 0 but keep-alive is mandatory for fabrics".into());
-    }
-    if id.icdoff != 0 {
-        return bad(format!("ICDOFF {} is not supported (must be 0)", id.icdoff));
-    }
-    if id.sgls & (idbits::SGLS_SUPPORTED | idbits::SGLS_DWORD_ALIGNED) == 0 {
-        return bad("SGLS reports no SGL support".into());
-    }
-    if !discovery && opts.io_queues > 0 && (id.ioccsz < 4 || id.iorcsz < 1) {
-        return bad(format!(
-            "IOCCSZ {} / IORCSZ {} below the minimum 4 / 1",
-            id.ioccsz, id.iorcsz
-        ));
-    }
-    Ok(())
+static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD_SLOT: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
-/// Connects I/O queues 1..=n concurrently.
-async fn connect_io_queues(
-    addr: SocketAddr,
-    data: &ConnectData,
-    cntlid: u16,
-    n: u16,
-    template: QueueOptions,
-) -> Result<Vec<QueuePair>> {
-    let mut set = tokio::task::JoinSet::new();
-    for qid in 1..=n {
-        let data = ConnectData {
-            cntlid,
-            ..data.clone()
-        };
-        let opts = QueueOptions {
-            qid,
-            ..template.clone()
-        };
-        set.spawn(async move {
-            let q = QueuePair::connect(addr, &opts).await?;
-            let cmd = ConnectCommand {
-                recfmt: 0,
-                qid,
-                sqsize: opts.queue_size - 1,
-                cattr: 0,
-                kato_ms: 0,
-            };
-            let got = fabrics::connect_queue(&q, cmd, &data).await?;
-            if got != cntlid {
-                return Err(HostError::invalid(
-                    format!("Connect of I/O queue {qid} to {addr}"),
-                    format!("target answered CNTLID {got}, not the admin queue's {cntlid}"),
-                ));
-            }
-            Ok(q)
-        });
-    }
-    let mut queues = Vec::with_capacity(usize::from(n));
-    let mut first_err = None;
-    while let Some(r) = set.join_next().await {
-        match r {
-            Ok(Ok(q)) => queues.push(q),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(e) => {
-                first_err.get_or_insert(HostError::Usage(format!("I/O queue connect task: {e}")));
-            }
+/// A small number per thread, handed out in order of first use.
+pub(crate) fn thread_slot() -> usize {
+    THREAD_SLOT.with(|c| match c.get() {
+        Some(s) => s,
+        None => {
+            let s = NEXT_THREAD_SLOT.fetch_add(1, Ordering::Relaxed);
+            c.set(Some(s));
+            s
         }
-    }
-    if let Some(e) = first_err {
-        for q in &queues {
-            q.close().await;
-        }
-        return Err(e);
-    }
-    queues.sort_by_key(|q| q.qid());
-    Ok(queues)
+    })
 }

@@ -5,6 +5,7 @@ use nvme_proto::dsm::{DsmCommand, DsmRange, dsm_attr};
 
 use super::RemoteNamespace;
 use crate::error::Result;
+use crate::queue::SubmitOptions;
 
 /// Ranges per DSM command (the NR field is 8 bits, 0's based).
 pub const DSM_MAX_RANGES: usize = DsmCommand::MAX_RANGES;
@@ -13,6 +14,16 @@ impl RemoteNamespace {
     /// Deallocates the range with DSM (AD): up to 256 ranges of up to 2^32-1 blocks each
     /// per command, several commands in flight for huge ranges.
     pub async fn deallocate_at(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.deallocate_with(offset_bytes, len_bytes, SubmitOptions::RETRY)
+            .await
+    }
+
+    pub(crate) async fn deallocate_with(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        opts: SubmitOptions,
+    ) -> Result<()> {
         self.check_aligned(offset_bytes, len_bytes)?;
         let first = offset_bytes >> self.lba_shift;
         let end = (offset_bytes + len_bytes) >> self.lba_shift;
@@ -39,6 +50,6 @@ impl RemoteNamespace {
                 Some(IoBuf::from_slice(&DsmRange::encode_list(&ranges))),
             )
         });
-        self.run_parallel(cmds).await
+        self.run_parallel(cmds, opts).await
     }
 }

@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 use super::{RemoteNamespace, SPLIT_PARALLELISM};
 use crate::error::{HostError, Result};
-use crate::queue::{Payload, QueuePair};
+use crate::queue::{Data, DataBuf, Dir, Outcome, Payload, QueuePair, SplitBuf, SubmitOptions};
 
 /// A Read, Write or Compare SQE (CID and SGL are set by the queue). Read and Write share
 /// Compare's SLBA/NLB/FUA layout (NVM command set: CDW10..11 SLBA, CDW12 NLB and FUA).
@@ -31,46 +31,100 @@ impl RemoteNamespace {
             .map_err(|e| HostError::Usage(format!("{}: {e}", self.info.name)))
     }
 
-    /// Moves `buf` to or from the namespace at `offset_bytes`, one command per
-    /// `max_io_bytes` window of the same buffer, on one queue.
+    /// Moves `buf` to or from the namespace at `offset_bytes`; waits through reconnects
+    /// (reads and writes of the same data are idempotent, see the crate docs).
     async fn transfer(
         &self,
         opcode: u8,
         offset_bytes: u64,
-        mut buf: IoBuf,
+        buf: IoBuf,
         fua: bool,
     ) -> Result<IoBuf> {
+        let (r, buf) = self
+            .transfer_raw(opcode, offset_bytes, buf, fua, SubmitOptions::RETRY)
+            .await;
+        r.map(|()| buf)
+    }
+
+    /// The transfer with per-command options, giving the buffer back also on failure so
+    /// that it can be sent on another path. Up to `max_io_bytes` it is one command;
+    /// above, one command per `max_io_bytes` window of the same buffer, all in flight at
+    /// once on the calling thread's queue.
+    pub(crate) async fn transfer_raw(
+        &self,
+        opcode: u8,
+        offset_bytes: u64,
+        buf: IoBuf,
+        fua: bool,
+        opts: SubmitOptions,
+    ) -> (Result<()>, IoBuf) {
         let len = buf.len();
-        self.check_aligned(offset_bytes, len as u64)?;
-        let q = self.ctrl.pick_io_queue()?;
-        let max = self.info.max_io_bytes as usize;
-        let mut done = 0usize;
-        while done < len {
-            let n = max.min(len - done);
-            let slba = (offset_bytes + done as u64) >> self.lba_shift;
-            let blocks = (n >> self.lba_shift) as u32;
-            let cmd = rw_command(opcode, self.nsid, slba, blocks, fua);
-            let payload = if opcode == io::READ {
-                Payload::FromController {
-                    buf,
-                    offset: done,
-                    len: n,
-                }
-            } else {
-                Payload::ToController {
-                    buf,
-                    offset: done,
-                    len: n,
-                }
-            };
-            buf = q
-                .submit_checked(cmd, payload)
-                .await?
-                .buf
-                .ok_or_else(|| HostError::invalid(&self.info.name, "data buffer lost"))?;
-            done += n;
+        if let Err(e) = self.check_aligned(offset_bytes, len as u64) {
+            return (Err(e), buf);
         }
-        Ok(buf)
+        let q = match self.ctrl.pick_io_queue_for(len as u64) {
+            Ok(q) => q,
+            Err(e) => return (Err(e), buf),
+        };
+        let dir = if opcode == io::READ {
+            Dir::FromController
+        } else {
+            Dir::ToController
+        };
+        let max = self.info.max_io_bytes as usize;
+        if len <= max {
+            let cmd = self.rw(opcode, offset_bytes, len, fua);
+            let o = q
+                .submit_data(cmd, Data::owned(buf, 0, len, dir), opts, false)
+                .await;
+            let r = self.check_outcome(q, opcode, &o);
+            let buf = o.buf.and_then(DataBuf::into_owned);
+            return (r, buf.unwrap_or_else(|| IoBuf::new_zeroed(len)));
+        }
+        // The parts go over all queues, starting with the chosen one: a transfer this
+        // large is bound by bandwidth, which several connections have more of.
+        let queues = self.ctrl.io_queues();
+        let first = queues.iter().position(|x| x.qid() == q.qid()).unwrap_or(0);
+        let (owner, windows) = SplitBuf::split(buf, max);
+        let parts = windows.into_iter().enumerate().map(|(k, w)| {
+            let q = &queues[(first + k) % queues.len()];
+            let cmd = self.rw(opcode, offset_bytes + w.offset() as u64, w.len(), fua);
+            q.submit_data(cmd, Data::window(w, dir), opts, false)
+        });
+        let outcomes = futures::future::join_all(parts).await;
+        // The first error in LBA order; a path error wins so multipath fails over.
+        let mut first: Result<()> = Ok(());
+        for o in &outcomes {
+            if let Err(e) = self.check_outcome(q, opcode, o) {
+                let replace = match &first {
+                    Ok(()) => true,
+                    Err(f) => e.is_path_error() && !f.is_path_error(),
+                };
+                if replace {
+                    first = Err(e);
+                }
+            }
+        }
+        drop(outcomes);
+        let buf = SplitBuf::into_inner(owner).unwrap_or_else(|_| IoBuf::new_zeroed(len));
+        (first, buf)
+    }
+
+    fn rw(&self, opcode: u8, offset_bytes: u64, len: usize, fua: bool) -> Command {
+        let slba = offset_bytes >> self.lba_shift;
+        let blocks = (len >> self.lba_shift) as u32;
+        rw_command(opcode, self.nsid, slba, blocks, fua)
+    }
+
+    fn check_outcome(&self, q: &QueuePair, opcode: u8, o: &Outcome) -> Result<()> {
+        match &o.result {
+            Ok(cqe) if cqe.status.is_success() => Ok(()),
+            Ok(cqe) => Err(HostError::Status {
+                command: q.kind(&Command::new(opcode, 0, self.nsid)),
+                status: cqe.status,
+            }),
+            Err(e) => Err(e.clone()),
+        }
     }
 
     /// Reads into `buf` (its length is the I/O size) and returns it.
@@ -91,14 +145,28 @@ impl RemoteNamespace {
 
     /// Flush (namespace-wide: covers writes completed on every queue).
     pub async fn flush_ns(&self) -> Result<()> {
+        self.flush_with(SubmitOptions::RETRY).await
+    }
+
+    pub(crate) async fn flush_with(&self, opts: SubmitOptions) -> Result<()> {
         let q = self.ctrl.pick_io_queue()?;
-        q.submit_checked(Command::new(io::FLUSH, 0, self.nsid), Payload::None)
+        q.submit_checked_with(Command::new(io::FLUSH, 0, self.nsid), Payload::None, opts)
             .await?;
         Ok(())
     }
 
     /// Write Zeroes over the range, 65536 blocks per command, several in flight.
     pub async fn write_zeroes_at(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.write_zeroes_with(offset_bytes, len_bytes, SubmitOptions::RETRY)
+            .await
+    }
+
+    pub(crate) async fn write_zeroes_with(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        opts: SubmitOptions,
+    ) -> Result<()> {
         self.check_aligned(offset_bytes, len_bytes)?;
         let nsid = self.nsid;
         let first = offset_bytes >> self.lba_shift;
@@ -115,7 +183,7 @@ impl RemoteNamespace {
             .to_command(0, nsid);
             (cmd, None)
         });
-        self.run_parallel(cmds).await
+        self.run_parallel(cmds, opts).await
     }
 
     /// Runs independent commands (each with optional data to send), at most
@@ -124,6 +192,7 @@ impl RemoteNamespace {
     pub(crate) async fn run_parallel(
         &self,
         cmds: impl Iterator<Item = (Command, Option<IoBuf>)>,
+        opts: SubmitOptions,
     ) -> Result<()> {
         let mut set: JoinSet<Result<()>> = JoinSet::new();
         let mut first_err = None;
@@ -139,7 +208,7 @@ impl RemoteNamespace {
             let q: QueuePair = self.ctrl.pick_io_queue()?.clone();
             set.spawn(async move {
                 let p = data.map_or(Payload::None, Payload::write);
-                q.submit_checked(cmd, p).await.map(|_| ())
+                q.submit_checked_with(cmd, p, opts).await.map(|_| ())
             });
         }
         while let Some(r) = set.join_next().await {

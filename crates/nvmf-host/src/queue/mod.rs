@@ -1,11 +1,15 @@
-//! One NVMe/TCP queue pair: a TCP connection, its ICReq/ICResp, and a driver task that owns
-//! the socket and moves commands, data and completions.
+//! One NVMe/TCP queue pair: a command table that outlives TCP connections, and for each
+//! connection (ICReq/ICResp) a driver task that owns the socket and moves commands, data
+//! and completions.
 //!
 //! Callers hand a [`Command`] and a [`Payload`] (an owned [`IoBuf`] moving in and out) to
-//! [`QueuePair::submit`]; the driver picks a free CID, sends the capsule (with in-capsule
-//! data when it fits), answers R2Ts with H2CData, receives C2HData straight into the
-//! caller's buffer, and completes the command through a oneshot channel.
+//! [`QueuePair::submit`]; the command takes a free CID from a pre-allocated table, the
+//! driver sends the capsule (with in-capsule data when it fits), answers R2Ts with
+//! H2CData, receives C2HData straight into the caller's buffer, and wakes the caller.
+//! Nothing is allocated per command.
 
+mod buf;
+mod core;
 mod driver;
 mod handshake;
 mod rx;
@@ -13,16 +17,19 @@ mod slots;
 mod tx;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use blockdev::IoBuf;
 use nvme_proto::tcp::Digests;
 use nvme_proto::{Command, Completion};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 
 use crate::error::{CommandKind, HostError, Result, TransportError};
 
+pub(crate) use self::buf::{Data, DataBuf, Dir, SplitBuf};
+pub(crate) use self::core::{Outcome, Submission, TimedOut};
 pub use handshake::{MIN_MAXH2CDATA_BYTES, Negotiated, check_icresp};
 
 /// In-capsule data limit on admin and fabrics queues, whatever IOCCSZ says (as Linux's
@@ -30,6 +37,9 @@ pub use handshake::{MIN_MAXH2CDATA_BYTES, Negotiated, check_icresp};
 pub const ADMIN_IN_CAPSULE_BYTES: u32 = 8192;
 /// Fewest queue entries a queue may have (one command outstanding plus the empty slot).
 pub const MIN_QUEUE_SIZE: u16 = 2;
+/// Re-sends of an idempotent command after aborts or data digest errors (Linux's
+/// nvme_max_retries is 5).
+pub const MAX_RETRIES: u8 = 3;
 
 /// How to open one queue.
 #[derive(Debug, Clone)]
@@ -60,6 +70,28 @@ impl QueueOptions {
             connect_timeout_ms: 10_000,
         }
     }
+}
+
+/// Per-command choices for [`QueuePair::submit_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// Timeout of this command; None: the queue's default.
+    pub timeout_ms: Option<u64>,
+    /// No timeout at all (Asynchronous Event Requests).
+    pub no_timeout: bool,
+    /// The command is idempotent: on a controller-managed queue it waits through a
+    /// reconnect and is sent again, and it is re-sent after an abort or a data digest
+    /// error. Reads and writes of the same data are; reservation commands are not.
+    pub retry: bool,
+}
+
+impl SubmitOptions {
+    /// An idempotent command with the queue's default timeout.
+    pub const RETRY: SubmitOptions = SubmitOptions {
+        timeout_ms: None,
+        no_timeout: false,
+        retry: true,
+    };
 }
 
 /// The data a command moves, as an owned buffer window `buf[offset..offset + len]`.
@@ -108,22 +140,15 @@ impl Payload {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    fn check(&self) -> std::result::Result<(), String> {
+    /// The internal form: the owned buffer and its window.
+    pub(crate) fn into_data(self) -> Data {
         match self {
-            Payload::None => Ok(()),
-            Payload::ToController { buf, offset, len }
-            | Payload::FromController { buf, offset, len } => {
-                let end = offset.checked_add(*len);
-                if end.is_none_or(|e| e > buf.len()) {
-                    return Err(format!(
-                        "payload window {offset}+{len} outside a buffer of {} bytes",
-                        buf.len()
-                    ));
-                }
-                if u32::try_from(*len).is_err() {
-                    return Err(format!("payload of {len} bytes exceeds 4 GiB"));
-                }
-                Ok(())
+            Payload::None => Data::NONE,
+            Payload::ToController { buf, offset, len } => {
+                Data::owned(buf, offset, len, Dir::ToController)
+            }
+            Payload::FromController { buf, offset, len } => {
+                Data::owned(buf, offset, len, Dir::FromController)
             }
         }
     }
@@ -136,46 +161,26 @@ pub struct Completed {
     pub buf: Option<IoBuf>,
 }
 
-/// What the driver receives for each command.
-pub(crate) struct Submission {
-    pub cmd: Command,
-    pub payload: Payload,
-    pub reply: oneshot::Sender<Result<Completed>>,
-    pub deadline: Instant,
-    pub timeout_ms: u64,
-}
-
-/// State shared between handles and the driver: the error that ended the queue.
-#[derive(Default)]
-pub(crate) struct Shared {
-    pub error: Mutex<Option<TransportError>>,
-}
-
-impl Shared {
-    pub fn set_error(&self, e: TransportError) {
-        if let Ok(mut g) = self.error.lock()
-            && g.is_none()
-        {
-            *g = Some(e);
-        }
-    }
-    pub fn error(&self) -> Option<TransportError> {
-        self.error.lock().ok().and_then(|g| g.clone())
-    }
+/// The connection a queue has now.
+struct Conn {
+    /// Sending (or dropping) it stops the driver, which ends with this reason.
+    stop: oneshot::Sender<TransportError>,
+    driver: tokio::task::JoinHandle<()>,
 }
 
 struct Inner {
-    sub_tx: mpsc::Sender<Submission>,
-    /// Dropping (or firing) it stops the driver.
-    shutdown: Mutex<Option<oneshot::Sender<()>>>,
-    shared: Arc<Shared>,
+    core: Arc<self::core::Core>,
+    /// Data bytes of the commands submitted and not yet completed (for queue choice).
+    inflight_bytes: AtomicU64,
     addr: SocketAddr,
-    qid: u16,
-    negotiated: Negotiated,
-    depth: u16,
-    in_capsule_max_bytes: u32,
-    timeout_ms: u64,
-    driver: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    opts: QueueOptions,
+    conn: Mutex<Option<Conn>>,
+    negotiated: Mutex<Option<Negotiated>>,
+    in_capsule_max_bytes: AtomicU32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A handle to one queue. Cloning is cheap; the connection closes when the last clone is
@@ -189,116 +194,187 @@ impl std::fmt::Debug for QueuePair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
             .field("addr", &self.inner.addr)
-            .field("qid", &self.inner.qid)
-            .field("depth", &self.inner.depth)
+            .field("qid", &self.inner.opts.qid)
+            .field("depth", &self.inner.core.depth)
             .finish()
     }
 }
 
 impl QueuePair {
     /// Connects over TCP (TCP_NODELAY), exchanges ICReq/ICResp and starts the driver task.
-    /// The fabrics Connect command is the caller's next step.
+    /// The fabrics Connect command is the caller's next step. The queue ends with its
+    /// connection.
     pub async fn connect(addr: SocketAddr, opts: &QueueOptions) -> Result<QueuePair> {
+        let q = QueuePair::detached(addr, opts)?;
+        q.attach().await?;
+        q.open_gate();
+        Ok(q)
+    }
+
+    /// A queue without a connection yet (see [`QueuePair::attach`]).
+    pub(crate) fn detached(addr: SocketAddr, opts: &QueueOptions) -> Result<QueuePair> {
         if opts.queue_size < MIN_QUEUE_SIZE {
             return Err(HostError::Usage(format!(
                 "queue size {} is below {MIN_QUEUE_SIZE}",
                 opts.queue_size
             )));
         }
+        // At most queue_size - 1 commands are outstanding (a full SQ keeps one slot empty).
+        let depth = opts.queue_size - 1;
+        Ok(QueuePair {
+            inner: Arc::new(Inner {
+                core: self::core::Core::new(addr, opts.qid, depth),
+                inflight_bytes: AtomicU64::new(0),
+                addr,
+                opts: opts.clone(),
+                conn: Mutex::new(None),
+                negotiated: Mutex::new(None),
+                in_capsule_max_bytes: AtomicU32::new(opts.in_capsule_max_bytes),
+            }),
+        })
+    }
+
+    /// Opens a new connection for this queue (ending the previous one). Only commands
+    /// submitted with `init` go out until [`QueuePair::open_gate`].
+    pub(crate) async fn attach(&self) -> Result<()> {
+        self.detach(TransportError::Shutdown).await;
+        let addr = self.inner.addr;
+        let opts = &self.inner.opts;
         let timeout = Duration::from_millis(opts.connect_timeout_ms.max(1));
         let fail = |reason: String| HostError::Connect { addr, reason };
         let mut stream = handshake::connect_tcp(addr, timeout).await.map_err(fail)?;
         let negotiated = handshake::exchange_ic(&mut stream, opts.digests, timeout)
             .await
             .map_err(fail)?;
-        // At most queue_size - 1 commands are outstanding (a full SQ keeps one slot empty).
-        let depth = opts.queue_size - 1;
-        let (sub_tx, sub_rx) = mpsc::channel(usize::from(depth));
-        let (shutdown_tx, shutdown_rx) = oneshot::channel();
-        let shared = Arc::new(Shared::default());
+        if let Some(e) = self
+            .inner
+            .core
+            .error()
+            .filter(|_| self.inner.core.is_dead())
+        {
+            return Err(e);
+        }
+        let generation = self.inner.core.connected();
+        let (stop, stop_rx) = oneshot::channel();
         let d = driver::Driver::new(
             stream,
             driver::DriverConfig {
                 addr,
                 qid: opts.qid,
-                depth,
                 negotiated,
-                in_capsule_max_bytes: opts.in_capsule_max_bytes,
+                in_capsule_max_bytes: self.inner.in_capsule_max_bytes.load(Ordering::Relaxed),
                 timeout_ms: opts.command_timeout_ms,
+                generation,
             },
-            sub_rx,
-            shutdown_rx,
-            shared.clone(),
+            self.inner.core.clone(),
+            stop_rx,
         );
-        let handle = tokio::spawn(d.run());
-        Ok(QueuePair {
-            inner: Arc::new(Inner {
-                sub_tx,
-                shutdown: Mutex::new(Some(shutdown_tx)),
-                shared,
-                addr,
-                qid: opts.qid,
-                negotiated,
-                depth,
-                in_capsule_max_bytes: opts.in_capsule_max_bytes,
-                timeout_ms: opts.command_timeout_ms,
-                driver: Mutex::new(Some(handle)),
-            }),
-        })
+        let driver = tokio::spawn(d.run());
+        *lock(&self.inner.negotiated) = Some(negotiated);
+        *lock(&self.inner.conn) = Some(Conn { stop, driver });
+        Ok(())
+    }
+
+    /// Lets ordinary commands out on the current connection.
+    pub(crate) fn open_gate(&self) {
+        self.inner.core.open_gate();
+    }
+
+    /// Ends the current connection (if any) with `reason` and waits for its driver:
+    /// commands on it wait for the next connection or fail, as `retry` says.
+    pub(crate) async fn detach(&self, reason: TransportError) {
+        let conn = lock(&self.inner.conn).take();
+        if let Some(c) = conn {
+            let _ = c.stop.send(reason);
+            let _ = c.driver.await;
+        }
+    }
+
+    /// Hands reconnects and timeouts to a supervisor (the controller) woken via `notify`.
+    pub(crate) fn supervise(&self, notify: Arc<Notify>) {
+        self.inner.core.supervise(notify);
+    }
+
+    /// "Queue shut down", the error of a closed queue.
+    pub(crate) fn closed_error(&self) -> HostError {
+        self.inner.core.transport(TransportError::Shutdown)
+    }
+
+    /// Fails queued and future commands with `err` for good.
+    pub(crate) fn fail_all(&self, err: HostError) {
+        self.inner.core.set_closing();
+        self.inner.core.fail_all(err);
+    }
+
+    pub(crate) fn take_timeouts(&self) -> Vec<TimedOut> {
+        self.inner.core.take_timeouts()
+    }
+    pub(crate) fn still_outstanding(&self, t: &TimedOut) -> bool {
+        self.inner.core.still_outstanding(t)
+    }
+    pub(crate) fn set_in_capsule_max_bytes(&self, n: u32) {
+        self.inner.in_capsule_max_bytes.store(n, Ordering::Relaxed);
+    }
+    /// Whether a connection is up (it may still be in bring-up).
+    pub fn is_connected(&self) -> bool {
+        self.inner.core.is_connected()
+    }
+    /// Connections opened so far.
+    pub fn generation(&self) -> u64 {
+        self.inner.core.generation()
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
     }
     pub fn qid(&self) -> u16 {
-        self.inner.qid
+        self.inner.opts.qid
     }
     /// Most commands outstanding at once.
     pub fn depth(&self) -> u16 {
-        self.inner.depth
+        self.inner.core.depth
     }
+    /// What the last ICResp settled (digests off and 0 before any connection).
     pub fn negotiated(&self) -> Negotiated {
-        self.inner.negotiated
+        lock(&self.inner.negotiated).unwrap_or(Negotiated {
+            digests: Digests::default(),
+            maxh2cdata_bytes: 0,
+        })
     }
     pub fn in_capsule_max_bytes(&self) -> u32 {
-        self.inner.in_capsule_max_bytes
+        self.inner.in_capsule_max_bytes.load(Ordering::Relaxed)
     }
     pub fn command_timeout_ms(&self) -> u64 {
-        self.inner.timeout_ms
+        self.inner.opts.command_timeout_ms
     }
 
-    /// The error that ended this queue, if it has ended.
+    /// Why the queue cannot take commands now (its connection ended, or it is closed).
     pub fn error(&self) -> Option<HostError> {
-        self.inner
-            .shared
-            .error()
-            .map(|reason| self.transport(reason))
-    }
-
-    fn transport(&self, reason: TransportError) -> HostError {
-        HostError::Transport {
-            addr: self.inner.addr,
-            qid: self.inner.qid,
-            reason,
-        }
-    }
-
-    fn ended(&self) -> HostError {
-        self.error()
-            .unwrap_or_else(|| self.transport(TransportError::Shutdown))
+        self.inner.core.error()
     }
 
     /// Submits `cmd` (its CID and SGL are filled in here) with the queue's default timeout.
     /// Returns the CQE whatever its status; see [`QueuePair::submit_checked`].
     pub async fn submit(&self, cmd: Command, payload: Payload) -> Result<Completed> {
-        self.submit_with_timeout(cmd, payload, self.inner.timeout_ms)
+        self.submit_with(cmd, payload, SubmitOptions::default())
             .await
     }
 
     /// As [`QueuePair::submit`], but a non-success status becomes [`HostError::Status`].
     pub async fn submit_checked(&self, cmd: Command, payload: Payload) -> Result<Completed> {
+        self.submit_checked_with(cmd, payload, SubmitOptions::default())
+            .await
+    }
+
+    /// [`QueuePair::submit_checked`] with per-command options.
+    pub async fn submit_checked_with(
+        &self,
+        cmd: Command,
+        payload: Payload,
+        opts: SubmitOptions,
+    ) -> Result<Completed> {
         let kind = self.kind(&cmd);
-        let done = self.submit(cmd, payload).await?;
+        let done = self.submit_with(cmd, payload, opts).await?;
         if done.cqe.status.is_success() {
             Ok(done)
         } else {
@@ -311,11 +387,7 @@ impl QueuePair {
 
     /// The kind of `cmd` on this queue, for error messages.
     pub fn kind(&self, cmd: &Command) -> CommandKind {
-        CommandKind {
-            admin: self.inner.qid == 0,
-            opcode: cmd.opcode(),
-            fctype: cmd.fctype(),
-        }
+        self.inner.core.kind(cmd)
     }
 
     /// Submits with an explicit timeout (covering both the wait for a free slot and the
@@ -326,54 +398,137 @@ impl QueuePair {
         payload: Payload,
         timeout_ms: u64,
     ) -> Result<Completed> {
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        payload.check().map_err(HostError::Usage)?;
-        let kind = self.kind(&cmd);
-        let start = Instant::now();
-        let timeout = Duration::from_millis(timeout_ms);
-        let (reply, rx) = oneshot::channel();
-        let sub = Submission {
-            cmd,
-            payload,
-            reply,
-            deadline: start + timeout,
-            timeout_ms,
+        let opts = SubmitOptions {
+            timeout_ms: Some(timeout_ms),
+            ..SubmitOptions::default()
         };
-        match self.inner.sub_tx.try_send(sub) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(sub)) => {
-                match tokio::time::timeout(timeout, self.inner.sub_tx.send(sub)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(self.ended()),
-                    Err(_) => {
-                        return Err(HostError::SubmitTimeout {
-                            addr: self.inner.addr,
-                            qid: self.inner.qid,
-                            command: kind,
-                            timeout_ms,
-                        });
-                    }
-                }
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.ended()),
-        }
-        match rx.await {
-            Ok(r) => r,
-            Err(_) => Err(self.ended()),
+        self.submit_with(cmd, payload, opts).await
+    }
+
+    /// Submits with per-command options.
+    pub async fn submit_with(
+        &self,
+        cmd: Command,
+        payload: Payload,
+        opts: SubmitOptions,
+    ) -> Result<Completed> {
+        let o = self
+            .submit_data(cmd, payload.into_data(), opts, false)
+            .await;
+        o.result.map(|cqe| Completed {
+            cqe,
+            buf: o.buf.and_then(DataBuf::into_owned),
+        })
+    }
+
+    /// Submits on the init lane: served first, also while the gate is closed (controller
+    /// bring-up, and the controller's own admin commands).
+    pub(crate) async fn submit_init(&self, cmd: Command, payload: Payload) -> Result<Completed> {
+        let o = self
+            .submit_data(cmd, payload.into_data(), SubmitOptions::default(), true)
+            .await;
+        o.result.map(|cqe| Completed {
+            cqe,
+            buf: o.buf.and_then(DataBuf::into_owned),
+        })
+    }
+
+    /// [`QueuePair::submit_init`] with a non-success status as [`HostError::Status`].
+    pub(crate) async fn submit_init_checked(
+        &self,
+        cmd: Command,
+        payload: Payload,
+    ) -> Result<Completed> {
+        let kind = self.kind(&cmd);
+        let done = self.submit_init(cmd, payload).await?;
+        if done.cqe.status.is_success() {
+            Ok(done)
+        } else {
+            Err(HostError::Status {
+                command: kind,
+                status: done.cqe.status,
+            })
         }
     }
 
-    /// Stops the driver: outstanding commands fail with "queue shut down" and the TCP
-    /// connection closes. Waits for the driver to finish.
+    /// The allocation-free path: submits `data` and returns the outcome with the buffer
+    /// (also on errors, so an idempotent command can be sent elsewhere). `init` commands
+    /// go first, also before the gate opens (Connect and controller bring-up).
+    pub(crate) async fn submit_data(
+        &self,
+        cmd: Command,
+        data: Data,
+        opts: SubmitOptions,
+        init: bool,
+    ) -> Outcome {
+        if let Err(e) = data.check() {
+            return Outcome {
+                result: Err(HostError::Usage(e)),
+                buf: data.buf,
+            };
+        }
+        let timeout_ms = if opts.no_timeout {
+            None
+        } else {
+            Some(
+                opts.timeout_ms
+                    .unwrap_or(self.inner.opts.command_timeout_ms),
+            )
+        };
+        let slot_wait = match timeout_ms {
+            Some(t) if !opts.retry => Some(Duration::from_millis(t)),
+            _ => None,
+        };
+        let len = data.len as u64;
+        let sub = Submission {
+            cmd,
+            data,
+            timeout_ms,
+            retry: opts.retry,
+            retries_left: if opts.retry { MAX_RETRIES } else { 0 },
+            init,
+        };
+        let _inflight = Inflight::add(&self.inner.inflight_bytes, len);
+        self.inner.core.submit(sub, slot_wait).await
+    }
+
+    /// Data bytes of commands submitted and not completed yet.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inner.inflight_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Stops the queue for good: queued and outstanding commands fail with "queue shut
+    /// down", the TCP connection closes. Waits for the driver to finish.
     pub async fn close(&self) {
-        if let Ok(mut g) = self.inner.shutdown.lock() {
-            g.take();
-        }
-        let handle = self.inner.driver.lock().ok().and_then(|mut g| g.take());
-        if let Some(h) = handle {
-            let _ = h.await;
-        }
+        self.fail_all(self.inner.core.transport(TransportError::Shutdown));
+        self.detach(TransportError::Shutdown).await;
+    }
+}
+
+/// Counts a command's bytes as in flight until dropped (also when the caller gives up).
+struct Inflight<'a> {
+    counter: &'a AtomicU64,
+    len: u64,
+}
+
+impl<'a> Inflight<'a> {
+    fn add(counter: &'a AtomicU64, len: u64) -> Self {
+        counter.fetch_add(len, Ordering::Relaxed);
+        Inflight { counter, len }
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.len, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropping `conn` drops the stop sender: the driver ends.
+        self.core.set_closing();
+        self.core
+            .fail_all(self.core.transport(TransportError::Shutdown));
     }
 }

@@ -1,12 +1,12 @@
-//! The command table: one slot per CID, with a free list.
+//! The driver's side of the command table: what it tracks per CID while a command is on
+//! the wire. CIDs are the tags callers took from the shared table (`core`).
 
 use std::time::Instant;
 
-use blockdev::IoBuf;
-use nvme_proto::Completion;
-use tokio::sync::oneshot;
+use nvme_proto::{Command, Completion};
 
-use super::Completed;
+use super::buf::Data;
+use super::core::Submission;
 use crate::error::{CommandKind, HostError, Result};
 
 /// Which way a command's data moves.
@@ -23,47 +23,47 @@ pub(crate) enum Xfer {
 /// One outstanding command.
 pub(crate) struct Slot {
     pub busy: bool,
-    pub reply: Option<oneshot::Sender<Result<Completed>>>,
-    pub buf: Option<IoBuf>,
+    pub cmd: Command,
+    pub data: Data,
+    pub timeout_ms: Option<u64>,
+    pub retry: bool,
+    pub retries_left: u8,
+    pub init: bool,
     pub xfer: Xfer,
-    /// Start of the data window in `buf`.
-    pub buf_offset: usize,
-    /// Data length of the command in bytes.
-    pub len_bytes: u32,
     /// C2H bytes received so far (they arrive in order).
     pub received_bytes: u32,
     /// End of the last range an R2T asked for.
     pub r2t_end_bytes: u32,
-    /// TX items still holding a reference to `buf`; completion waits for them.
+    /// TX items still reading the buffer; completion waits for them.
     pub tx_refs: u32,
     /// A completion that arrived while `tx_refs > 0`.
     pub pending: Option<Result<Completion>>,
     /// A command-level failure found while receiving data (digest, short transfer).
     pub data_error: Option<HostError>,
-    pub deadline: Instant,
-    pub timeout_ms: u64,
-    /// The caller was told the command timed out; the CID stays reserved until the target
-    /// answers (or the queue ends), so a late answer cannot hit a new command.
+    pub deadline: Option<Instant>,
+    /// The deadline passed and was handled (reported or failed); the CID stays reserved
+    /// until the target answers or the connection ends.
     pub timed_out: bool,
     pub kind: CommandKind,
 }
 
 impl Slot {
-    fn empty(now: Instant) -> Slot {
+    fn empty() -> Slot {
         Slot {
             busy: false,
-            reply: None,
-            buf: None,
+            cmd: Command::new(0, 0, 0),
+            data: Data::NONE,
+            timeout_ms: None,
+            retry: false,
+            retries_left: 0,
+            init: false,
             xfer: Xfer::None,
-            buf_offset: 0,
-            len_bytes: 0,
             received_bytes: 0,
             r2t_end_bytes: 0,
             tx_refs: 0,
             pending: None,
             data_error: None,
-            deadline: now,
-            timeout_ms: 0,
+            deadline: None,
             timed_out: false,
             kind: CommandKind {
                 admin: false,
@@ -72,39 +72,56 @@ impl Slot {
             },
         }
     }
+
+    /// Data bytes `start..start + len` of the command's buffer (absolute positions).
+    pub fn bytes(&self, start: usize, len: usize) -> Option<&[u8]> {
+        self.data
+            .buf
+            .as_ref()?
+            .bytes()
+            .get(start..start.checked_add(len)?)
+    }
+    pub fn bytes_mut(&mut self, start: usize, len: usize) -> Option<&mut [u8]> {
+        self.data
+            .buf
+            .as_mut()?
+            .bytes_mut()
+            .get_mut(start..start.checked_add(len)?)
+    }
+
+    /// The submission again, to re-send or fail it with its buffer.
+    pub fn into_submission(self) -> Submission {
+        Submission {
+            cmd: self.cmd,
+            data: self.data,
+            timeout_ms: self.timeout_ms,
+            retry: self.retry,
+            retries_left: self.retries_left,
+            init: self.init,
+        }
+    }
 }
 
-/// All slots of a queue. CIDs are indexes; the free list is a stack so recently used slots
-/// (warm in cache) are reused first.
+/// All slots of a queue, indexed by CID.
 pub(crate) struct Slots {
     slots: Vec<Slot>,
-    free: Vec<u16>,
+    active: usize,
 }
 
 impl Slots {
     pub fn new(depth: u16) -> Slots {
-        let now = Instant::now();
         Slots {
-            slots: (0..depth).map(|_| Slot::empty(now)).collect(),
-            free: (0..depth).rev().collect(),
+            slots: (0..depth).map(|_| Slot::empty()).collect(),
+            active: 0,
         }
     }
 
-    pub fn has_free(&self) -> bool {
-        !self.free.is_empty()
-    }
-
-    pub fn active(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
-
-    /// Takes a free CID and marks its slot busy.
-    pub fn alloc(&mut self) -> Option<u16> {
-        let cid = self.free.pop()?;
-        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
-            s.busy = true;
-        }
-        Some(cid)
+    /// Marks `cid` busy and returns its slot; None if it is out of range or busy.
+    pub fn claim(&mut self, cid: u16) -> Option<&mut Slot> {
+        let s = self.slots.get_mut(usize::from(cid)).filter(|s| !s.busy)?;
+        s.busy = true;
+        self.active += 1;
+        Some(s)
     }
 
     /// The slot of an outstanding command.
@@ -116,12 +133,11 @@ impl Slots {
         self.slots.get(usize::from(cid))
     }
 
-    /// Frees `cid`, returning what the caller is still owed.
+    /// Frees `cid`, returning what it held.
     pub fn release(&mut self, cid: u16) -> Option<Slot> {
         let s = self.slots.get_mut(usize::from(cid)).filter(|s| s.busy)?;
-        let taken = std::mem::replace(s, Slot::empty(s.deadline));
-        self.free.push(cid);
-        Some(taken)
+        self.active -= 1;
+        Some(std::mem::replace(s, Slot::empty()))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u16, &mut Slot)> {
@@ -132,7 +148,7 @@ impl Slots {
             .map(|(i, s)| (i as u16, s))
     }
 
-    /// Every busy CID (for failing them all when the queue ends).
+    /// Every busy CID (for giving them back when the connection ends).
     pub fn busy_cids(&self) -> Vec<u16> {
         self.slots
             .iter()
@@ -148,19 +164,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn alloc_release() {
+    fn claim_release() {
         let mut s = Slots::new(3);
-        let a = s.alloc().unwrap();
-        let b = s.alloc().unwrap();
-        let c = s.alloc().unwrap();
-        assert_eq!((a, b, c), (0, 1, 2));
-        assert!(s.alloc().is_none());
-        assert_eq!(s.active(), 3);
-        assert!(s.release(1).is_some());
-        assert!(s.release(1).is_none());
-        assert!(s.busy_mut(1).is_none());
-        assert_eq!(s.alloc(), Some(1));
-        assert!(s.busy_mut(7).is_none());
-        assert_eq!(s.busy_cids(), vec![0, 1, 2]);
+        assert!(s.claim(0).is_some());
+        assert!(s.claim(2).is_some());
+        assert!(s.claim(2).is_none());
+        assert!(s.claim(3).is_none());
+        assert_eq!(s.active, 2);
+        assert!(s.release(2).is_some());
+        assert!(s.release(2).is_none());
+        assert!(s.busy_mut(2).is_none());
+        assert!(s.busy_mut(0).is_some());
+        assert_eq!(s.busy_cids(), vec![0]);
+        assert_eq!(s.active, 1);
     }
 }

@@ -75,8 +75,7 @@ impl TxQueue {
             let data: &[u8] = match item.data {
                 Some(d) => slots
                     .get(d.cid)
-                    .and_then(|s| s.buf.as_ref())
-                    .and_then(|b| b.get(d.offset..d.offset + d.len))
+                    .and_then(|s| s.bytes(d.offset, d.len))
                     .unwrap_or(empty),
                 None => empty,
             };

@@ -2,7 +2,8 @@
 //! Identify, features, log pages and NVM I/O on a RAM namespace to exercise every path of
 //! the host (in-capsule, R2T split by MAXH2CDATA, C2HData with and without SUCCESS,
 //! digests), plus faults a real target never makes (garbage, half PDUs, bad digests,
-//! termination requests, silence).
+//! termination requests, silence, stalls), Abort of ignored reads, and reconnects (the
+//! namespace data outlives connections).
 
 #![allow(dead_code)]
 
@@ -28,6 +29,7 @@ use nvme_proto::tcp::{
 };
 use nvme_proto::{Command, Completion, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Misbehaviour to inject.
@@ -50,6 +52,14 @@ pub enum Fault {
     UnknownCid,
     /// Send an R2T for more bytes than the Write carries.
     R2tPastEnd,
+    /// Answer the first I/O Read with 64 bytes of garbage (the connection stays open).
+    GarbageOnRead,
+    /// Answer the first I/O Read with half a C2HData PDU, then stay silent (connection
+    /// open).
+    StallMidPdu,
+    /// Hold I/O Reads until an Abort names them: then complete them with "command abort
+    /// requested" and report them aborted (DW0 bit 0 = 0).
+    IgnoreReadsUntilAbort,
 }
 
 #[derive(Debug, Clone)]
@@ -69,9 +79,13 @@ pub struct FakeConfig {
     pub c2h_success: bool,
     /// Bytes per R2T (0 = the whole transfer in one R2T).
     pub r2t_chunk: u32,
+    /// Pause before each R2T (lets later capsules queue up behind it).
+    pub r2t_delay_ms: u64,
     /// Digest bits to answer in ICResp instead of mirroring the ICReq.
     pub icresp_digests: Option<u8>,
     pub fault: Fault,
+    /// How many times the fault fires (u32::MAX: always).
+    pub fault_times: u32,
     pub io_queues_max: u16,
     pub kas: u16,
     pub discovery: Vec<DiscoveryLogEntry>,
@@ -92,8 +106,10 @@ impl Default for FakeConfig {
             c2h_chunk: 48 * 1024,
             c2h_success: true,
             r2t_chunk: 0,
+            r2t_delay_ms: 0,
             icresp_digests: None,
             fault: Fault::None,
+            fault_times: 1,
             io_queues_max: 4,
             kas: 1,
             discovery: Vec::new(),
@@ -116,7 +132,19 @@ pub struct State {
     pub genctr: AtomicU64,
     pub fault_fired: AtomicU32,
     pub resv: Mutex<Resv>,
+    /// While set, no command gets an answer (connections and ICResp still work).
+    pub stalled: std::sync::atomic::AtomicBool,
+    /// Admin queue Connects (one per controller association, reconnects included).
+    pub admin_connects: AtomicU64,
+    pub io_reads: AtomicU64,
+    pub aborts: AtomicU64,
+    /// Most writes waiting for their data at once on one connection.
+    pub max_pending_writes: AtomicU64,
+    /// Reads held for Abort: (cntlid, qid, cid) and the connection to answer on.
+    pub held: Mutex<HashMap<(u16, u16, u16), Writer>>,
 }
+
+pub type Writer = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
 
 /// Reservation state of namespace 1: registrants by host ID, and the holder.
 #[derive(Default)]
@@ -141,7 +169,12 @@ impl Drop for FakeTarget {
 
 impl FakeTarget {
     pub async fn start(cfg: FakeConfig) -> FakeTarget {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FakeTarget::start_at("127.0.0.1:0".parse().expect("addr"), cfg).await
+    }
+
+    /// Listens on `addr` (a fixed port: to bring a target back where it was).
+    pub async fn start_at(addr: SocketAddr, cfg: FakeConfig) -> FakeTarget {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(State {
             data: Mutex::new(vec![0u8; cfg.size_bytes as usize]),
@@ -157,6 +190,12 @@ impl FakeTarget {
             genctr: AtomicU64::new(1),
             fault_fired: AtomicU32::new(0),
             resv: Mutex::new(Resv::default()),
+            stalled: std::sync::atomic::AtomicBool::new(false),
+            admin_connects: AtomicU64::new(0),
+            io_reads: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
+            max_pending_writes: AtomicU64::new(0),
+            held: Mutex::new(HashMap::new()),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -182,7 +221,8 @@ struct PendingWrite {
 }
 
 struct Conn {
-    s: TcpStream,
+    r: OwnedReadHalf,
+    w: Writer,
     st: Arc<State>,
     fr: Framing,
     qid: u16,
@@ -196,8 +236,10 @@ type Res<T> = Result<T, String>;
 impl Conn {
     fn new(s: TcpStream, st: Arc<State>) -> Conn {
         let _ = s.set_nodelay(true);
+        let (r, w) = s.into_split();
         Conn {
-            s,
+            r,
+            w: Arc::new(tokio::sync::Mutex::new(w)),
             st,
             fr: Framing::default(),
             qid: 0,
@@ -207,14 +249,16 @@ impl Conn {
         }
     }
 
+    /// Whether fault `f` fires now (at most `fault_times` times in all).
     fn fault_once(&self, f: Fault) -> bool {
-        self.st.cfg.fault == f && self.st.fault_fired.fetch_add(1, Ordering::Relaxed) == 0
+        self.st.cfg.fault == f
+            && self.st.fault_fired.fetch_add(1, Ordering::Relaxed) < self.st.cfg.fault_times
     }
 
     async fn run(mut self) -> Res<()> {
         // ICReq.
         let mut ic = [0u8; 128];
-        self.s
+        self.r
             .read_exact(&mut ic)
             .await
             .map_err(|e| e.to_string())?;
@@ -241,6 +285,9 @@ impl Conn {
         }
         loop {
             let (hdr, data) = self.read_pdu().await?;
+            if self.st.stalled.load(Ordering::Relaxed) {
+                continue;
+            }
             match hdr {
                 PduHeader::CapsuleCmd(cmd) => self.on_command(cmd, data).await?,
                 PduHeader::H2CData(d) => self.on_h2c(d, data).await?,
@@ -251,12 +298,17 @@ impl Conn {
     }
 
     async fn send(&mut self, b: &[u8]) -> Res<()> {
-        self.s.write_all(b).await.map_err(|e| e.to_string())
+        self.w
+            .lock()
+            .await
+            .write_all(b)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn read_pdu(&mut self) -> Res<(PduHeader, Vec<u8>)> {
         let mut chb = [0u8; CH_BYTES];
-        self.s
+        self.r
             .read_exact(&mut chb)
             .await
             .map_err(|e| e.to_string())?;
@@ -264,7 +316,7 @@ impl Conn {
         let l = layout(&ch, Some(self.fr.digests), 1 << 24).map_err(|e| e.to_string())?;
         let mut all = vec![0u8; l.total_len];
         all[..CH_BYTES].copy_from_slice(&chb);
-        self.s
+        self.r
             .read_exact(&mut all[CH_BYTES..])
             .await
             .map_err(|e| e.to_string())?;
@@ -315,6 +367,9 @@ impl Conn {
             };
             let first = self.next_r2t(&mut pw);
             self.writes.insert(cid, pw);
+            self.st
+                .max_pending_writes
+                .fetch_max(self.writes.len() as u64, Ordering::Relaxed);
             return self.send_r2t(cid, first).await;
         }
         self.execute(cmd, data).await
@@ -334,6 +389,9 @@ impl Conn {
     }
 
     async fn send_r2t(&mut self, cid: u16, (offset, length): (u32, u32)) -> Res<()> {
+        if self.st.cfg.r2t_delay_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(self.st.cfg.r2t_delay_ms)).await;
+        }
         let length = if self.qid > 0 && self.fault_once(Fault::R2tPastEnd) {
             length + 4096
         } else {
@@ -413,6 +471,9 @@ impl Conn {
                 }
                 self.qid = cc.qid;
                 self.hostid = cd.hostid;
+                if cc.qid == 0 {
+                    self.st.admin_connects.fetch_add(1, Ordering::Relaxed);
+                }
                 self.cntlid = if cc.qid == 0 {
                     self.st.next_cntlid.fetch_add(1, Ordering::Relaxed)
                 } else {
@@ -560,6 +621,33 @@ impl Conn {
                 self.st.keepalives.fetch_add(1, Ordering::Relaxed);
                 self.status(cid, Status::SUCCESS).await
             }
+            // Held: no events ever happen here.
+            admin::ASYNC_EVENT_REQUEST => Ok(()),
+            admin::ABORT => {
+                self.st.aborts.fetch_add(1, Ordering::Relaxed);
+                let sqid = (cmd.cdw10() & 0xFFFF) as u16;
+                let victim = (cmd.cdw10() >> 16) as u16;
+                let held = self
+                    .st
+                    .held
+                    .lock()
+                    .expect("lock")
+                    .remove(&(self.cntlid, sqid, victim));
+                let mut c = Completion::success(cid);
+                c.dw0 = 1;
+                if let Some(w) = held {
+                    let mut r = Completion::new(victim, Status::ABORT_REQUESTED);
+                    r.sqid = sqid;
+                    let h = encode_header(&PduHeader::CapsuleResp(r), 0, 0, self.fr);
+                    w.lock()
+                        .await
+                        .write_all(h.as_bytes())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    c.dw0 = 0;
+                }
+                self.respond(c).await
+            }
             admin::GET_LOG_PAGE => {
                 let g = GetLogPageCommand::from_command(&cmd);
                 if g.lid != lid::DISCOVERY {
@@ -616,7 +704,16 @@ impl Conn {
                     return self.status(cid, Status::LBA_OUT_OF_RANGE.dnr()).await;
                 };
                 let buf = self.st.data.lock().expect("lock")[r].to_vec();
-                if self.fault_once(Fault::IgnoreReads) || self.st.cfg.fault == Fault::IgnoreReads {
+                self.st.io_reads.fetch_add(1, Ordering::Relaxed);
+                if self.fault_once(Fault::IgnoreReads) {
+                    return Ok(());
+                }
+                if self.fault_once(Fault::IgnoreReadsUntilAbort) {
+                    self.st
+                        .held
+                        .lock()
+                        .expect("lock")
+                        .insert((self.cntlid, self.qid, cid), self.w.clone());
                     return Ok(());
                 }
                 if self.fault_once(Fault::CloseMidPdu) {
@@ -634,6 +731,26 @@ impl Conn {
                     self.send(h.as_bytes()).await?;
                     self.send(&buf[..buf.len() / 2]).await?;
                     return Err("closing mid-PDU as asked".into());
+                }
+                if self.fault_once(Fault::GarbageOnRead) {
+                    return self.send(&[0x5Au8; 64]).await;
+                }
+                if self.fault_once(Fault::StallMidPdu) {
+                    let h = encode_header(
+                        &PduHeader::C2HData(DataHeader {
+                            cccid: cid,
+                            ttag: 0,
+                            offset: 0,
+                            length: buf.len() as u32,
+                        }),
+                        pdu_flags::LAST_PDU,
+                        buf.len(),
+                        self.fr,
+                    );
+                    self.send(h.as_bytes()).await?;
+                    self.send(&buf[..buf.len() / 2]).await?;
+                    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                    return Err("stalled as asked".into());
                 }
                 if self.fault_once(Fault::TermReq) {
                     let t = encode_term_req(true, &FatalError::header_field(0, "fake"), &[0u8; 24]);

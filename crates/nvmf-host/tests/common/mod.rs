@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_target;
+pub mod proxy;
 
 use nvmf_host::HostIdentity;
 

@@ -44,14 +44,14 @@ impl Driver {
         let (addr, qid) = (self.cfg.addr, self.cfg.qid);
         if let Some(s) = self.slots.busy_mut(cid)
             && s.xfer == Xfer::FromController
-            && s.received_bytes != s.len_bytes
+            && s.received_bytes as usize != s.data.len
             && s.data_error.is_none()
         {
             s.data_error = Some(HostError::invalid(
                 format!("{} (CID {cid}) on queue {qid} of {addr}", s.kind),
                 format!(
                     "target completed the command after sending {} of {} bytes",
-                    s.received_bytes, s.len_bytes
+                    s.received_bytes, s.data.len
                 ),
             ));
         }
@@ -138,14 +138,14 @@ impl Driver {
                 ),
             ));
         }
-        if u64::from(d.offset) + u64::from(d.length) > u64::from(s.len_bytes) {
+        if u64::from(d.offset) + u64::from(d.length) > s.data.len as u64 {
             return Err(TransportError::bad(
                 fes::DATA_OUT_OF_RANGE,
                 16,
                 format!(
                     "C2HData for CID {cid} ends at {} beyond the command's {} bytes",
                     u64::from(d.offset) + u64::from(d.length),
-                    s.len_bytes
+                    s.data.len
                 ),
             ));
         }
@@ -160,7 +160,7 @@ impl Driver {
         }
         self.rx = RxState::Data {
             cid,
-            pos: s.buf_offset + d.offset as usize,
+            pos: s.data.offset + d.offset as usize,
             remaining: d.length as usize,
             pdu_len: d.length,
             crc: 0,
@@ -196,13 +196,13 @@ impl Driver {
             ));
         }
         let end = u64::from(r.offset) + u64::from(r.length);
-        if end > u64::from(s.len_bytes) {
+        if end > s.data.len as u64 {
             return Err(TransportError::bad(
                 fes::DATA_OUT_OF_RANGE,
                 16,
                 format!(
                     "R2T for CID {cid} asks for bytes up to {end} of a {}-byte transfer",
-                    s.len_bytes
+                    s.data.len
                 ),
             ));
         }
@@ -217,7 +217,7 @@ impl Driver {
             ));
         }
         s.r2t_end_bytes = end as u32;
-        let base = s.buf_offset;
+        let base = s.data.offset;
         let mut off = r.offset;
         let mut left = r.length;
         while left > 0 {
@@ -225,10 +225,7 @@ impl Driver {
             left -= n;
             let range = base + off as usize..base + (off + n) as usize;
             let ddgst = if self.framing.digests.data {
-                s.buf
-                    .as_ref()
-                    .and_then(|b| b.get(range.clone()))
-                    .map(data_digest)
+                s.bytes(range.start, range.len()).map(data_digest)
             } else {
                 None
             };

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use nvme_proto::Completion;
 use nvme_proto::bytes::le32;
 use nvme_proto::sgl::SglDescriptor;
 use nvme_proto::tcp::digest::crc32c_append;
@@ -20,19 +19,21 @@ use nvme_proto::tcp::{
     CH_BYTES, CommonHeader, FatalError, Framing, PduHeader, TERM_REQ_MAX_DATA_BYTES,
     check_header_digest, data_digest, encode_header, encode_term_req, fes, layout, pdu_type,
 };
+use nvme_proto::{Completion, Status};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Sleep;
 
 mod incoming;
 
+use super::buf::Dir;
+use super::core::{Core, Outcome, Submission};
 use super::handshake::Negotiated;
 use super::rx::{DIRECT_READ_MIN_BYTES, RxBuf, RxState};
 use super::slots::{Slots, Xfer};
 use super::tx::{DataRef, TxItem, TxQueue};
-use super::{Completed, Payload, Shared, Submission};
-use crate::error::{CommandKind, HostError, Result, TransportError};
+use crate::error::{HostError, Result, TransportError};
 
 /// Rounds of (submit, send, receive) before the task yields to others.
 const ROUNDS_PER_POLL: usize = 8;
@@ -42,19 +43,20 @@ const READS_PER_ROUND: usize = 16;
 pub(crate) struct DriverConfig {
     pub addr: SocketAddr,
     pub qid: u16,
-    pub depth: u16,
     pub negotiated: Negotiated,
     pub in_capsule_max_bytes: u32,
+    /// The queue's default command timeout (sets how often deadlines are checked).
     pub timeout_ms: u64,
+    /// Connection generation (from `Core::connected`).
+    pub generation: u64,
 }
 
 pub(crate) struct Driver {
     io: TcpStream,
     cfg: DriverConfig,
     framing: Framing,
-    sub_rx: mpsc::Receiver<Submission>,
-    shutdown_rx: oneshot::Receiver<()>,
-    shared: Arc<Shared>,
+    core: Arc<Core>,
+    shutdown_rx: oneshot::Receiver<TransportError>,
     slots: Slots,
     tx: TxQueue,
     /// CIDs whose data PDUs were fully written by the last write (reused, never shrinks).
@@ -67,15 +69,17 @@ pub(crate) struct Driver {
     timer: Pin<Box<Sleep>>,
     timer_armed: bool,
     tick: Duration,
+    /// The time at the start of this poll: deadlines need no finer clock, and reading
+    /// the clock per command costs more than the rest of starting it.
+    now: Option<Instant>,
 }
 
 impl Driver {
     pub fn new(
         io: TcpStream,
         cfg: DriverConfig,
-        sub_rx: mpsc::Receiver<Submission>,
-        shutdown_rx: oneshot::Receiver<()>,
-        shared: Arc<Shared>,
+        core: Arc<Core>,
+        shutdown_rx: oneshot::Receiver<TransportError>,
     ) -> Driver {
         let framing = Framing {
             digests: cfg.negotiated.digests,
@@ -83,14 +87,13 @@ impl Driver {
         };
         // Deadlines are checked every quarter timeout (10 ms .. 1 s).
         let tick = Duration::from_millis((cfg.timeout_ms / 4).clamp(10, 1000));
-        let depth = usize::from(cfg.depth);
+        let depth = usize::from(core.depth);
         Driver {
             io,
             framing,
-            sub_rx,
             shutdown_rx,
-            shared,
-            slots: Slots::new(cfg.depth),
+            slots: Slots::new(core.depth),
+            core,
             tx: TxQueue::new(depth * 2),
             sent_scratch: Vec::with_capacity(64),
             rbuf: RxBuf::new(),
@@ -100,11 +103,13 @@ impl Driver {
             timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
             timer_armed: false,
             tick,
+            now: None,
             cfg,
         }
     }
 
-    /// Runs until shutdown or a fatal error, then fails whatever is outstanding.
+    /// Runs until shutdown or a fatal error, then gives every outstanding command back to
+    /// the queue (to wait for the next connection, or to fail).
     pub async fn run(mut self) {
         let res = std::future::poll_fn(|cx| self.poll_drive(cx)).await;
         let err = match res {
@@ -120,43 +125,48 @@ impl Driver {
             };
             let term = encode_term_req(false, &f, &self.last_hdr[..self.last_hdr_len]);
             let _ = tokio::time::timeout(Duration::from_secs(1), self.io.write_all(&term)).await;
+        } else if self.core.is_closing() {
+            tracing::debug!(addr = %self.cfg.addr, qid = self.cfg.qid, "queue closed: {err}");
+        } else if matches!(err, TransportError::Reset { .. }) {
+            tracing::info!(addr = %self.cfg.addr, qid = self.cfg.qid, "queue closed: {err}");
         } else if err != TransportError::Shutdown {
             tracing::warn!(addr = %self.cfg.addr, qid = self.cfg.qid, "queue failed: {err}");
         }
-        self.shared.set_error(err.clone());
-        self.sub_rx.close();
-        let host_err = HostError::Transport {
-            addr: self.cfg.addr,
-            qid: self.cfg.qid,
-            reason: err,
-        };
+        let host_err = self.core.transport(err.clone());
         for cid in self.slots.busy_cids() {
-            if let Some(mut s) = self.slots.release(cid)
-                && let Some(reply) = s.reply.take()
-            {
-                let _ = reply.send(Err(host_err.clone()));
+            if let Some(s) = self.slots.release(cid) {
+                // A command that timed out fails as such when it has no retries left.
+                let e = if s.timed_out {
+                    HostError::Timeout {
+                        addr: self.cfg.addr,
+                        qid: self.cfg.qid,
+                        cid,
+                        command: s.kind,
+                        timeout_ms: s.timeout_ms.unwrap_or(0),
+                    }
+                } else {
+                    host_err.clone()
+                };
+                self.core.connection_lost(cid, s.into_submission(), &e);
             }
         }
-        while let Ok(sub) = self.sub_rx.try_recv() {
-            let _ = sub.reply.send(Err(host_err.clone()));
-        }
+        self.core.connection_ended(self.cfg.generation, err);
     }
 
     fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
-        if Pin::new(&mut self.shutdown_rx).poll(cx).is_ready() {
-            return Poll::Ready(Ok(()));
+        self.now = None;
+        match Pin::new(&mut self.shutdown_rx).poll(cx) {
+            // Stopped by the queue's owner, for this reason.
+            Poll::Ready(Ok(reason)) => return Poll::Ready(Err(reason)),
+            // Every handle is gone.
+            Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+            Poll::Pending => {}
         }
         for _ in 0..ROUNDS_PER_POLL {
             let mut progress = false;
-            while self.slots.has_free() {
-                match self.sub_rx.poll_recv(cx) {
-                    Poll::Ready(Some(sub)) => {
-                        self.start(sub);
-                        progress = true;
-                    }
-                    Poll::Ready(None) => return Poll::Ready(Ok(())),
-                    Poll::Pending => break,
-                }
+            while let Poll::Ready((tag, sub)) = self.core.poll_next(cx) {
+                self.start(tag, sub);
+                progress = true;
             }
             progress |= self.pump_tx(cx)?;
             progress |= self.pump_rx(cx)?;
@@ -172,89 +182,90 @@ impl Driver {
         Poll::Pending
     }
 
-    fn kind(&self, opcode: u8, fctype: u8) -> CommandKind {
-        CommandKind {
-            admin: self.cfg.qid == 0,
-            opcode,
-            fctype,
-        }
-    }
-
     /// Puts a new command on the wire: CID, SGL, capsule (with in-capsule data if it fits).
-    fn start(&mut self, sub: Submission) {
-        let Some(cid) = self.slots.alloc() else {
-            // poll_drive only takes submissions while a CID is free.
-            let _ = sub.reply.send(Err(HostError::Usage("no free CID".into())));
+    fn start(&mut self, cid: u16, sub: Submission) {
+        let kind = self.core.kind(&sub.cmd);
+        let framing = self.framing;
+        let in_capsule_max = u64::from(self.cfg.in_capsule_max_bytes);
+        let Some(s) = self.slots.claim(cid) else {
+            // The tag is the CID and the queue hands out free tags only.
+            self.core.complete(
+                cid,
+                Outcome {
+                    result: Err(HostError::Usage(format!("CID {cid} is already in use"))),
+                    buf: sub.data.buf,
+                },
+            );
             return;
         };
         let Submission {
             mut cmd,
-            payload,
-            reply,
-            deadline,
+            data,
             timeout_ms,
+            retry,
+            retries_left,
+            init,
         } = sub;
         cmd.set_cid(cid);
-        let kind = self.kind(cmd.opcode(), cmd.fctype());
-        let (xfer, buf, offset, len) = match payload {
-            Payload::None => (Xfer::None, None, 0, 0),
-            Payload::ToController { buf, offset, len } if len > 0 => {
-                let in_capsule = len as u64 <= u64::from(self.cfg.in_capsule_max_bytes);
-                (Xfer::ToController { in_capsule }, Some(buf), offset, len)
-            }
-            Payload::FromController { buf, offset, len } if len > 0 => {
-                (Xfer::FromController, Some(buf), offset, len)
-            }
-            Payload::ToController { buf, .. } | Payload::FromController { buf, .. } => {
-                (Xfer::None, Some(buf), 0, 0)
-            }
+        let len = data.len;
+        let xfer = match data.dir {
+            _ if len == 0 => Xfer::None,
+            Dir::None => Xfer::None,
+            Dir::ToController => Xfer::ToController {
+                in_capsule: len as u64 <= in_capsule_max,
+            },
+            Dir::FromController => Xfer::FromController,
         };
-        // Payload::check bounded len to u32.
+        // Data::check bounded len to u32.
         let len_u32 = len as u32;
         let in_capsule = xfer == Xfer::ToController { in_capsule: true };
         cmd.set_sgl1(if in_capsule {
             SglDescriptor::in_capsule(0, len_u32)
         } else {
-            SglDescriptor::transport(len_u32)
+            SglDescriptor::transport(if xfer == Xfer::None { 0 } else { len_u32 })
         });
-        let (data, ddgst) = if in_capsule {
-            let dg = match (&buf, self.framing.digests.data) {
-                (Some(b), true) => b.get(offset..offset + len).map(data_digest),
-                _ => None,
+        let offset = data.offset;
+        s.cmd = cmd;
+        s.data = data;
+        s.timeout_ms = timeout_ms;
+        s.retry = retry;
+        s.retries_left = retries_left;
+        s.init = init;
+        s.xfer = xfer;
+        s.received_bytes = 0;
+        s.r2t_end_bytes = 0;
+        s.pending = None;
+        s.data_error = None;
+        s.deadline = match timeout_ms {
+            Some(t) => Some(*self.now.get_or_insert_with(Instant::now) + Duration::from_millis(t)),
+            None => None,
+        };
+        s.timed_out = false;
+        s.kind = kind;
+        let (dref, ddgst) = if in_capsule {
+            let dg = if framing.digests.data {
+                s.bytes(offset, len).map(data_digest)
+            } else {
+                None
             };
             (Some(DataRef { cid, offset, len }), dg)
         } else {
             (None, None)
         };
+        s.tx_refs = u32::from(dref.is_some());
         let hdr = encode_header(
             &PduHeader::CapsuleCmd(cmd),
             0,
             if in_capsule { len } else { 0 },
-            self.framing,
+            framing,
         );
-        if let Some(s) = self.slots.busy_mut(cid) {
-            s.reply = Some(reply);
-            s.buf = buf;
-            s.xfer = xfer;
-            s.buf_offset = offset;
-            s.len_bytes = len_u32;
-            s.received_bytes = 0;
-            s.r2t_end_bytes = 0;
-            s.tx_refs = u32::from(data.is_some());
-            s.pending = None;
-            s.data_error = None;
-            s.deadline = deadline;
-            s.timeout_ms = timeout_ms;
-            s.timed_out = false;
-            s.kind = kind;
-        }
         self.tx.push(TxItem {
             hdr,
-            data,
+            data: dref,
             ddgst,
             sent: 0,
         });
-        if !self.timer_armed {
+        if !self.timer_armed && timeout_ms.is_some() {
             self.timer_armed = true;
             let at = tokio::time::Instant::now() + self.tick;
             self.timer.as_mut().reset(at);
@@ -314,8 +325,7 @@ impl Driver {
                 let dst = self
                     .slots
                     .busy_mut(cid)
-                    .and_then(|s| s.buf.as_mut())
-                    .and_then(|b| b.get_mut(pos..pos + remaining))
+                    .and_then(|s| s.bytes_mut(pos, remaining))
                     .ok_or_else(|| lost_buffer(cid))?;
                 let mut rb = ReadBuf::new(dst);
                 match Pin::new(&mut self.io).poll_read(cx, &mut rb) {
@@ -423,8 +433,7 @@ impl Driver {
                     let dst = self
                         .slots
                         .busy_mut(cid)
-                        .and_then(|s| s.buf.as_mut())
-                        .and_then(|b| b.get_mut(pos..pos + n))
+                        .and_then(|s| s.bytes_mut(pos, n))
                         .ok_or_else(|| lost_buffer(cid))?;
                     dst.copy_from_slice(src);
                     if ddgst && let RxState::Data { crc: c, .. } = &mut self.rx {
@@ -465,8 +474,7 @@ impl Driver {
             let src = self
                 .slots
                 .get(cid)
-                .and_then(|s| s.buf.as_ref())
-                .and_then(|b| b.get(pos..pos + n))
+                .and_then(|s| s.bytes(pos, n))
                 .ok_or_else(|| lost_buffer(cid))?;
             let c = crc32c_append(crc, src);
             if let RxState::Data { crc, .. } = &mut self.rx {
@@ -530,46 +538,80 @@ impl Driver {
         let Some(mut s) = self.slots.release(cid) else {
             return;
         };
-        let Some(reply) = s.reply.take() else {
-            // It timed out earlier; the caller has gone.
+        let data_error = s.data_error.take();
+        // Commands that may be re-sent are, after an abort or a data digest error (as the
+        // Linux host retries statuses without DNR).
+        let again = s.retry
+            && s.retries_left > 0
+            && match (&r, &data_error) {
+                (Ok(cqe), _) if is_abort_requested(cqe.status) => true,
+                (Ok(cqe), Some(HostError::DataDigest { .. })) => cqe.status.is_success(),
+                _ => false,
+            };
+        if again {
+            tracing::debug!(addr = %self.cfg.addr, qid = self.cfg.qid, cid, "re-sending {}", s.kind);
+            let mut sub = s.into_submission();
+            sub.retries_left -= 1;
+            self.core.requeue(cid, sub);
             return;
-        };
-        let out = match (r, s.data_error.take()) {
+        }
+        let result = match (r, data_error) {
             (Err(e), _) => Err(e),
             (Ok(cqe), Some(e)) if cqe.status.is_success() => Err(e),
-            (Ok(cqe), _) => Ok(Completed {
-                cqe,
-                buf: s.buf.take(),
-            }),
+            (Ok(cqe), _) => Ok(cqe),
         };
-        let _ = reply.send(out);
+        self.core.complete(
+            cid,
+            Outcome {
+                result,
+                buf: s.data.buf.take(),
+            },
+        );
     }
 
     fn on_timer(&mut self) {
         let now = Instant::now();
         let (addr, qid) = (self.cfg.addr, self.cfg.qid);
+        let supervised = self.core.supervised();
+        let mut any_deadline = false;
         for (cid, s) in self.slots.iter_mut() {
-            if !s.timed_out && s.deadline <= now {
-                s.timed_out = true;
-                if let Some(reply) = s.reply.take() {
-                    tracing::warn!(%addr, qid, cid, "{} timed out", s.kind);
-                    let _ = reply.send(Err(HostError::Timeout {
+            let Some(deadline) = s.deadline else {
+                continue;
+            };
+            any_deadline = true;
+            if s.timed_out || deadline > now {
+                continue;
+            }
+            s.timed_out = true;
+            let timeout_ms = s.timeout_ms.unwrap_or(0);
+            tracing::warn!(%addr, qid, cid, "{} timed out after {timeout_ms} ms", s.kind);
+            // Bring-up commands fail on their own: the supervisor is the one waiting.
+            if supervised && !s.init {
+                self.core.report_timeout(cid, s.kind, timeout_ms);
+            } else {
+                self.core.time_out(
+                    cid,
+                    HostError::Timeout {
                         addr,
                         qid,
                         cid,
                         command: s.kind,
-                        timeout_ms: s.timeout_ms,
-                    }));
-                }
+                        timeout_ms,
+                    },
+                );
             }
         }
-        if self.slots.active() > 0 {
+        if any_deadline {
             let at = tokio::time::Instant::now() + self.tick;
             self.timer.as_mut().reset(at);
         } else {
             self.timer_armed = false;
         }
     }
+}
+
+fn is_abort_requested(s: Status) -> bool {
+    !s.dnr && s.sct == Status::ABORT_REQUESTED.sct && s.sc == Status::ABORT_REQUESTED.sc
 }
 
 fn lost_buffer(cid: u16) -> TransportError {

@@ -1,0 +1,222 @@
+//! Superblock commits and membership changes: failing members, spares taking over.
+
+use std::sync::atomic::Ordering;
+
+use tracing::{error, info, warn};
+
+use super::{Faults, Inner};
+use crate::error::{Result, VolumeError};
+use crate::format::{MemberEntry, MemberState, Superblock};
+use crate::sbio;
+use crate::topology::{Dev, Slot, Topology, same_dev};
+
+impl Inner {
+    /// Marks the members behind `faults` failed (each durably, in every surviving
+    /// superblock) before the caller retries or acknowledges anything. Errors if the
+    /// volume can no longer serve I/O.
+    pub async fn handle_faults(&self, faults: Faults) -> Result<()> {
+        if faults.is_empty() {
+            // An operation found too few readable members without a member error.
+            return Err(self.failed_error(&self.topo()));
+        }
+        let mut faults = faults;
+        for _ in 0..=self.geo.members() {
+            for f in faults {
+                warn!(volume = %self.name, member = f.member, error = %f.err, "member I/O failed");
+                self.fail_member_dev(f.member, f.dev.as_ref(), &f.err.to_string())
+                    .await?;
+            }
+            // Rows written before the change are made durable before any write relies on
+            // the new member set, and the journal starts over (new members hold no chain).
+            faults = self.journal_reset().await;
+            if faults.is_empty() {
+                break;
+            }
+        }
+        self.kick_rebuild();
+        self.check_usable()
+    }
+
+    /// Fails slot `member` if it still holds `dev` (any device if `None`).
+    pub async fn fail_member_dev(
+        &self,
+        member: usize,
+        dev: Option<&Dev>,
+        reason: &str,
+    ) -> Result<()> {
+        let mut sb = self.meta.lock().await;
+        let topo = self.topo();
+        let Some(slot) = topo.slots.get(member) else {
+            return Ok(());
+        };
+        let current = match (&slot.dev, dev) {
+            (Some(cur), Some(d)) => same_dev(cur, d),
+            (Some(_), None) => true,
+            (None, _) => slot.state != MemberState::Failed,
+        };
+        if !current || slot.state == MemberState::Failed {
+            return Ok(());
+        }
+        error!(volume = %self.name, member, reason, "marking member failed");
+        let mut t = (*topo).clone();
+        Self::mark_failed(&mut sb, &mut t, member);
+        self.take_spare(&mut sb, &mut t).await;
+        self.set_topo(t);
+        self.commit_locked(&mut sb, true).await
+    }
+
+    fn mark_failed(sb: &mut Superblock, t: &mut Topology, member: usize) {
+        let was = t.slots.get(member).map(|s| s.state);
+        let generation = sb.generation + 1;
+        if let Some(slot) = t.slots.get_mut(member) {
+            slot.state = MemberState::Failed;
+            slot.dev = None;
+            slot.state_generation = generation;
+        }
+        let member_bytes = sb.usable_member_bytes;
+        if let Some(e) = sb.members.get_mut(member) {
+            e.valid_bytes = valid_when_leaving(e, was, member_bytes);
+            e.state = MemberState::Failed;
+            e.state_generation = generation;
+            e.rebuild_offset_bytes = 0;
+        }
+    }
+
+    /// Puts the first spare into the first failed slot (state rebuilding, from 0).
+    pub(crate) async fn take_spare(&self, sb: &mut Superblock, t: &mut Topology) {
+        let n = t.slots.len();
+        while !t.spares.is_empty() {
+            let Some(slot) = (0..n).find(|&i| t.slots[i].state == MemberState::Failed) else {
+                return;
+            };
+            let spare = t.spares.remove(0);
+            let entry = if sb.members.len() > n {
+                sb.members.remove(n)
+            } else {
+                MemberEntry::new(spare.uuid, MemberState::Spare, spare.dev.info().size_bytes)
+            };
+            // The new member's bitmap must be current before it is trusted.
+            if let Err(f) = self.init_member_bitmap(slot, &spare.dev).await {
+                warn!(volume = %self.name, error = %f.err, "spare failed while joining; dropped");
+                continue;
+            }
+            info!(volume = %self.name, slot, spare = %spare.uuid, "spare takes over failed slot");
+            t.slots[slot] = Slot::new(
+                Some(spare.dev),
+                spare.uuid,
+                MemberState::Rebuilding,
+                0,
+                sb.generation + 1,
+            );
+            sb.members[slot] = MemberEntry {
+                state: MemberState::Rebuilding,
+                rebuild_offset_bytes: 0,
+                valid_bytes: 0,
+                state_generation: sb.generation + 1,
+                ..entry
+            };
+            self.tasks().rebuild_wanted = true;
+            return;
+        }
+    }
+
+    /// Starts a rebuild in the background if one is wanted and allowed.
+    pub fn kick_rebuild(&self) {
+        if !self.opts.auto_rebuild || !self.tasks().rebuild_wanted {
+            return;
+        }
+        if let Some(me) = self.me.get().and_then(|w| w.upgrade())
+            && let Err(e) = me.spawn_rebuild()
+        {
+            warn!(volume = %self.name, error = %e, "could not start rebuild");
+        }
+    }
+
+    /// Writes the superblock to every writable slot and every spare (call with `meta`
+    /// held). Members failing the write are failed in turn (generation bumped again).
+    pub async fn commit_locked(&self, sb: &mut Superblock, bump_generation: bool) -> Result<()> {
+        let mut bump = bump_generation;
+        for _ in 0..=sb.members.len() {
+            if bump {
+                sb.generation += 1;
+            }
+            sb.seq += 1;
+            let topo = self.topo();
+            let targets = topo.metadata_targets();
+            let futs = targets.iter().map(|(idx, dev)| {
+                let mut copy = sb.clone();
+                copy.member_index = *idx;
+                copy.member_uuid = sb.members.get(*idx).map(|e| e.uuid).unwrap_or_default();
+                async move {
+                    let r = self.timed(sbio::write_member(&**dev, &copy)).await;
+                    (*idx, dev.clone(), r)
+                }
+            });
+            let results = futures::future::join_all(futs).await;
+            let written = results.iter().filter(|(_, _, r)| r.is_ok()).count();
+            let failures: Vec<(usize, Dev)> = results
+                .into_iter()
+                .filter(|(_, _, r)| r.is_err())
+                .map(|(i, d, _)| (i, d))
+                .collect();
+            if failures.is_empty() {
+                self.tasks().sb = Some(sb.clone());
+                return Ok(());
+            }
+            if written == 0 {
+                self.failed.store(true, Ordering::Release);
+                return Err(self.failed_error(&topo));
+            }
+            let n = topo.slots.len();
+            let mut t = (*topo).clone();
+            // Spares are removed from the table, slots failed; highest index first so
+            // spare indices stay valid.
+            let mut failures = failures;
+            failures.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+            for (idx, dev) in failures {
+                warn!(volume = %self.name, member = idx, "superblock write failed");
+                if idx >= n {
+                    let j = idx - n;
+                    if t.spares.get(j).is_some_and(|s| same_dev(&s.dev, &dev)) {
+                        t.spares.remove(j);
+                        if sb.members.len() > idx {
+                            sb.members.remove(idx);
+                        }
+                    }
+                } else {
+                    Self::mark_failed(sb, &mut t, idx);
+                }
+            }
+            self.take_spare(sb, &mut t).await;
+            self.set_topo(t);
+            bump = true;
+        }
+        Err(VolumeError::Invalid(
+            "superblock commit did not converge".into(),
+        ))
+    }
+
+    /// Writes the superblock (no membership change), e.g. clean flag or checkpoint.
+    pub async fn commit(&self, mutate: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let mut sb = self.meta.lock().await;
+        mutate(&mut sb);
+        self.commit_locked(&mut sb, false).await
+    }
+}
+
+/// How much of a member leaving in state `was` is still current (see
+/// `MemberEntry::valid_bytes`): all of an active member; of a rebuilding one, its durable
+/// checkpoint or what it held when it left before, whichever is more.
+pub(crate) fn valid_when_leaving(
+    e: &MemberEntry,
+    was: Option<MemberState>,
+    member_bytes: u64,
+) -> u64 {
+    match was {
+        Some(MemberState::Active) => member_bytes,
+        Some(MemberState::Rebuilding) => {
+            e.valid_bytes.max(e.rebuild_offset_bytes).min(member_bytes)
+        }
+        _ => e.valid_bytes,
+    }
+}

@@ -1,0 +1,294 @@
+//! The read path: direct member reads where the data is readable, row reconstruction
+//! (under the row lock) where it is not.
+
+use blockdev::{IoBuf, check_range};
+
+use super::{Faults, Inner};
+use crate::error::{Result, VolumeError};
+use crate::layout::Family;
+use crate::topology::Topology;
+
+/// A member buffer and where its bytes go in the caller's buffer.
+pub(crate) struct Scatter {
+    pub buf: IoBuf,
+    /// (offset in `buf`, offset in the destination, length)
+    pub segs: Vec<(usize, usize, usize)>,
+}
+
+/// One member read covering one or more pieces.
+struct Direct {
+    member: usize,
+    member_offset_bytes: u64,
+    len: usize,
+    segs: Vec<(usize, usize, usize)>,
+}
+
+impl Inner {
+    pub async fn read_volume(&self, offset_bytes: u64, buf: IoBuf) -> Result<IoBuf> {
+        check_range(&self.info, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(buf);
+        }
+        let len = buf.len();
+        let mut buf = Some(buf);
+        for _ in 0..=2 * self.geo.members() + 2 {
+            self.check_usable()?;
+            let topo = self.topo();
+            let b = buf.take().unwrap_or_else(|| IoBuf::new_zeroed(len));
+            match self.try_read(&topo, offset_bytes, b).await {
+                Ok(b) => {
+                    self.stats.record_read(len as u64);
+                    return Ok(b);
+                }
+                Err((b, faults)) => {
+                    buf = b;
+                    self.handle_faults(faults).await?;
+                }
+            }
+        }
+        Err(VolumeError::Invalid("read kept failing".into()))
+    }
+
+    /// Plans and runs one read attempt. On failure the buffer comes back if it still can.
+    async fn try_read(
+        &self,
+        topo: &Topology,
+        offset_bytes: u64,
+        mut buf: IoBuf,
+    ) -> std::result::Result<IoBuf, (Option<IoBuf>, Faults)> {
+        let su = self.su();
+        let mut pieces: Vec<(usize, u64, usize, usize)> = Vec::new(); // member, moff, len, dst
+        let mut degraded: Vec<(u64, u64, u64)> = Vec::new(); // row, vol start, vol end
+        match self.geo.family() {
+            Family::Near { copies } => {
+                // One preferred copy per request: big reads stay on one member per chunk
+                // set, small random reads spread over the copies.
+                let pref = ((offset_bytes / su) % copies as u64) as usize;
+                for p in self.geo.pieces(offset_bytes, buf.len() as u64) {
+                    let dst = (p.vol_offset_bytes - offset_bytes) as usize;
+                    let found = (0..copies).map(|t| (pref + t) % copies).find_map(|j| {
+                        let (member, row) = self.geo.chunk_location(p.chunk, j);
+                        let moff = row * su + p.col_bytes;
+                        topo.readable(member, moff + p.len_bytes)
+                            .then_some((member, moff))
+                    });
+                    match found {
+                        Some((member, moff)) => {
+                            pieces.push((member, moff, p.len_bytes as usize, dst))
+                        }
+                        None => return Err((Some(buf), Vec::new())),
+                    }
+                }
+            }
+            Family::Rotating { k, .. } => {
+                for p in self.geo.pieces(offset_bytes, buf.len() as u64) {
+                    let (member, row) = self.geo.chunk_location(p.chunk, 0);
+                    let moff = row * su + p.col_bytes;
+                    if topo.readable(member, moff + p.len_bytes) {
+                        let dst = (p.vol_offset_bytes - offset_bytes) as usize;
+                        pieces.push((member, moff, p.len_bytes as usize, dst));
+                        continue;
+                    }
+                    let end = p.vol_offset_bytes + p.len_bytes;
+                    match degraded.last_mut() {
+                        Some(last) if last.0 == row => last.2 = end,
+                        _ => degraded.push((row, p.vol_offset_bytes, end)),
+                    }
+                    let _ = k;
+                }
+            }
+        }
+
+        // Whole request on one member: read straight into the caller's buffer.
+        if degraded.is_empty() && pieces.len() == 1 {
+            let (member, moff, _, _) = pieces[0];
+            return self
+                .mread(topo, member, moff, buf)
+                .await
+                .map_err(|f| (None, vec![f]));
+        }
+
+        let directs = merge(pieces);
+        let direct_futs = directs.into_iter().map(|d| async move {
+            let b = self
+                .mread(
+                    topo,
+                    d.member,
+                    d.member_offset_bytes,
+                    IoBuf::new_zeroed(d.len),
+                )
+                .await?;
+            Ok::<_, super::MemberFault>(Scatter {
+                buf: b,
+                segs: d.segs,
+            })
+        });
+        let degraded_futs = degraded
+            .into_iter()
+            .map(|(row, start, end)| self.read_row_reconstruct(row, start, end, offset_bytes));
+        let (direct, recon) = futures::join!(
+            futures::future::join_all(direct_futs),
+            futures::future::join_all(degraded_futs)
+        );
+        let mut faults: Faults = Vec::new();
+        let mut failed_plan = false;
+        let mut scatters = Vec::new();
+        for r in direct {
+            match r {
+                Ok(s) => scatters.push(s),
+                Err(f) => faults.push(f),
+            }
+        }
+        for r in recon {
+            match r {
+                Ok(s) => scatters.extend(s),
+                Err(f) if f.is_empty() => failed_plan = true,
+                Err(f) => faults.extend(f),
+            }
+        }
+        if !faults.is_empty() || failed_plan {
+            return Err((Some(buf), faults));
+        }
+        for s in scatters {
+            for (src, dst, len) in s.segs {
+                buf[dst..dst + len].copy_from_slice(&s.buf[src..src + len]);
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Reads volume bytes `[start, end)` (inside `row`) by reconstruction from the row's
+    /// readable shards, under the row lock. `dst_base` is the volume offset of the
+    /// destination buffer. `Err(empty)` = not enough readable shards.
+    async fn read_row_reconstruct(
+        &self,
+        row: u64,
+        start: u64,
+        end: u64,
+        dst_base: u64,
+    ) -> std::result::Result<Vec<Scatter>, Faults> {
+        let _lock = self.locks.lock([row]).await;
+        // Snapshot after locking: no write of this row can be between it and our reads.
+        let topo = self.topo();
+        let su = self.su();
+        let (k, m) = (self.geo.params().k, self.geo.params().m);
+        let row_base = row * k as u64 * su;
+        // Column span of the request inside the row.
+        let (mut lo, mut hi) = (su, 0);
+        for d in 0..k {
+            let cs = row_base + d as u64 * su;
+            let (s, e) = (start.max(cs), end.min(cs + su));
+            if s < e {
+                lo = lo.min(s - cs);
+                hi = hi.max(e - cs);
+            }
+        }
+        let wanted_data: Vec<usize> = (0..k)
+            .filter(|&d| {
+                let cs = row_base + d as u64 * su;
+                start.max(cs) < end.min(cs + su)
+            })
+            .collect();
+        let shards = self.read_shards(&topo, row, lo, hi, &wanted_data).await?;
+        let mut out = Vec::new();
+        for (d, buf) in shards.into_iter().enumerate().take(k) {
+            let cs = row_base + d as u64 * su;
+            let (s, e) = (start.max(cs), end.min(cs + su));
+            if s >= e || !wanted_data.contains(&d) {
+                continue;
+            }
+            let src = (s - cs - lo) as usize;
+            let dst = (s - dst_base) as usize;
+            out.push(Scatter {
+                buf,
+                segs: vec![(src, dst, (e - s) as usize)],
+            });
+        }
+        let _ = m;
+        Ok(out)
+    }
+
+    /// Reads `k` readable shards of `row` over columns `[lo, hi)` (data first) and
+    /// reconstructs the data shards in `want` that were not readable. Returns all k + m
+    /// shard buffers (unread, unwanted ones empty). `Err(empty)` = fewer than k readable.
+    pub(crate) async fn read_shards(
+        &self,
+        topo: &Topology,
+        row: u64,
+        lo: u64,
+        hi: u64,
+        want: &[usize],
+    ) -> std::result::Result<Vec<IoBuf>, Faults> {
+        let su = self.su();
+        let (k, m) = (self.geo.params().k, self.geo.params().m);
+        let len = (hi - lo) as usize;
+        let mend = row * su + hi;
+        let members: Vec<usize> = self.geo.row_shard_members(row).collect();
+        let mut present = vec![false; k + m];
+        let mut chosen = 0;
+        for s in 0..k + m {
+            if chosen == k {
+                break;
+            }
+            if topo.readable(members[s], mend) {
+                present[s] = true;
+                chosen += 1;
+            }
+        }
+        if chosen < k {
+            return Err(Vec::new());
+        }
+        let reads = (0..k + m).filter(|&s| present[s]).map(|s| {
+            let member = members[s];
+            async move {
+                self.mread(topo, member, row * su + lo, IoBuf::new_zeroed(len))
+                    .await
+                    .map(|b| (s, b))
+            }
+        });
+        let mut bufs: Vec<IoBuf> = (0..k + m).map(|_| IoBuf::new_zeroed(0)).collect();
+        let mut faults = Vec::new();
+        for r in futures::future::join_all(reads).await {
+            match r {
+                Ok((s, b)) => bufs[s] = b,
+                Err(f) => faults.push(f),
+            }
+        }
+        if !faults.is_empty() {
+            return Err(faults);
+        }
+        let missing: Vec<usize> = want.iter().copied().filter(|&d| !present[d]).collect();
+        if !missing.is_empty() {
+            for &d in &missing {
+                bufs[d] = IoBuf::new_zeroed(len);
+            }
+            let rs = self.rs.as_ref().ok_or_else(Vec::new)?;
+            let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            if rs.reconstruct_some(&mut refs, &present, &missing).is_err() {
+                return Err(Vec::new());
+            }
+        }
+        Ok(bufs)
+    }
+}
+
+/// Merges pieces into one read per contiguous member range.
+fn merge(mut pieces: Vec<(usize, u64, usize, usize)>) -> Vec<Direct> {
+    pieces.sort_by_key(|&(member, moff, _, _)| (member, moff));
+    let mut out: Vec<Direct> = Vec::new();
+    for (member, moff, len, dst) in pieces {
+        match out.last_mut() {
+            Some(d) if d.member == member && d.member_offset_bytes + d.len as u64 == moff => {
+                d.segs.push((d.len, dst, len));
+                d.len += len;
+            }
+            _ => out.push(Direct {
+                member,
+                member_offset_bytes: moff,
+                len,
+                segs: vec![(0, dst, len)],
+            }),
+        }
+    }
+    out
+}
