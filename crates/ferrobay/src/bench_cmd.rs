@@ -11,7 +11,7 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// What to measure: nvme+tcp://ADDR:PORT/SUBNQN[/NSID][?digest=hd,dd], file:PATH,
-    /// /dev/..., ram:SIZE or null:SIZE.
+    /// /dev/..., ram:SIZE, null:SIZE or volume:NAME (a registered local volume).
     #[arg(long)]
     pub target: String,
     /// randread, randwrite, read, write or randrw.
@@ -120,9 +120,19 @@ async fn open_target(target: &str, engine: blockdev::IoEngine) -> anyhow::Result
 pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&a)?;
     let engine = parse_engine(&a.engine)?;
-    let dev = open_target(&a.target, engine).await?;
+    // A volume is stopped cleanly after the run (bitmap cleared, clean flag set).
+    let (dev, volume): (Arc<dyn BlockDevice>, _) = match a.target.strip_prefix("volume:") {
+        Some(name) => {
+            let v = crate::volume_cmd::open_volume(name, engine).await?;
+            (v.clone(), Some(v))
+        }
+        None => (open_target(&a.target, engine).await?, None),
+    };
     let progress = if a.json { Progress::Silent } else { Progress::auto(cfg.runtime_ms) };
     let report = bench::run(dev, &cfg, &a.target, &progress).await?;
+    if let Some(v) = volume {
+        v.stop().await.context("stop the volume after the run")?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bench_cmd, discover_cmd, node_cmd};
+use crate::{bench_cmd, discover_cmd, node_cmd, volume_cmd};
 
 #[derive(Parser, Debug)]
 #[command(name = "ferrobay", version, about = "Disaggregated flash storage over NVMe/TCP")]
@@ -20,6 +20,8 @@ pub struct Cli {
 pub enum Command {
     /// Storage node: export drives over NVMe/TCP, manage its namespaces.
     Node(node_cmd::NodeArgs),
+    /// Erasure-coded volumes over local files and block devices (like mdadm).
+    Volume(volume_cmd::VolumeArgs),
     /// Read the discovery log of an NVMe/TCP target and print it like `nvme discover`.
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
@@ -41,6 +43,7 @@ pub struct DiscoverArgs {
 pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Node(a) => node_cmd::run(a).await,
+        Command::Volume(a) => volume_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
     }

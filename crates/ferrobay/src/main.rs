@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cli;
 mod discover_cmd;
 mod node_cmd;
+mod volume_cmd;
 
 use clap::Parser;
 
