@@ -75,6 +75,7 @@
 mod admin;
 mod assemble;
 pub mod clock;
+pub mod registry;
 mod config;
 mod create;
 mod engine;

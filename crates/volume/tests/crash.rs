@@ -216,7 +216,7 @@ async fn run(level: LevelSpec, n: usize, degrade: &[usize], ops: &[Op], cut_at: 
     let mut cfg = config(level, SU, REGION);
     cfg.options = options();
     // Small: the workload wraps it several times.
-    cfg.journal_bytes = if std::env::var_os("NO_JOURNAL").is_some() { 0 } else { 64 << 10 };
+    cfg.journal_bytes = 64 << 10;
     let vol = Volume::create("crash", cfg, plain, vec![]).await.unwrap();
     for &d in degrade {
         vol.fail_member(d).await.unwrap();

@@ -46,6 +46,8 @@ struct World {
     /// A slot's previous device after it failed (may come back).
     away: Vec<Option<Dev>>,
     next_name: usize,
+    /// Every device ever made, by name (to follow spares into slots).
+    by_name: std::collections::HashMap<String, Dev>,
     log: Vec<String>,
 }
 
@@ -68,7 +70,7 @@ impl World {
 
     async fn step(&mut self, kind: u8, a: u64, b: u64) {
         let size = self.model.len() as u64;
-        match kind % 12 {
+        match kind % 13 {
             0..=3 => {
                 // Write: mostly small, sometimes several stripes.
                 let sectors = if b.is_multiple_of(4) {
@@ -117,7 +119,15 @@ impl World {
                     self.log.push(format!("fail {i}"));
                     self.vol.fail_member(i).await.unwrap();
                 }
-                assert_eq!(self.state(i), MemberState::Failed, "{:?}", self.log);
+                // Failed, or already taken over by a spare.
+                let st = self.vol.status().members[i].clone();
+                match st.state {
+                    MemberState::Failed => {}
+                    MemberState::Rebuilding => {
+                        assert!(st.device.as_deref().is_some_and(|d| d.starts_with("spare")))
+                    }
+                    other => panic!("member {i} is {other:?} after failing; {:?}", self.log),
+                }
                 self.away[i] = Some(self.slots[i].clone());
             }
             7 => {
@@ -136,8 +146,7 @@ impl World {
                     }
                     _ => {
                         self.log.push(format!("replace {i}"));
-                        self.next_name += 1;
-                        new_dev(format!("new{}", self.next_name))
+                        self.new_dev("new")
                     }
                 };
                 self.vol.replace_member(i, dev.dev.clone()).await.unwrap();
@@ -214,10 +223,36 @@ impl World {
                     .unwrap();
                 self.restart(true).await;
             }
-            _ => {
+            11 => {
                 self.log
                     .push(format!("restart clean={}", b.is_multiple_of(2)));
                 self.restart(b.is_multiple_of(2)).await;
+            }
+            _ => {
+                // A hot spare: it takes a failed slot at once, or waits for the next failure.
+                if !self.vol.status().spares.is_empty() {
+                    return;
+                }
+                let d = self.new_dev("spare");
+                self.log.push(format!("add spare {}", d.dev.info().name));
+                self.vol.add_spare(d.dev.clone(), "rack9").await.unwrap();
+            }
+        }
+        self.sync_slots();
+    }
+
+    fn new_dev(&mut self, prefix: &str) -> Dev {
+        self.next_name += 1;
+        let d = new_dev(format!("{prefix}{}", self.next_name));
+        self.by_name.insert(d.dev.info().name.clone(), d.clone());
+        d
+    }
+
+    /// Follows the volume's view of which device is in which slot.
+    fn sync_slots(&mut self) {
+        for (i, m) in self.vol.status().members.iter().enumerate() {
+            if let Some(d) = m.device.as_ref().and_then(|n| self.by_name.get(n)) {
+                self.slots[i] = d.clone();
             }
         }
     }
@@ -258,6 +293,11 @@ impl World {
                 self.slots[i] = old;
             }
         }
+        for s in self.vol.status().spares {
+            if let Some(d) = s.device.as_ref().and_then(|n| self.by_name.get(n)) {
+                devs.push(d.dev.clone());
+            }
+        }
         devs.reverse();
         let vol = Volume::assemble_with(devs, test_options()).await.unwrap();
         self.vol = vol;
@@ -266,6 +306,7 @@ impl World {
                 self.away[i] = Some(self.slots[i].clone());
             }
         }
+        self.sync_slots();
         check_all(&self.vol, &self.model).await;
     }
 }
@@ -286,6 +327,10 @@ async fn run_case(layout_index: u8, su_log: u8, ops: Vec<(u8, u64, u64)>) {
     let (level, n) = layout(layout_index);
     let su = 4096u64 << (su_log % 3 * 2);
     let slots: Vec<Dev> = (0..n).map(|i| new_dev(format!("m{i}"))).collect();
+    let by_name = slots
+        .iter()
+        .map(|d| (d.dev.info().name.clone(), d.clone()))
+        .collect();
     let devs = slots.iter().map(|d| d.dev.clone()).collect();
     let vol = Volume::create("model", config(level, su, 256 << 10), devs, vec![])
         .await
@@ -300,6 +345,7 @@ async fn run_case(layout_index: u8, su_log: u8, ops: Vec<(u8, u64, u64)>) {
         slots,
         away: vec![None; n],
         next_name: 0,
+        by_name,
         log: vec![format!("{level} on {n}, su {su}")],
     };
     for (kind, a, b) in ops {
@@ -325,6 +371,7 @@ async fn run_case(layout_index: u8, su_log: u8, ops: Vec<(u8, u64, u64)>) {
             "corrupt member",
             "corrupt superblock",
             "restart",
+            "add spare",
         ];
         let counts: Vec<String> = kinds
             .iter()

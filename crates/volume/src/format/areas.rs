@@ -90,7 +90,7 @@ mod tests {
         let p = plan_areas(64 << 20, 64 << 10, DEFAULT_REGION_BYTES, (8 << 20) + 1).unwrap();
         assert_eq!(p.journal_offset_bytes, 8192 + 4096);
         assert_eq!(p.journal_bytes, (8 << 20) + 4096);
-        assert_eq!(p.data_offset_bytes, 10 << 20);
+        assert_eq!(p.data_offset_bytes, 9 << 20);
     }
 
     proptest! {
