@@ -10,7 +10,7 @@ use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to measure: nvme+tcp://ADDR:PORT/SUBNQN[/NSID][?digest=hd,dd], file:PATH,
+    /// What to measure: nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd], file:PATH,
     /// /dev/..., ram:SIZE, null:SIZE or volume:NAME (a registered local volume).
     #[arg(long)]
     pub target: String,
@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// I/O engine for files and block devices: auto, uring or threads.
     #[arg(long, default_value = "auto")]
     pub engine: String,
+    /// Host NQN for nvme+tcp targets (default: /etc/nvme/hostnqn, else one derived from
+    /// this machine).
+    #[arg(long)]
+    pub hostnqn: Option<String>,
 }
 
 pub fn parse_duration_ms(s: &str) -> anyhow::Result<u64> {
@@ -107,9 +111,13 @@ fn config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
 }
 
 /// Opens what `--target` names.
-async fn open_target(target: &str, engine: blockdev::IoEngine) -> anyhow::Result<Arc<dyn BlockDevice>> {
+async fn open_target(
+    target: &str,
+    engine: blockdev::IoEngine,
+    hostnqn: Option<&str>,
+) -> anyhow::Result<Arc<dyn BlockDevice>> {
     if target.starts_with("nvme+tcp://") {
-        return crate::discover_cmd::open_remote(target).await;
+        return crate::discover_cmd::open_remote(target, hostnqn).await;
     }
     let spec = blockdev::parse_drive_spec(target)?;
     blockdev::open_drive(&spec, engine)
@@ -126,7 +134,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             let v = crate::volume_cmd::open_volume(name, engine).await?;
             (v.clone(), Some(v))
         }
-        None => (open_target(&a.target, engine).await?, None),
+        None => (open_target(&a.target, engine, a.hostnqn.as_deref()).await?, None),
     };
     let progress = if a.json { Progress::Silent } else { Progress::auto(cfg.runtime_ms) };
     let report = bench::run(dev, &cfg, &a.target, &progress).await?;

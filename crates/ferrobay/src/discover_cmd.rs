@@ -69,12 +69,14 @@ pub async fn run(a: DiscoverArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens `nvme+tcp://ADDR:PORT/SUBNQN[/NSID][?digest=hd,dd]` as a block device.
-pub async fn open_remote(url: &str) -> anyhow::Result<Arc<dyn BlockDevice>> {
+/// Opens `nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd&queues=N...]` as
+/// a block device: several addresses make a multipath namespace.
+pub async fn open_remote(url: &str, hostnqn: Option<&str>) -> anyhow::Result<Arc<dyn BlockDevice>> {
     let u = NvmeTcpUrl::parse(url)?;
-    let host = host_identity(None)?;
-    let ns = u.open(&host, &ConnectOptions::default()).await.with_context(|| format!("open {url}"))?;
-    Ok(Arc::new(ns))
+    let host = host_identity(hostnqn)?;
+    u.open_device(&host, &ConnectOptions::default())
+        .await
+        .with_context(|| format!("open {url}"))
 }
 
 #[cfg(test)]

@@ -63,8 +63,13 @@ const NQN: &str = "nqn.2026-01.io.ferrobay.test:host-noalloc";
 const WORKERS: u64 = 8;
 const IOS_PER_WORKER: u64 = 2_000;
 
-/// Starts the target on its own runtime (thread) and returns its address.
-fn start_target() -> (std::net::SocketAddr, std::sync::mpsc::Sender<()>) {
+/// Starts the target on its own runtime (thread) with two listeners; returns their
+/// addresses.
+fn start_target() -> (
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+    std::sync::mpsc::Sender<()>,
+) {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
@@ -81,31 +86,34 @@ fn start_target() -> (std::net::SocketAddr, std::sync::mpsc::Sender<()>) {
                 .add_namespace(NQN, NamespaceConfig::whole_device(1, dev))
                 .unwrap();
             let l = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
-            addr_tx.send(l.local_addr()).unwrap();
+            let l2 = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            addr_tx.send((l.local_addr(), l2.local_addr())).unwrap();
             tokio::task::spawn_blocking(move || stop_rx.recv())
                 .await
                 .ok();
         });
     });
-    (addr_rx.recv().unwrap(), stop_tx)
+    let (a, b) = addr_rx.recv().unwrap();
+    (a, b, stop_tx)
 }
 
 /// Runs `WORKERS` tasks of reads and writes (4 KiB in-capsule writes, 64 KiB R2T writes,
-/// 4 KiB and 64 KiB reads) and returns the allocations counted during the run.
-async fn run(ns: &Arc<RemoteNamespace>, through_trait: bool) -> u64 {
+/// 4 KiB and 64 KiB reads) and returns the allocations counted during the run. With
+/// `dev`, through the `BlockDevice` trait; else through `RemoteNamespace`'s own methods.
+async fn run(ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn BlockDevice>>) -> u64 {
     let barrier = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
     let mut tasks = Vec::new();
     for w in 0..WORKERS {
-        let (ns, barrier) = (ns.clone(), barrier.clone());
+        let (ns, barrier, dev) = (ns.clone(), barrier.clone(), dev.clone());
         tasks.push(tokio::spawn(async move {
             let mut small = IoBuf::new_zeroed(4096);
             let mut big = IoBuf::new_zeroed(65536);
             barrier.wait().await;
             for i in 0..IOS_PER_WORKER {
                 let off = (w * 64 + i % 64) * 65536;
-                if through_trait {
-                    small = ns.write(off, small, WriteFlags::default()).await.unwrap();
-                    big = ns.read(off, big).await.unwrap();
+                if let Some(dev) = &dev {
+                    small = dev.write(off, small, WriteFlags::default()).await.unwrap();
+                    big = dev.read(off, big).await.unwrap();
                 } else if i % 2 == 0 {
                     small = ns.write_at(off, small, false).await.unwrap();
                     big = ns.read_at(off, big).await.unwrap();
@@ -127,7 +135,7 @@ async fn run(ns: &Arc<RemoteNamespace>, through_trait: bool) -> u64 {
 
 #[test]
 fn steady_state_io_allocates_nothing() {
-    let (addr, stop) = start_target();
+    let (addr, addr2, stop) = start_target();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -145,10 +153,10 @@ fn steady_state_io_allocates_nothing() {
         let c = Controller::connect(addr, NQN, &host(), &o).await.unwrap();
         let ns = Arc::new(c.namespace(1).await.unwrap());
         // Warm up: queues, task slots, socket buffers, scheduler queues.
-        run(&ns, false).await;
-        run(&ns, false).await;
+        run(&ns, None).await;
+        run(&ns, None).await;
         let ios = WORKERS * IOS_PER_WORKER * 2;
-        let n = run(&ns, false).await;
+        let n = run(&ns, None).await;
         println!("{n} allocations for {ios} I/Os through read_at/write_at");
         // The spawned workers and the barrier allocate a few times per run.
         assert!(
@@ -156,12 +164,33 @@ fn steady_state_io_allocates_nothing() {
             "{n} allocations for {ios} I/Os through RemoteNamespace::read_at/write_at"
         );
         // Through the BlockDevice trait, the boxed future is the one allocation.
-        let n = run(&ns, true).await;
+        let dev: Arc<dyn BlockDevice> = ns.clone();
+        let n = run(&ns, Some(dev)).await;
         assert!(
             n <= ios + 4 * WORKERS,
             "{n} allocations for {ios} I/Os through BlockDevice"
         );
         println!("{n} allocations for {ios} I/Os through BlockDevice");
+        // A multipath namespace over two listeners: the same, path choice included.
+        let mp: Arc<dyn BlockDevice> = Arc::new(
+            nvmf_host::MultipathNamespace::connect(
+                &[addr, addr2],
+                NQN,
+                1,
+                &host(),
+                &o,
+                nvmf_host::MultipathOptions::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        run(&ns, Some(mp.clone())).await;
+        let n = run(&ns, Some(mp)).await;
+        assert!(
+            n <= ios + 4 * WORKERS,
+            "{n} allocations for {ios} I/Os through MultipathNamespace"
+        );
+        println!("{n} allocations for {ios} I/Os through MultipathNamespace");
     });
     let _ = stop.send(());
 }

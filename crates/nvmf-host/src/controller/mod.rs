@@ -226,6 +226,10 @@ impl Controller {
                 connect_timeout_ms: opts.connect_timeout_ms,
             },
         )?;
+        // Supervised from the start: a connection lost during bring-up leaves the queue
+        // waiting for a reconnect instead of dead.
+        let notify = Arc::new(Notify::new());
+        admin.supervise(notify.clone());
         let p = Params {
             addr,
             subnqn,
@@ -252,7 +256,7 @@ impl Controller {
         let in_capsule = session::io_in_capsule_bytes(&s.id);
         let mut io = Vec::with_capacity(usize::from(s.io_granted));
         for qid in 1..=s.io_granted {
-            io.push(QueuePair::detached(
+            let q = QueuePair::detached(
                 addr,
                 &QueueOptions {
                     qid,
@@ -262,7 +266,9 @@ impl Controller {
                     command_timeout_ms: opts.io_timeout_ms,
                     connect_timeout_ms: opts.connect_timeout_ms,
                 },
-            )?);
+            )?;
+            q.supervise(notify.clone());
+            io.push(q);
         }
         if let Err(e) = session::connect_io_queues(&io, &p, s.cntlid).await {
             for q in io.iter().chain([&admin]) {
@@ -270,9 +276,7 @@ impl Controller {
             }
             return Err(e);
         }
-        let notify = Arc::new(Notify::new());
         for q in io.iter().chain([&admin]) {
-            q.supervise(notify.clone());
             q.open_gate();
         }
         let mut status = ControllerStatus::new(s.cntlid);

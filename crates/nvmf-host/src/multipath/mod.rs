@@ -238,28 +238,36 @@ impl MultipathNamespace {
             changed.as_mut().enable();
             let why = {
                 let paths = read(&self.shared.paths);
-                let states: Vec<Usable> = paths.iter().map(|p| p.usable()).collect();
-                let best = states
-                    .iter()
-                    .copied()
-                    .filter(|u| matches!(u, Usable::Optimized | Usable::NonOptimized))
-                    .min();
-                if let Some(b) = best {
-                    let n = states.iter().filter(|&&u| u == b).count();
-                    let pick = match self.opts.policy {
-                        PathPolicy::First => 0,
-                        PathPolicy::Spread => thread_slot() % n.max(1),
-                    };
-                    let chosen = paths
-                        .iter()
-                        .zip(&states)
-                        .filter(|(_, u)| **u == b)
-                        .nth(pick)
-                        .map(|(p, _)| p.clone());
-                    if let Some(p) = chosen {
-                        return Ok(p);
+                // The best state any path is in, and how many are in it (no allocation:
+                // this runs for every I/O).
+                let mut best: Option<Usable> = None;
+                let mut n_best = 0usize;
+                for p in paths.iter() {
+                    let u = p.usable();
+                    if !matches!(u, Usable::Optimized | Usable::NonOptimized) {
+                        continue;
+                    }
+                    match best {
+                        Some(b) if u > b => {}
+                        Some(b) if u == b => n_best += 1,
+                        _ => {
+                            best = Some(u);
+                            n_best = 1;
+                        }
                     }
                 }
+                if let Some(b) = best {
+                    let pick = match self.opts.policy {
+                        PathPolicy::First => 0,
+                        PathPolicy::Spread => thread_slot() % n_best.max(1),
+                    };
+                    if let Some(p) = paths.iter().filter(|p| p.usable() == b).nth(pick) {
+                        return Ok(p.clone());
+                    }
+                    // A state changed in between: look again.
+                    continue;
+                }
+                let states: Vec<Usable> = paths.iter().map(|p| p.usable()).collect();
                 let may_recover = states.iter().any(|u| {
                     matches!(
                         u,
