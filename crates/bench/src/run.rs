@@ -66,9 +66,9 @@ pub async fn run(
         let cfg = cfg.clone();
         let shared = shared.clone();
         let slice_start = start + u64::from(j) * per_job;
-        handles.push(tokio::spawn(async move {
+        handles.push(spawn_job_thread(j, async move {
             job(dev, cfg, j, slice_start, per_job, shared).await
-        }));
+        })?);
     }
     let deadline = (cfg.runtime_ms > 0).then(|| t0 + Duration::from_millis(cfg.runtime_ms));
     let mut tick = tokio::time::interval(progress.interval());
@@ -104,7 +104,7 @@ pub async fn run(
     };
     let mut verify = VerifyReport::default();
     for r in results {
-        let r = r.map_err(|e| BenchError::Worker(e.to_string()))?;
+        let r = r.map_err(|_| BenchError::Worker("a job thread ended without a result".into()))?;
         read_hist.add(&r.read_hist).map_err(|e| BenchError::Worker(e.to_string()))?;
         write_hist.add(&r.write_hist).map_err(|e| BenchError::Worker(e.to_string()))?;
         rep.read_ios += r.read_ios;
@@ -129,6 +129,26 @@ pub async fn run(
         rep.verify = Some(verify);
     }
     Ok(rep)
+}
+
+/// Runs one job on its own OS thread with its own single-threaded runtime, so that each
+/// job keeps to one thread (and an NVMe/TCP initiator's per-thread queue), like fio's jobs.
+fn spawn_job_thread(
+    index: u32,
+    fut: impl std::future::Future<Output = JobResult> + Send + 'static,
+) -> Result<tokio::sync::oneshot::Receiver<JobResult>, BenchError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Worker(format!("job {index}: runtime: {e}")))?;
+    std::thread::Builder::new()
+        .name(format!("bench-job-{index}"))
+        .spawn(move || {
+            let _ = tx.send(rt.block_on(fut));
+        })
+        .map_err(|e| BenchError::Worker(format!("job {index}: thread: {e}")))?;
+    Ok(rx)
 }
 
 async fn sleep_until_opt(d: Option<Instant>) {
