@@ -28,6 +28,7 @@ impl Volume {
         self.inner
             .fail_member_dev(member, None, "failed by administrator")
             .await?;
+        self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
     }
@@ -101,6 +102,7 @@ impl Volume {
             if valid_bytes > 0 { "partial" } else { "full" }
         ));
         self.inner.tasks().rebuild_wanted = true;
+        self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
     }
@@ -149,6 +151,7 @@ impl Volume {
         self.inner.set_topo(topo);
         self.inner.commit_locked(&mut sb, true).await?;
         drop(sb);
+        self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
     }

@@ -211,7 +211,7 @@ impl Volume {
             }
         }
         sb.members = kept;
-        let mut topo = Topology { slots, spares };
+        let topo = Topology { slots, spares };
         if !topo.survives(&geo) {
             let lost = topo.lost_mask().iter().filter(|&&l| l).count();
             return Err(VolumeError::Failed {
@@ -252,11 +252,28 @@ impl Volume {
         let inner = Inner::new(sb.clone(), info, geo, topo.clone(), opts)?;
         let inner = Arc::new(inner);
         inner.intent.load(&dirty);
+        // The stripe journal first (rows written while degraded), before this assembly
+        // changes any state generation the entries refer to.
+        let absent_gen: Vec<u64> = auth.members[..n]
+            .iter()
+            .map(|e| e.state_generation)
+            .collect();
+        let (journaled, skipped) = inner.replay_journal(&absent_gen, !auth.clean).await;
+        if !journaled.is_empty() || skipped > 0 {
+            inner.note(format!(
+                "journal: {} degraded row writes replayed, {skipped} entries not applicable",
+                journaled.len()
+            ));
+            let faults = inner.write_barrier().await;
+            if !faults.is_empty() {
+                inner.handle_faults(faults).await?;
+            }
+        }
         {
             let mut meta = inner.meta.lock().await;
             // A spare takes a failed slot right away.
-            if topo.spares.iter().len() > 0
-                && topo.slots.iter().any(|s| s.state == MemberState::Failed)
+            let mut topo = (*inner.topo()).clone();
+            if !topo.spares.is_empty() && topo.slots.iter().any(|s| s.state == MemberState::Failed)
             {
                 inner.take_spare(&mut meta, &mut topo).await;
                 inner.set_topo(topo);
@@ -283,19 +300,6 @@ impl Volume {
         }
         for n in notes {
             inner.note(n);
-        }
-        // The stripe journal first: rows written while degraded.
-        let absent_gen: Vec<u64> = auth.members[..n].iter().map(|e| e.state_generation).collect();
-        let (journaled, skipped) = inner.replay_journal(&absent_gen, !auth.clean).await;
-        if !journaled.is_empty() || skipped > 0 {
-            inner.note(format!(
-                "journal: {} degraded row writes replayed, {skipped} entries not applicable",
-                journaled.len()
-            ));
-            let faults = inner.write_barrier().await;
-            if !faults.is_empty() {
-                inner.handle_faults(faults).await?;
-            }
         }
         let journaled: std::collections::HashSet<u64> = journaled.into_iter().collect();
         inner.resync_dirty(&journaled).await?;

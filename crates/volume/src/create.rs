@@ -161,7 +161,13 @@ impl Volume {
                 .iter()
                 .zip(&sb.members)
                 .map(|(d, e)| {
-                    Slot::new(Some(d.clone()), e.uuid, MemberState::Active, 0, e.state_generation)
+                    Slot::new(
+                        Some(d.clone()),
+                        e.uuid,
+                        MemberState::Active,
+                        0,
+                        e.state_generation,
+                    )
                 })
                 .collect(),
             spares: spares

@@ -69,13 +69,14 @@
 //!   (generation bump) before the I/O is acknowledged; the volume continues within its
 //!   tolerance and fails I/O with [`VolumeError::Failed`] beyond it.
 //! - After a crash every acknowledged (flushed or FUA) write reads back and every other
-//!   sector reads as old or new data, never garbage, and parity agrees with the data.
-//!   Not covered: a crash while degraded (see the format doc; needs a stripe journal).
+//!   sector reads as old or new data, never garbage, and parity agrees with the data. Rows
+//!   written while degraded go through a stripe journal first, so this also holds for a
+//!   crash of a degraded volume. Not covered: a member lost at the very instant of the
+//!   crash (a double fault; see `docs/volume-format.md`).
 
 mod admin;
 mod assemble;
 pub mod clock;
-pub mod registry;
 mod config;
 mod create;
 mod engine;
@@ -87,6 +88,7 @@ pub mod layout;
 mod locks;
 mod probe;
 mod rebuild;
+pub mod registry;
 mod resync;
 mod sbio;
 mod scrub;

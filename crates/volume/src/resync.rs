@@ -20,7 +20,10 @@ struct Outcome {
 impl Inner {
     /// Resyncs every dirty region (called by assembly before the volume is handed out).
     /// The regions stay dirty until the bitmap sweeper clears them after a flush.
-    pub async fn resync_dirty(&self, journaled_rows: &std::collections::HashSet<u64>) -> Result<()> {
+    pub async fn resync_dirty(
+        &self,
+        journaled_rows: &std::collections::HashSet<u64>,
+    ) -> Result<()> {
         if !self.intent.enabled() {
             return Ok(());
         }
@@ -75,7 +78,8 @@ impl Inner {
     ) -> std::result::Result<Outcome, Faults> {
         match self.geo.family() {
             Family::Rotating { k, m } => {
-                self.resync_rotating(topo, r0, r1, k, m, journaled_rows).await
+                self.resync_rotating(topo, r0, r1, k, m, journaled_rows)
+                    .await
             }
             Family::Near { copies } => self.resync_near(topo, r0, r1, copies).await,
         }

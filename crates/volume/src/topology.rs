@@ -27,7 +27,13 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub fn new(dev: Option<Dev>, uuid: Uuid, state: MemberState, frontier_bytes: u64, state_generation: u64) -> Slot {
+    pub fn new(
+        dev: Option<Dev>,
+        uuid: Uuid,
+        state: MemberState,
+        frontier_bytes: u64,
+        state_generation: u64,
+    ) -> Slot {
         Slot {
             dev,
             uuid,

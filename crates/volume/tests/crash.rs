@@ -207,7 +207,14 @@ struct Run {
 }
 
 /// Runs the script with the power cut at member op `cut_at` (u64::MAX: never).
-async fn run(level: LevelSpec, n: usize, degrade: &[usize], ops: &[Op], cut_at: u64, seed: u64) -> Run {
+async fn run(
+    level: LevelSpec,
+    n: usize,
+    degrade: &[usize],
+    ops: &[Op],
+    cut_at: u64,
+    seed: u64,
+) -> Run {
     let recorders: Vec<Arc<CrashRecorder>> = (0..n)
         .map(|i| Arc::new(CrashRecorder::new(format!("c{i}"), MEMBER_BYTES)))
         .collect();
@@ -307,7 +314,13 @@ async fn run(level: LevelSpec, n: usize, degrade: &[usize], ops: &[Op], cut_at: 
 
 /// Assembles the crash images (without the members failed before the workload) and
 /// checks every sector, then again with the rest of the tolerance lost.
-async fn verify(level: LevelSpec, images: Vec<RamDevice>, degrade: &[usize], model: &Model, what: &str) {
+async fn verify(
+    level: LevelSpec,
+    images: Vec<RamDevice>,
+    degrade: &[usize],
+    model: &Model,
+    what: &str,
+) {
     let n = images.len();
     let rams: Vec<Arc<RamDevice>> = images
         .into_iter()
@@ -343,7 +356,10 @@ async fn verify(level: LevelSpec, images: Vec<RamDevice>, degrade: &[usize], mod
     let victims: Vec<usize> = match level {
         LevelSpec::Raid10 { .. } | LevelSpec::Raid1 if degrade.is_empty() => vec![0],
         LevelSpec::Raid10 { .. } | LevelSpec::Raid1 => vec![],
-        _ => (0..n).filter(|i| !degrade.contains(i)).take(params.m - degrade.len()).collect(),
+        _ => (0..n)
+            .filter(|i| !degrade.contains(i))
+            .take(params.m - degrade.len())
+            .collect(),
     };
     for v in victims {
         vol.fail_member(v).await.unwrap();

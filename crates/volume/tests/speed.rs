@@ -92,13 +92,18 @@ async fn run(level: LevelSpec, n: usize) {
         t.await.unwrap();
     }
     let riops = ops as f64 / t.elapsed().as_secs_f64();
-    eprintln!("{level} n={n}: seq write {w:.0} MB/s, seq read {r:.0} MB/s, 4k randwrite {iops:.0} IOPS, 4k randread {riops:.0} IOPS");
+    eprintln!(
+        "{level} n={n}: seq write {w:.0} MB/s, seq read {r:.0} MB/s, 4k randwrite {iops:.0} IOPS, 4k randread {riops:.0} IOPS"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn speed() {
-    if std::env::var_os("ONLY_RAID0").is_some() { run(LevelSpec::Raid0, 4).await; return; }
+    if std::env::var_os("ONLY_RAID0").is_some() {
+        run(LevelSpec::Raid0, 4).await;
+        return;
+    }
     run(LevelSpec::Raid0, 4).await;
     run(LevelSpec::Raid1, 2).await;
     run(LevelSpec::Raid5, 5).await;

@@ -109,7 +109,10 @@ impl Inner {
                 continue;
             }
             let Some(dev) = topo.dev(i) else { continue };
-            match dev.read(j.offset_bytes, IoBuf::new_zeroed(j.bytes as usize)).await {
+            match dev
+                .read(j.offset_bytes, IoBuf::new_zeroed(j.bytes as usize))
+                .await
+            {
                 Ok(ring) => {
                     for e in scan(&ring, self.uuid) {
                         entries.entry(e.seq).or_insert(e);
@@ -162,9 +165,11 @@ impl Inner {
                 continue;
             }
             // Unreadable: the journal must hold it, for this very absence.
-            let Some(pos) = e.missing.iter().position(|&(md, g)| {
-                md == d && absent_gen.get(member).copied() == Some(g)
-            }) else {
+            let Some(pos) = e
+                .missing
+                .iter()
+                .position(|&(md, g)| md == d && absent_gen.get(member).copied() == Some(g))
+            else {
                 return Ok(false);
             };
             data.push(IoBuf::from_slice(&e.payload[pos * len..(pos + 1) * len]));

@@ -120,6 +120,17 @@ impl Inner {
         }
     }
 
+    /// After a membership change made outside `handle_faults`: barrier and new journal
+    /// epoch (members failing the flush are failed in turn).
+    pub async fn membership_barrier(&self) -> Result<()> {
+        let faults = self.journal_reset().await;
+        if faults.is_empty() {
+            Ok(())
+        } else {
+            self.handle_faults(faults).await
+        }
+    }
+
     /// Starts a rebuild in the background if one is wanted and allowed.
     pub fn kick_rebuild(&self) {
         if !self.opts.auto_rebuild || !self.tasks().rebuild_wanted {

@@ -299,7 +299,10 @@ impl Inner {
                 if !faults.is_empty() {
                     return Err(faults);
                 }
-                data.extend(got.into_iter().map(|g| g.unwrap_or_else(|| IoBuf::new_zeroed(len))));
+                data.extend(
+                    got.into_iter()
+                        .map(|g| g.unwrap_or_else(|| IoBuf::new_zeroed(len))),
+                );
             } else {
                 // Degraded: reconstruct the unreadable data shards first.
                 let want: Vec<usize> = (0..k).collect();
