@@ -24,6 +24,9 @@ pub enum DriveSpec {
     },
     /// `/dev/...` or `blk:PATH`: a kernel block device.
     BlockDevice { path: PathBuf },
+    /// `volume:NAME`: a local erasure-coded volume. Only parsed here: the volume layer
+    /// (which knows where its members are) assembles it; [`open_drive`] refuses it.
+    Volume { name: String },
 }
 
 /// A bad drive or size string, with a one-line message naming the input.
@@ -113,6 +116,10 @@ pub fn parse_drive_spec(s: &str) -> Result<DriveSpec, SpecError> {
         "null" => Ok(DriveSpec::Null {
             size_bytes: device_size(rest)?,
         }),
+        "volume" if rest.is_empty() => Err(err("missing volume name after \"volume:\"".into())),
+        "volume" => Ok(DriveSpec::Volume {
+            name: rest.to_string(),
+        }),
         "blk" if rest.is_empty() => Err(err("missing device path after \"blk:\"".into())),
         "blk" => Ok(DriveSpec::BlockDevice {
             path: PathBuf::from(rest),
@@ -134,7 +141,7 @@ pub fn parse_drive_spec(s: &str) -> Result<DriveSpec, SpecError> {
             })
         }
         _ => Err(err(format!(
-            "unknown kind \"{kind}\" (expected ram, null, file or a /dev path)"
+            "unknown kind \"{kind}\" (expected ram, null, file, volume or a /dev path)"
         ))),
     }
 }
@@ -171,6 +178,7 @@ impl fmt::Display for DriveSpec {
                 write!(f, "{}", path.display())
             }
             DriveSpec::BlockDevice { path } => write!(f, "blk:{}", path.display()),
+            DriveSpec::Volume { name } => write!(f, "volume:{name}"),
         }
     }
 }
@@ -208,6 +216,12 @@ pub async fn open_drive(
                 ..Default::default()
             };
             Arc::new(FileDevice::open(path, opts)?)
+        }
+        DriveSpec::Volume { name } => {
+            return Err(BlockError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("volume:{name} is assembled by the volume layer, not opened as a device"),
+            )));
         }
     })
 }
@@ -304,7 +318,7 @@ mod tests {
         let cases = [
             (
                 "xyz:1G",
-                "invalid drive \"xyz:1G\": unknown kind \"xyz\" (expected ram, null, file or a /dev path)",
+                "invalid drive \"xyz:1G\": unknown kind \"xyz\" (expected ram, null, file, volume or a /dev path)",
             ),
             (
                 "ram:1X",
@@ -337,6 +351,10 @@ mod tests {
             (
                 "blk:",
                 "invalid drive \"blk:\": missing device path after \"blk:\"",
+            ),
+            (
+                "volume:",
+                "invalid drive \"volume:\": missing volume name after \"volume:\"",
             ),
             (
                 "/var/img",

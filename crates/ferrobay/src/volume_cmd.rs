@@ -131,14 +131,7 @@ async fn assemble(
     engine: blockdev::IoEngine,
     options: EngineOptions,
 ) -> anyhow::Result<(VolumeEntry, Volume)> {
-    let entry = reg.load(name)?;
-    let mut specs = entry.members.clone();
-    specs.extend(entry.spares.iter().cloned());
-    let devices = open_devices(&specs, engine).await?;
-    let vol = Volume::assemble_with(devices, options)
-        .await
-        .with_context(|| format!("assemble volume {name}"))?;
-    Ok((entry, vol))
+    Ok(volume::registry::assemble_registered(reg, name, engine, options).await?)
 }
 
 /// Opens a registered volume as a block device (for `ferrobay bench --target volume:NAME`).

@@ -41,6 +41,12 @@ pub enum RegistryError {
     },
     #[error("{path}: not a volume registry entry: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    #[error("assemble volume {name}: {source}")]
+    Assemble {
+        name: String,
+        #[source]
+        source: crate::VolumeError,
+    },
     #[error("device {spec}: {source}")]
     Device {
         spec: String,
@@ -181,6 +187,23 @@ pub async fn open_devices(specs: &[String], engine: IoEngine) -> Result<Vec<Arc<
         out.push(dev);
     }
     Ok(out)
+}
+
+/// Assembles the registered volume `name` from its member and spare devices.
+pub async fn assemble_registered(
+    registry: &VolumeRegistry,
+    name: &str,
+    engine: IoEngine,
+    options: crate::EngineOptions,
+) -> Result<(VolumeEntry, crate::Volume), RegistryError> {
+    let entry = registry.load(name)?;
+    let mut specs = entry.members.clone();
+    specs.extend(entry.spares.iter().cloned());
+    let devices = open_devices(&specs, engine).await?;
+    let vol = crate::Volume::assemble_with(devices, options)
+        .await
+        .map_err(|source| RegistryError::Assemble { name: name.to_string(), source })?;
+    Ok((entry, vol))
 }
 
 #[cfg(test)]

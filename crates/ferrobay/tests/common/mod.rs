@@ -42,6 +42,17 @@ impl NodeProcess {
     /// Starts a node with `drives` (CLI drive specs); `ports` = (nvme, discovery, http),
     /// 0 for any free port.
     pub fn start(name: &str, data_dir: &Path, drives: &[String], ports: (u16, u16, u16)) -> NodeProcess {
+        Self::start_env(name, data_dir, drives, ports, &[])
+    }
+
+    /// As [`NodeProcess::start`], with extra environment variables for the node.
+    pub fn start_env(
+        name: &str,
+        data_dir: &Path,
+        drives: &[String],
+        ports: (u16, u16, u16),
+        env: &[(&str, &Path)],
+    ) -> NodeProcess {
         let endpoints_file = data_dir.join("endpoints.json");
         let _ = std::fs::remove_file(&endpoints_file);
         std::fs::create_dir_all(data_dir).expect("data dir");
@@ -59,6 +70,9 @@ impl NodeProcess {
             .args(["--http-listen", &format!("127.0.0.1:{}", ports.2)]);
         for d in drives {
             cmd.args(["--drive", d]);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         let child = cmd
             .env("RUST_LOG", "info")

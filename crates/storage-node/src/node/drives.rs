@@ -144,9 +144,26 @@ pub(crate) async fn open_all(
                 Err(e) => return Err(drive_err(&plan.name, &spec_str, e.to_string())),
             }
         }
-        let device = open_drive(&plan.spec, engine)
-            .await
-            .map_err(|e| drive_err(&plan.name, &spec_str, format!("cannot open: {e}")))?;
+        let device = match &plan.spec {
+            // A local volume: assembled from the devices its registry entry lists.
+            DriveSpec::Volume { name } => {
+                let registry = volume::registry::VolumeRegistry::new(
+                    volume::registry::VolumeRegistry::default_dir(),
+                );
+                let (_, vol) = volume::registry::assemble_registered(
+                    &registry,
+                    name,
+                    engine,
+                    volume::EngineOptions::default(),
+                )
+                .await
+                .map_err(|e| drive_err(&plan.name, &spec_str, format!("cannot assemble: {e}")))?;
+                Arc::new(vol) as Arc<dyn BlockDevice>
+            }
+            _ => open_drive(&plan.spec, engine)
+                .await
+                .map_err(|e| drive_err(&plan.name, &spec_str, format!("cannot open: {e}")))?,
+        };
         let info = device.info();
         if let Some(known) = &plan.known {
             if info.size_bytes != known.size_bytes {
