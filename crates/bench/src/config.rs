@@ -100,13 +100,13 @@ impl BenchConfig {
     /// Checks the configuration against a device and returns the effective region.
     pub fn validate(&self, device_size_bytes: u64, logical_block_bytes: u32) -> Result<(u64, u64), ConfigError> {
         let lb = u64::from(logical_block_bytes.max(1));
-        if self.block_size_bytes == 0 || self.block_size_bytes % lb != 0 {
+        if self.block_size_bytes == 0 || !self.block_size_bytes.is_multiple_of(lb) {
             return Err(ConfigError(format!(
                 "--bs {} is not a multiple of the device's {lb}-byte logical block",
                 self.block_size_bytes
             )));
         }
-        if self.verify && self.block_size_bytes % 512 != 0 {
+        if self.verify && !self.block_size_bytes.is_multiple_of(512) {
             return Err(ConfigError("--verify needs --bs to be a multiple of 512".into()));
         }
         if self.iodepth == 0 || self.iodepth > 4096 {
@@ -115,7 +115,7 @@ impl BenchConfig {
         if self.jobs == 0 || self.jobs > 256 {
             return Err(ConfigError(format!("--jobs {} out of range 1..=256", self.jobs)));
         }
-        if self.offset_bytes % lb != 0 {
+        if !self.offset_bytes.is_multiple_of(lb) {
             return Err(ConfigError(format!("--offset {} is not block aligned", self.offset_bytes)));
         }
         if self.offset_bytes >= device_size_bytes {

@@ -56,7 +56,6 @@ impl NodeProcess {
         let endpoints_file = data_dir.join("endpoints.json");
         let _ = std::fs::remove_file(&endpoints_file);
         std::fs::create_dir_all(data_dir).expect("data dir");
-        let log_path = data_dir.join(format!("node-{}.log", Instant::now().elapsed().as_nanos()));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -86,14 +85,13 @@ impl NodeProcess {
             endpoints: Endpoints { nvme_tcp: vec![], discovery: None, http: None },
             log_path: data_dir.join("node.log"),
         };
-        let _ = log_path;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(s) = std::fs::read_to_string(&endpoints_file) {
-                if let Ok(e) = serde_json::from_str::<Endpoints>(&s) {
-                    node.endpoints = e;
-                    return node;
-                }
+            if let Ok(s) = std::fs::read_to_string(&endpoints_file)
+                && let Ok(e) = serde_json::from_str::<Endpoints>(&s)
+            {
+                node.endpoints = e;
+                return node;
             }
             if let Ok(Some(status)) = node.child.try_wait() {
                 panic!("ferrobay node exited early ({status}):\n{}", node.log());
