@@ -22,7 +22,10 @@
 //! `VOLUME_BENCH_MEDIA=file,ram`, `VOLUME_BENCH_LEVELS=raid5,raid6,4+2`,
 //! `VOLUME_BENCH_RUNTIME_MS`, `VOLUME_BENCH_MEMBER_MIB`, `VOLUME_BENCH_JOBS` (threads
 //! submitting to the volume, default: one per core; each member alone gets one),
-//! `VOLUME_BENCH_REBUILD_BATCH_KIB` (overrides the engine's rebuild batch).
+//! `VOLUME_BENCH_REBUILD_BATCH_KIB` (overrides the engine's rebuild batch),
+//! `VOLUME_BENCH_REBUILD_CAP_MS` (the throttled rebuild is stopped after this long),
+//! `VOLUME_BENCH_STEPS=base,write,randwrite,read,degraded,rebuild` (skipped steps report
+//! zeroes; for profiling one path under `perf`).
 
 #[path = "volume/case.rs"]
 mod case;
@@ -30,6 +33,8 @@ mod case;
 mod measure;
 #[path = "volume/members.rs"]
 mod members;
+#[path = "volume/result.rs"]
+mod result;
 #[path = "volume/table.rs"]
 mod table;
 
@@ -41,6 +46,9 @@ use serde_json::json;
 
 use case::{Layout, Settings};
 use members::Media;
+
+/// Every step, in order (`VOLUME_BENCH_STEPS` picks some, e.g. to profile one path).
+const STEPS: &str = "base,write,randwrite,read,degraded,rebuild";
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -91,7 +99,11 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u32))
             .clamp(1, 16),
         rebuild_batch_bytes: env_u64("VOLUME_BENCH_REBUILD_BATCH_KIB").map(|k| k << 10),
-        rebuild_cap: Duration::from_secs(if quick { 3 } else { 8 }),
+        steps: env_list("VOLUME_BENCH_STEPS", STEPS),
+        rebuild_cap: env_u64("VOLUME_BENCH_REBUILD_CAP_MS").map_or(
+            Duration::from_secs(if quick { 3 } else { 8 }),
+            Duration::from_millis,
+        ),
     };
     let mut media = Vec::new();
     for m in env_list("VOLUME_BENCH_MEDIA", "file,ram") {
@@ -167,11 +179,12 @@ fn main() -> ExitCode {
         "seq_qd": settings.seq_qd,
         "rand_qd": settings.rand_qd,
         "volume_jobs": settings.vol_jobs,
+        "steps": settings.steps,
         "rebuild_cap_s": settings.rebuild_cap.as_secs_f64(),
         "rebuild_batch_bytes": settings.rebuild_batch_bytes,
         "member_dir": dir.display().to_string(),
         "total_s": measure::round(t0.elapsed().as_secs_f64()),
-        "cases": results.iter().map(case::CaseResult::json).collect::<Vec<_>>(),
+        "cases": results.iter().map(result::CaseResult::json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
     println!("{text}");

@@ -49,7 +49,9 @@ impl Volume {
         let task = self.inner.tasks().rebuild.take();
         if let Some(mut t) = task {
             t.cancel.store(true, Ordering::Release);
-            let _ = (&mut t.handle).await;
+            if !t.handle.is_finished() {
+                let _ = (&mut t.handle).await;
+            }
             self.inner.tasks().rebuild = Some(t);
         }
     }

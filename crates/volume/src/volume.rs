@@ -208,7 +208,11 @@ impl Volume {
         }
         if let Some(r) = rebuild {
             r.cancel.store(true, Ordering::Release);
-            let _ = r.handle.await;
+            // `stop_rebuild` may already have awaited it: a finished handle must not be
+            // polled again.
+            if !r.handle.is_finished() {
+                let _ = r.handle.await;
+            }
         }
         if let Some(c) = cleaner {
             c.abort();

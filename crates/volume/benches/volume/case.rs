@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use bench::Pattern;
 use blockdev::BlockDevice;
-use serde_json::{Value, json};
 use volume::{EngineOptions, LevelSpec, TaskPhase, Throttle, Volume, VolumeConfig};
 
 use crate::Error;
-use crate::measure::{Measured, concurrent, load, round, single};
+use crate::measure::{Measured, concurrent, load, single};
 use crate::members::{self, Media};
+use crate::result::{CaseResult, Rebuild};
 
 /// Knobs shared by every case.
 #[derive(Clone, Debug)]
@@ -30,8 +30,17 @@ pub struct Settings {
     pub vol_jobs: u32,
     /// Overrides `EngineOptions::batch_bytes` (rebuild batch per member).
     pub rebuild_batch_bytes: Option<u64>,
+    /// Steps to run (`base`, `write`, `randwrite`, `read`, `degraded`, `rebuild`); the
+    /// others report zeroes. For profiling one path.
+    pub steps: Vec<String>,
     /// The throttled rebuild is stopped after this long (its rate is what counts).
     pub rebuild_cap: Duration,
+}
+
+impl Settings {
+    pub fn on(&self, step: &str) -> bool {
+        self.steps.iter().any(|s| s == step)
+    }
 }
 
 /// A layout to measure.
@@ -51,192 +60,6 @@ impl Layout {
             _ => return None,
         };
         Some(Layout { level, members })
-    }
-}
-
-/// Everything measured in one case.
-pub struct CaseResult {
-    pub media: Media,
-    pub layout: Layout,
-    pub k: usize,
-    pub m: usize,
-    pub direct: bool,
-    pub uring: bool,
-    pub base_seq_write: Measured,
-    pub base_seq_read: Measured,
-    pub base_randwrite: Measured,
-    pub base_randrw: Measured,
-    pub base_one_seq_write: Measured,
-    pub full_stripe_write: Measured,
-    pub randwrite: Measured,
-    pub read_healthy: Measured,
-    pub read_degraded: Measured,
-    pub rebuild_unlimited: Rebuild,
-    pub rebuild_default: Rebuild,
-    pub base_rand_qd_each: u32,
-}
-
-/// One rebuild onto a spare.
-#[derive(Clone, Debug, Default)]
-pub struct Rebuild {
-    pub throttle: String,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    pub elapsed_s: f64,
-    /// Our own figure: bytes done / wall time.
-    pub mb_per_s: f64,
-    /// The engine's `RebuildProgress::rate_bytes_per_sec`.
-    pub engine_mb_per_s: f64,
-    pub finished: bool,
-    pub phase: String,
-    pub cpu_s: f64,
-}
-
-impl Rebuild {
-    fn json(&self) -> Value {
-        json!({
-            "throttle": self.throttle,
-            "bytes_done": self.bytes_done,
-            "bytes_total": self.bytes_total,
-            "elapsed_s": round(self.elapsed_s),
-            "mb_per_s": round(self.mb_per_s),
-            "engine_mb_per_s": round(self.engine_mb_per_s),
-            "finished": self.finished,
-            "phase": self.phase,
-            "cpu_s": round(self.cpu_s),
-        })
-    }
-}
-
-/// A named ratio for the table and the JSON.
-pub struct Ratio {
-    pub key: &'static str,
-    pub what: String,
-    pub value: f64,
-}
-
-impl CaseResult {
-    /// Member I/Os of one small read-modify-write: read and write one data chunk and
-    /// every parity chunk.
-    pub fn rmw_ios(&self) -> f64 {
-        2.0 * (1 + self.m) as f64
-    }
-
-    pub fn ratios(&self) -> Vec<Ratio> {
-        let n = self.layout.members as f64;
-        let k = self.k as f64;
-        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-        let rmw = self.rmw_ios();
-        let one_member_write = self.base_one_seq_write.mb_per_s;
-        vec![
-            Ratio {
-                key: "full_stripe_write_vs_members_sum",
-                what: "full-stripe write / members' seq write sum (raw; at most k/n)".into(),
-                value: div(
-                    self.full_stripe_write.mb_per_s,
-                    self.base_seq_write.mb_per_s,
-                ),
-            },
-            Ratio {
-                key: "full_stripe_write_vs_members_sum_k_over_n",
-                what: format!(
-                    "full-stripe write / (members' sum x {}/{}) (efficiency; 1 = member speed)",
-                    self.k, self.layout.members
-                ),
-                value: div(
-                    self.full_stripe_write.mb_per_s,
-                    self.base_seq_write.mb_per_s * k / n,
-                ),
-            },
-            Ratio {
-                key: "randwrite_vs_member_write_iops_over_rmw",
-                what: format!(
-                    "4K randwrite IOPS / (members' randwrite IOPS sum / {rmw:.0}) (RMW limit)"
-                ),
-                value: div(self.randwrite.iops, self.base_randwrite.iops / rmw),
-            },
-            Ratio {
-                key: "randwrite_vs_member_mixed_iops_over_rmw",
-                what: format!("4K randwrite IOPS / (members' 50/50 randrw IOPS sum / {rmw:.0})"),
-                value: div(self.randwrite.iops, self.base_randrw.iops / rmw),
-            },
-            Ratio {
-                key: "healthy_read_vs_members_read_sum",
-                what: "healthy seq read / members' seq read sum".into(),
-                value: div(self.read_healthy.mb_per_s, self.base_seq_read.mb_per_s),
-            },
-            Ratio {
-                key: "degraded_read_vs_healthy",
-                what: "degraded seq read / healthy seq read (same volume)".into(),
-                value: div(self.read_degraded.mb_per_s, self.read_healthy.mb_per_s),
-            },
-            Ratio {
-                key: "rebuild_unlimited_vs_member_write",
-                what: "unlimited rebuild / one member's seq write alone".into(),
-                value: div(self.rebuild_unlimited.mb_per_s, one_member_write),
-            },
-            Ratio {
-                key: "rebuild_default_vs_member_write",
-                what: "default-throttle rebuild / one member's seq write alone (issue: 0.2)".into(),
-                value: div(self.rebuild_default.mb_per_s, one_member_write),
-            },
-            Ratio {
-                key: "rebuild_default_vs_unlimited",
-                what: "default-throttle rebuild / unlimited rebuild".into(),
-                value: div(
-                    self.rebuild_default.mb_per_s,
-                    self.rebuild_unlimited.mb_per_s,
-                ),
-            },
-        ]
-    }
-
-    pub fn errors(&self) -> u64 {
-        [
-            &self.base_seq_write,
-            &self.base_seq_read,
-            &self.base_randwrite,
-            &self.base_randrw,
-            &self.base_one_seq_write,
-            &self.full_stripe_write,
-            &self.randwrite,
-            &self.read_healthy,
-            &self.read_degraded,
-        ]
-        .iter()
-        .map(|m| m.errors)
-        .sum()
-    }
-
-    pub fn json(&self) -> Value {
-        json!({
-            "media": self.media.name(),
-            "level": self.layout.level.to_string(),
-            "members": self.layout.members,
-            "k": self.k,
-            "m": self.m,
-            "o_direct": self.direct,
-            "io_uring": self.uring,
-            "members_alone": {
-                "seq_write": self.base_seq_write.json(),
-                "seq_read": self.base_seq_read.json(),
-                "randwrite_4k": self.base_randwrite.json(),
-                "randrw50_4k": self.base_randrw.json(),
-                "rand_qd_per_member": self.base_rand_qd_each,
-                "one_member_seq_write": self.base_one_seq_write.json(),
-            },
-            "volume": {
-                "full_stripe_write": self.full_stripe_write.json(),
-                "randwrite_4k": self.randwrite.json(),
-                "seq_read_healthy": self.read_healthy.json(),
-                "seq_read_degraded": self.read_degraded.json(),
-                "rebuild_unlimited": self.rebuild_unlimited.json(),
-                "rebuild_default_throttle": self.rebuild_default.json(),
-            },
-            "rmw_member_ios": self.rmw_ios(),
-            "ratios": self.ratios().iter().map(|r| (r.key.to_string(), json!(round(r.value))))
-                .collect::<serde_json::Map<_, _>>(),
-        })
     }
 }
 
@@ -272,7 +95,11 @@ pub async fn run(
     // 1. The members alone, all at once (again after the volume is gone: see below).
     eprintln!("[{tag}] members alone");
     let qd_each = s.rand_qd.div_ceil(n as u32).max(1);
-    let before = baseline(&devs, s, qd_each).await?;
+    let before = if s.on("base") {
+        baseline(&devs, s, qd_each).await?
+    } else {
+        Default::default()
+    };
 
     // 2. The volume on the same members (they hold zeroes: parity is consistent).
     let mut cfg = VolumeConfig::new(layout.level);
@@ -294,41 +121,43 @@ pub async fn run(
         c.jobs = s.vol_jobs;
         c
     };
-    let full_stripe_write = single(&vdev, &vload(Pattern::Write, full, s.seq_qd)).await?;
-    let randwrite = single(&vdev, &vload(Pattern::RandWrite, 4096, s.rand_qd)).await?;
-    let read_healthy = single(&vdev, &vload(Pattern::Read, full, s.seq_qd)).await?;
+    let step = |name: &str, cfg: bench::BenchConfig| {
+        let vdev = vdev.clone();
+        let on = s.on(name);
+        async move {
+            if on {
+                single(&vdev, &cfg).await
+            } else {
+                Ok(Measured::default())
+            }
+        }
+    };
+    let full_stripe_write = step("write", vload(Pattern::Write, full, s.seq_qd)).await?;
+    let randwrite = step("randwrite", vload(Pattern::RandWrite, 4096, s.rand_qd)).await?;
+    let read_healthy = step("read", vload(Pattern::Read, full, s.seq_qd)).await?;
 
     // 3. Degraded: member 1 failed; a spare takes its slot but is not rebuilt yet, so
     //    every read of its chunks reconstructs.
     vol.fail_member(1).await?;
     eprintln!("[{tag}] degraded read ({:?})", vol.status().state);
-    let read_degraded = single(&vdev, &vload(Pattern::Read, full, s.seq_qd)).await?;
-
-    // 4. Rebuild onto the spare, unlimited.
-    eprintln!("[{tag}] rebuild, unlimited");
-    let rebuild_unlimited = rebuild(&vol, "unlimited", Duration::from_secs(600)).await?;
-    let keep: Vec<Arc<dyn BlockDevice>> = current_devices(&vol, &all.devs);
+    let read_degraded = step("degraded", vload(Pattern::Read, full, s.seq_qd)).await?;
     drop(vdev);
-    vol.stop().await?;
-    drop(vol);
+    // Rebuilds onto the spares (the second after re-assembly with default options).
+    let (rebuild_unlimited, rebuild_default) = if s.on("rebuild") {
+        rebuilds(vol, &all.devs, s, &tag).await?
+    } else {
+        vol.stop().await?;
+        Default::default()
+    };
 
-    // 5. Again at the default throttle, after re-assembly with default options.
-    let default_throttle = EngineOptions::default().throttle;
-    let vol = Volume::assemble_with(keep, options(default_throttle, s)).await?;
-    vol.fail_member(2).await?;
-    eprintln!(
-        "[{tag}] rebuild, default throttle ({default_throttle:?}), at most {:?}",
-        s.rebuild_cap
-    );
-    let label = format!("{default_throttle:?}");
-    let rebuild_default = rebuild(&vol, &label, s.rebuild_cap).await?;
-    vol.stop().await?;
-    drop(vol);
-
-    // 6. The members alone again: the baseline brackets the volume's measurements, so a
+    // 4. The members alone again: the baseline brackets the volume's measurements, so a
     //    neighbour's load that came or went shows up as a before/after spread.
     eprintln!("[{tag}] members alone, again");
-    let after = baseline(&devs, s, qd_each).await?;
+    let after = if s.on("base") {
+        baseline(&devs, s, qd_each).await?
+    } else {
+        Default::default()
+    };
     let [
         base_seq_write,
         base_seq_read,
@@ -357,6 +186,33 @@ pub async fn run(
         rebuild_default,
         base_rand_qd_each: qd_each,
     })
+}
+
+/// Rebuilds onto a spare: unlimited on `vol` (member 1 already failed), then at the default
+/// throttle after re-assembly with default options (member 2 failed).
+async fn rebuilds(
+    vol: Arc<Volume>,
+    all: &[Arc<dyn BlockDevice>],
+    s: &Settings,
+    tag: &str,
+) -> Result<(Rebuild, Rebuild), Error> {
+    eprintln!("[{tag}] rebuild, unlimited");
+    let unlimited = rebuild(&vol, "unlimited", Duration::from_secs(600)).await?;
+    let keep: Vec<Arc<dyn BlockDevice>> = current_devices(&vol, all);
+    vol.stop().await?;
+    drop(vol);
+
+    let default_throttle = EngineOptions::default().throttle;
+    let vol = Volume::assemble_with(keep, options(default_throttle, s)).await?;
+    vol.fail_member(2).await?;
+    eprintln!(
+        "[{tag}] rebuild, default throttle ({default_throttle:?}), at most {:?}",
+        s.rebuild_cap
+    );
+    let label = format!("{default_throttle:?}");
+    let default = rebuild(&vol, &label, s.rebuild_cap).await?;
+    vol.stop().await?;
+    Ok((unlimited, default))
 }
 
 /// The members alone: seq write, seq read, 4K randwrite, 4K 50/50 randrw (all members at
@@ -392,7 +248,7 @@ fn current_devices(vol: &Volume, all: &[Arc<dyn BlockDevice>]) -> Vec<Arc<dyn Bl
         .collect()
 }
 
-/// Starts a rebuild and waits for it (at most `cap`, then stops it).
+/// Starts a rebuild and waits for it (at most `cap`; the caller stops the volume next).
 async fn rebuild(vol: &Volume, throttle: &str, cap: Duration) -> Result<Rebuild, Error> {
     let cpu0 = bench::CpuTime::now();
     let t0 = Instant::now();
@@ -402,9 +258,9 @@ async fn rebuild(vol: &Volume, throttle: &str, cap: Duration) -> Result<Rebuild,
         .is_ok();
     let elapsed = t0.elapsed().as_secs_f64();
     let p = rx.borrow().clone();
-    if !finished {
-        vol.stop_rebuild().await;
-    }
+    // An unfinished rebuild is cancelled by the caller's `Volume::stop`, not by
+    // `stop_rebuild`: `stop_rebuild` then `stop` awaits the task's JoinHandle twice and
+    // panics ("JoinHandle polled after completion"; reported to the engine's owner).
     let cpu_s = bench::CpuTime::now().since(&cpu0).total().as_secs_f64();
     if let TaskPhase::Failed(why) = &p.phase {
         return Err(format!("rebuild failed: {why}").into());

@@ -1,8 +1,9 @@
 //! The human table (stderr).
 
-use crate::case::{CaseResult, Settings};
+use crate::case::Settings;
 use crate::measure::Measured;
 use crate::members::Media;
+use crate::result::CaseResult;
 
 pub fn print(r: &CaseResult, st: &Settings) {
     let n = r.layout.members;
