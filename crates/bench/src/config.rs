@@ -11,7 +11,9 @@ pub enum Pattern {
     Read,
     Write,
     /// Random mix; `read_percent` of the I/Os are reads.
-    RandRw { read_percent: u8 },
+    RandRw {
+        read_percent: u8,
+    },
 }
 
 impl Pattern {
@@ -22,7 +24,9 @@ impl Pattern {
             "randwrite" => Pattern::RandWrite,
             "read" => Pattern::Read,
             "write" => Pattern::Write,
-            "randrw" => Pattern::RandRw { read_percent: mix_read_percent.min(100) },
+            "randrw" => Pattern::RandRw {
+                read_percent: mix_read_percent.min(100),
+            },
             other => {
                 return Err(ConfigError(format!(
                     "unknown --rw {other:?} (expected randread, randwrite, read, write or randrw)"
@@ -98,7 +102,11 @@ impl Default for BenchConfig {
 
 impl BenchConfig {
     /// Checks the configuration against a device and returns the effective region.
-    pub fn validate(&self, device_size_bytes: u64, logical_block_bytes: u32) -> Result<(u64, u64), ConfigError> {
+    pub fn validate(
+        &self,
+        device_size_bytes: u64,
+        logical_block_bytes: u32,
+    ) -> Result<(u64, u64), ConfigError> {
         let lb = u64::from(logical_block_bytes.max(1));
         if self.block_size_bytes == 0 || !self.block_size_bytes.is_multiple_of(lb) {
             return Err(ConfigError(format!(
@@ -107,16 +115,27 @@ impl BenchConfig {
             )));
         }
         if self.verify && !self.block_size_bytes.is_multiple_of(512) {
-            return Err(ConfigError("--verify needs --bs to be a multiple of 512".into()));
+            return Err(ConfigError(
+                "--verify needs --bs to be a multiple of 512".into(),
+            ));
         }
         if self.iodepth == 0 || self.iodepth > 4096 {
-            return Err(ConfigError(format!("--iodepth {} out of range 1..=4096", self.iodepth)));
+            return Err(ConfigError(format!(
+                "--iodepth {} out of range 1..=4096",
+                self.iodepth
+            )));
         }
         if self.jobs == 0 || self.jobs > 256 {
-            return Err(ConfigError(format!("--jobs {} out of range 1..=256", self.jobs)));
+            return Err(ConfigError(format!(
+                "--jobs {} out of range 1..=256",
+                self.jobs
+            )));
         }
         if !self.offset_bytes.is_multiple_of(lb) {
-            return Err(ConfigError(format!("--offset {} is not block aligned", self.offset_bytes)));
+            return Err(ConfigError(format!(
+                "--offset {} is not block aligned",
+                self.offset_bytes
+            )));
         }
         if self.offset_bytes >= device_size_bytes {
             return Err(ConfigError(format!(
@@ -125,7 +144,11 @@ impl BenchConfig {
             )));
         }
         let max_range = device_size_bytes - self.offset_bytes;
-        let range = if self.range_bytes == 0 { max_range } else { self.range_bytes };
+        let range = if self.range_bytes == 0 {
+            max_range
+        } else {
+            self.range_bytes
+        };
         if range > max_range {
             return Err(ConfigError(format!(
                 "--offset + --range end at {} bytes, beyond the device's {device_size_bytes}",
@@ -144,6 +167,9 @@ impl BenchConfig {
 
     pub fn does_writes(&self) -> bool {
         !self.verify_only
-            && matches!(self.pattern, Pattern::RandWrite | Pattern::Write | Pattern::RandRw { .. })
+            && matches!(
+                self.pattern,
+                Pattern::RandWrite | Pattern::Write | Pattern::RandRw { .. }
+            )
     }
 }

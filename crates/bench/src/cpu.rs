@@ -23,9 +23,13 @@ impl CpuTime {
             ru.assume_init()
         };
         let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.max(0) as u64)
         };
-        CpuTime { user: tv(ru.ru_utime), system: tv(ru.ru_stime) }
+        CpuTime {
+            user: tv(ru.ru_utime),
+            system: tv(ru.ru_stime),
+        }
     }
 
     /// CPU time of a process by pid, from /proc/PID/stat (for measuring a target process).
@@ -77,7 +81,11 @@ mod tests {
         }
         std::hint::black_box(x);
         let b = CpuTime::now();
-        assert!(b.since(&a).total() >= Duration::from_millis(20), "{:?}", b.since(&a));
+        assert!(
+            b.since(&a).total() >= Duration::from_millis(20),
+            "{:?}",
+            b.since(&a)
+        );
         let me = CpuTime::of_pid(std::process::id()).expect("own /proc stat");
         assert!(me.total() > Duration::ZERO);
     }

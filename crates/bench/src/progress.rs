@@ -16,12 +16,16 @@ impl Progress {
         if std::io::stderr().is_terminal() {
             let bar = indicatif::ProgressBar::new(total_ms.max(1));
             bar.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             Progress::Bar(bar)
         } else {
-            Progress::Log { every: Duration::from_secs(5) }
+            Progress::Log {
+                every: Duration::from_secs(5),
+            }
         }
     }
 

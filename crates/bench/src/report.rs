@@ -95,7 +95,10 @@ impl Report {
             self.errors,
             self.elapsed_s
         );
-        for (name, l, n) in [("read", &self.read_latency, self.read_ios), ("write", &self.write_latency, self.write_ios)] {
+        for (name, l, n) in [
+            ("read", &self.read_latency, self.read_ios),
+            ("write", &self.write_latency, self.write_ios),
+        ] {
             if n > 0 {
                 s += &format!(
                     "  {name} lat (us): mean={:.1} p50={:.1} p99={:.1} p99.9={:.1} max={:.1}\n",
@@ -103,7 +106,10 @@ impl Report {
                 );
             }
         }
-        s += &format!("  cpu: {:.2}s ({:.2} s per million I/Os)\n", self.cpu_s, self.cpu_s_per_million_ios);
+        s += &format!(
+            "  cpu: {:.2}s ({:.2} s per million I/Os)\n",
+            self.cpu_s, self.cpu_s_per_million_ios
+        );
         if let Some(v) = &self.verify {
             s += &format!(
                 "  verify: {} sectors checked, {} unwritten, {} lost, {} misdirected, {} torn, {} corrupt\n",

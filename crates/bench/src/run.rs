@@ -95,7 +95,11 @@ pub async fn run(
     let mut write_hist = new_histogram();
     let mut rep = Report {
         target: target_name.to_string(),
-        pattern: if cfg.verify_only { "verify".into() } else { cfg.pattern.name().into() },
+        pattern: if cfg.verify_only {
+            "verify".into()
+        } else {
+            cfg.pattern.name().into()
+        },
         block_size_bytes: cfg.block_size_bytes,
         iodepth: cfg.iodepth,
         jobs: cfg.jobs,
@@ -105,8 +109,12 @@ pub async fn run(
     let mut verify = VerifyReport::default();
     for r in results {
         let r = r.map_err(|_| BenchError::Worker("a job thread ended without a result".into()))?;
-        read_hist.add(&r.read_hist).map_err(|e| BenchError::Worker(e.to_string()))?;
-        write_hist.add(&r.write_hist).map_err(|e| BenchError::Worker(e.to_string()))?;
+        read_hist
+            .add(&r.read_hist)
+            .map_err(|e| BenchError::Worker(e.to_string()))?;
+        write_hist
+            .add(&r.write_hist)
+            .map_err(|e| BenchError::Worker(e.to_string()))?;
         rep.read_ios += r.read_ios;
         rep.write_ios += r.write_ios;
         rep.read_bytes += r.read_bytes;
@@ -124,7 +132,11 @@ pub async fn run(
     rep.read_latency = LatencyReport::from_histogram(&read_hist);
     rep.write_latency = LatencyReport::from_histogram(&write_hist);
     rep.cpu_s = cpu.total().as_secs_f64();
-    rep.cpu_s_per_million_ios = if ios > 0 { rep.cpu_s / ios as f64 * 1e6 } else { 0.0 };
+    rep.cpu_s_per_million_ios = if ios > 0 {
+        rep.cpu_s / ios as f64 * 1e6
+    } else {
+        0.0
+    };
     if cfg.verify || cfg.verify_only {
         rep.verify = Some(verify);
     }
@@ -225,9 +237,15 @@ async fn job(
     let mut rng = Rng(cfg.seed ^ (u64::from(job_index) << 48) ^ 0x5eed);
     let tracks_writes = cfg.verify && !cfg.verify_only;
     // Last write id acknowledged per block (0 = not written in this run).
-    let mut last_write: Vec<u32> = if tracks_writes { vec![0; blocks as usize] } else { Vec::new() };
+    let mut last_write: Vec<u32> = if tracks_writes {
+        vec![0; blocks as usize]
+    } else {
+        Vec::new()
+    };
     let mut in_flight: HashSet<u64> = HashSet::with_capacity(cfg.iodepth as usize * 2);
-    let mut pool: Vec<IoBuf> = (0..cfg.iodepth).map(|_| IoBuf::new_zeroed(bs as usize)).collect();
+    let mut pool: Vec<IoBuf> = (0..cfg.iodepth)
+        .map(|_| IoBuf::new_zeroed(bs as usize))
+        .collect();
     let mut res = JobResult {
         read_hist: new_histogram(),
         write_hist: new_histogram(),
@@ -256,7 +274,11 @@ async fn job(
                 (true, _) | (_, Pattern::RandRead | Pattern::Read) => Op::Read,
                 (_, Pattern::RandWrite | Pattern::Write) => Op::Write,
                 (_, Pattern::RandRw { read_percent }) => {
-                    if rng.below(100) < u64::from(read_percent) { Op::Read } else { Op::Write }
+                    if rng.below(100) < u64::from(read_percent) {
+                        Op::Read
+                    } else {
+                        Op::Write
+                    }
                 }
             };
             let mut buf = pool.pop().unwrap_or_else(|| IoBuf::new_zeroed(bs as usize));
@@ -267,7 +289,13 @@ async fn job(
             match op {
                 Op::Read => pending.push(Box::pin(async move {
                     let result = dev_ref.read(offset, buf).await;
-                    Done { block, op: Op::Read, started, result, write_id: 0 }
+                    Done {
+                        block,
+                        op: Op::Read,
+                        started,
+                        result,
+                        write_id: 0,
+                    }
                 })
                     as std::pin::Pin<Box<dyn std::future::Future<Output = Done> + Send + '_>>),
                 Op::Write => {
@@ -278,12 +306,20 @@ async fn job(
                     }
                     pending.push(Box::pin(async move {
                         let result = dev_ref.write(offset, buf, WriteFlags::default()).await;
-                        Done { block, op: Op::Write, started, result, write_id }
+                        Done {
+                            block,
+                            op: Op::Write,
+                            started,
+                            result,
+                            write_id,
+                        }
                     }));
                 }
             }
         }
-        let Some(done) = pending.next().await else { break };
+        let Some(done) = pending.next().await else {
+            break;
+        };
         let lat_ns = (done.started.elapsed().as_nanos() as u64).clamp(1, MAX_LATENCY_NS);
         in_flight.remove(&done.block);
         shared.ios.fetch_add(1, Ordering::Relaxed);
@@ -292,8 +328,11 @@ async fn job(
             Err(e) => {
                 res.errors += 1;
                 if res.first_error.is_none() {
-                    res.first_error =
-                        Some(format!("{} at offset {}: {e}", op_name(&done.op), slice_start + done.block * bs));
+                    res.first_error = Some(format!(
+                        "{} at offset {}: {e}",
+                        op_name(&done.op),
+                        slice_start + done.block * bs
+                    ));
                 }
                 pool.push(IoBuf::new_zeroed(bs as usize));
             }
@@ -304,8 +343,15 @@ async fn job(
                         res.read_ios += 1;
                         res.read_bytes += bs;
                         if cfg.verify || cfg.verify_only {
-                            let expected = last_write.get(done.block as usize).copied().unwrap_or(0);
-                            check_block(&buf, slice_start + done.block * bs, expected, &cfg, &mut res.verify);
+                            let expected =
+                                last_write.get(done.block as usize).copied().unwrap_or(0);
+                            check_block(
+                                &buf,
+                                slice_start + done.block * bs,
+                                expected,
+                                &cfg,
+                                &mut res.verify,
+                            );
                         }
                     }
                     Op::Write => {
@@ -362,7 +408,13 @@ fn pick_block(
 
 /// Checks every sector of a block read at `offset`; `expected_write_id` is the last write
 /// acknowledged for it in this run (0 when unknown).
-fn check_block(buf: &[u8], offset: u64, expected_write_id: u32, cfg: &BenchConfig, v: &mut VerifyReport) {
+fn check_block(
+    buf: &[u8],
+    offset: u64,
+    expected_write_id: u32,
+    cfg: &BenchConfig,
+    v: &mut VerifyReport,
+) {
     let mut ids = Vec::new();
     let note = |v: &mut VerifyReport, msg: String| {
         if v.first_errors.len() < MAX_FIRST_ERRORS {
@@ -377,7 +429,12 @@ fn check_block(buf: &[u8], offset: u64, expected_write_id: u32, cfg: &BenchConfi
                 v.sectors_unwritten += 1;
                 if expected_write_id != 0 {
                     v.lost += 1;
-                    note(v, format!("sector at {off}: reads as never written, but a write was acknowledged"));
+                    note(
+                        v,
+                        format!(
+                            "sector at {off}: reads as never written, but a write was acknowledged"
+                        ),
+                    );
                 }
                 ids.push(0);
             }
@@ -387,15 +444,32 @@ fn check_block(buf: &[u8], offset: u64, expected_write_id: u32, cfg: &BenchConfi
             }
             StampCheck::Misdirected { found_offset_bytes } => {
                 v.misdirected += 1;
-                note(v, format!("sector at {off}: holds data written for offset {found_offset_bytes}"));
+                note(
+                    v,
+                    format!("sector at {off}: holds data written for offset {found_offset_bytes}"),
+                );
             }
-            StampCheck::Ok { generation, write_id } => {
+            StampCheck::Ok {
+                generation,
+                write_id,
+            } => {
                 if expected_write_id != 0 && write_id != expected_write_id {
                     v.lost += 1;
-                    note(v, format!("sector at {off}: write {write_id:#x} found, {expected_write_id:#x} was acknowledged last"));
+                    note(
+                        v,
+                        format!(
+                            "sector at {off}: write {write_id:#x} found, {expected_write_id:#x} was acknowledged last"
+                        ),
+                    );
                 } else if cfg.verify_only && generation > cfg.generation {
                     v.corrupt += 1;
-                    note(v, format!("sector at {off}: generation {generation} is newer than {}", cfg.generation));
+                    note(
+                        v,
+                        format!(
+                            "sector at {off}: generation {generation} is newer than {}",
+                            cfg.generation
+                        ),
+                    );
                 }
                 ids.push(write_id);
             }
@@ -403,7 +477,10 @@ fn check_block(buf: &[u8], offset: u64, expected_write_id: u32, cfg: &BenchConfi
     }
     if ids.windows(2).any(|w| w[0] != w[1]) {
         v.torn += 1;
-        note(v, format!("block at {offset}: sectors come from different writes (torn)"));
+        note(
+            v,
+            format!("block at {offset}: sectors come from different writes (torn)"),
+        );
     }
 }
 
@@ -428,12 +505,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn write_then_verify_pass_is_clean() {
         let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 4 << 20));
-        let w = run(dev.clone(), &cfg(Pattern::Write), "ram", &Progress::Silent).await.unwrap();
+        let w = run(dev.clone(), &cfg(Pattern::Write), "ram", &Progress::Silent)
+            .await
+            .unwrap();
         assert_eq!(w.write_ios, 1024);
         assert_eq!(w.errors, 0);
         let mut c = cfg(Pattern::Read);
         c.verify_only = true;
-        let r = run(dev.clone(), &c, "ram", &Progress::Silent).await.unwrap();
+        let r = run(dev.clone(), &c, "ram", &Progress::Silent)
+            .await
+            .unwrap();
         let v = r.verify.unwrap();
         assert_eq!(v.sectors_checked, 8192);
         assert_eq!(v.mismatches(), 0, "{v:?}");
@@ -448,11 +529,18 @@ mod tests {
         let dev: Arc<dyn BlockDevice> = Arc::new(faulty);
         let mut c = cfg(Pattern::RandRw { read_percent: 50 });
         c.size_bytes = 8 << 20;
-        let clean = run(dev.clone(), &c, "ram", &Progress::Silent).await.unwrap();
+        let clean = run(dev.clone(), &c, "ram", &Progress::Silent)
+            .await
+            .unwrap();
         assert_eq!(clean.verify.as_ref().unwrap().mismatches(), 0);
         handle.add(FaultRule::new(FaultOps::WRITE, FaultAction::DropWrite));
-        let bad = run(dev.clone(), &c, "ram", &Progress::Silent).await.unwrap();
-        assert!(bad.verify.unwrap().lost > 0, "dropped writes must show up as lost");
+        let bad = run(dev.clone(), &c, "ram", &Progress::Silent)
+            .await
+            .unwrap();
+        assert!(
+            bad.verify.unwrap().lost > 0,
+            "dropped writes must show up as lost"
+        );
     }
 
     #[tokio::test]
@@ -460,7 +548,10 @@ mod tests {
         let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 1 << 20));
         let mut c = cfg(Pattern::Read);
         c.block_size_bytes = 1000;
-        let e = run(dev, &c, "ram", &Progress::Silent).await.unwrap_err().to_string();
+        let e = run(dev, &c, "ram", &Progress::Silent)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--bs 1000") && !e.contains('\n'), "{e}");
     }
 }

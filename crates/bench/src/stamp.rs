@@ -34,7 +34,8 @@ pub fn stamp_block(block: &mut [u8], offset_bytes: u64, generation: u32, write_i
         sector[8..16].copy_from_slice(&off.to_le_bytes());
         sector[16..20].copy_from_slice(&write_id.to_le_bytes());
         sector[CRC_AT..CRC_AT + 4].fill(0);
-        let mut x = off ^ (u64::from(generation) << 32) ^ u64::from(write_id) ^ 0x9E37_79B9_7F4A_7C15;
+        let mut x =
+            off ^ (u64::from(generation) << 32) ^ u64::from(write_id) ^ 0x9E37_79B9_7F4A_7C15;
         for word in sector[24..].chunks_exact_mut(8) {
             // xorshift64: cheap, deterministic filler so that payload corruption is visible.
             x ^= x << 13;
@@ -74,9 +75,14 @@ pub fn check_sector(sector: &[u8], offset_bytes: u64) -> StampCheck {
     o.copy_from_slice(&sector[8..16]);
     let found = u64::from_le_bytes(o);
     if found != offset_bytes {
-        return StampCheck::Misdirected { found_offset_bytes: found };
+        return StampCheck::Misdirected {
+            found_offset_bytes: found,
+        };
     }
-    StampCheck::Ok { generation: word(4), write_id: word(16) }
+    StampCheck::Ok {
+        generation: word(4),
+        write_id: word(16),
+    }
 }
 
 #[cfg(test)]
@@ -89,10 +95,18 @@ mod tests {
         let mut b = vec![0u8; 4096];
         assert_eq!(check_sector(&b[..512], 0), StampCheck::Unwritten);
         stamp_block(&mut b, 8192, 3, 77);
-        assert_eq!(check_sector(&b[512..1024], 8704), StampCheck::Ok { generation: 3, write_id: 77 });
+        assert_eq!(
+            check_sector(&b[512..1024], 8704),
+            StampCheck::Ok {
+                generation: 3,
+                write_id: 77
+            }
+        );
         assert_eq!(
             check_sector(&b[512..1024], 0),
-            StampCheck::Misdirected { found_offset_bytes: 8704 }
+            StampCheck::Misdirected {
+                found_offset_bytes: 8704
+            }
         );
         b[700] ^= 1;
         assert_eq!(check_sector(&b[512..1024], 8704), StampCheck::Corrupt);

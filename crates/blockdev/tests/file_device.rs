@@ -410,7 +410,10 @@ async fn drop_stops_engine_threads() {
         // A thread names itself when it first runs: pool worker 0 may not have run yet.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while threads_named(prefix) != 1 {
-            assert!(std::time::Instant::now() < deadline, "{prefix} thread never started");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{prefix} thread never started"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         let cancelled = dev.read(0, IoBuf::new_zeroed(1 << 20));

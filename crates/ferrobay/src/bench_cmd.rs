@@ -99,7 +99,12 @@ fn config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         block_size_bytes: size(&a.bs)?,
         iodepth: a.iodepth,
         jobs: a.jobs,
-        runtime_ms: a.runtime.as_deref().map(parse_duration_ms).transpose()?.unwrap_or(0),
+        runtime_ms: a
+            .runtime
+            .as_deref()
+            .map(parse_duration_ms)
+            .transpose()?
+            .unwrap_or(0),
         size_bytes: a.size.as_deref().map(size).transpose()?.unwrap_or(0),
         offset_bytes: size(&a.offset)?,
         range_bytes: a.range.as_deref().map(size).transpose()?.unwrap_or(0),
@@ -134,9 +139,16 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             let v = crate::volume_cmd::open_volume(name, engine).await?;
             (v.clone(), Some(v))
         }
-        None => (open_target(&a.target, engine, a.hostnqn.as_deref()).await?, None),
+        None => (
+            open_target(&a.target, engine, a.hostnqn.as_deref()).await?,
+            None,
+        ),
     };
-    let progress = if a.json { Progress::Silent } else { Progress::auto(cfg.runtime_ms) };
+    let progress = if a.json {
+        Progress::Silent
+    } else {
+        Progress::auto(cfg.runtime_ms)
+    };
     let report = bench::run(dev, &cfg, &a.target, &progress).await?;
     if let Some(v) = volume {
         v.stop().await.context("stop the volume after the run")?;
@@ -147,7 +159,11 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         print!("{}", report.to_text());
     }
     let bad = report.errors > 0 || report.verify.as_ref().is_some_and(|v| v.mismatches() > 0);
-    Ok(if bad { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if bad {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::{bench_cmd, discover_cmd, node_cmd, volume_cmd};
 
 #[derive(Parser, Debug)]
-#[command(name = "ferrobay", version, about = "Disaggregated flash storage over NVMe/TCP")]
+#[command(
+    name = "ferrobay",
+    version,
+    about = "Disaggregated flash storage over NVMe/TCP"
+)]
 pub struct Cli {
     /// Log as JSON lines (structured logs for daemons under a supervisor).
     #[arg(long, global = true)]

@@ -32,7 +32,9 @@ pub async fn resolve(address: &str, default_port: u16) -> anyhow::Result<SocketA
     }
     let (host, port) = match address.rsplit_once(':') {
         Some((h, p)) => {
-            let port = p.parse::<u16>().map_err(|_| anyhow::anyhow!("invalid port {p:?} in {address:?}"))?;
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| anyhow::anyhow!("invalid port {p:?} in {address:?}"))?;
             (h, port)
         }
         None => (address, default_port),
@@ -47,9 +49,13 @@ pub async fn resolve(address: &str, default_port: u16) -> anyhow::Result<SocketA
 pub async fn run(a: DiscoverArgs) -> anyhow::Result<ExitCode> {
     let addr = resolve(&a.address, DISCOVERY_PORT).await?;
     let host = host_identity(a.hostnqn.as_deref())?;
-    let read = nvmf_host::discovery::discover_with(addr, &host, &nvmf_host::discovery::discovery_options())
-        .await
-        .with_context(|| format!("discover {addr}"))?;
+    let read = nvmf_host::discovery::discover_with(
+        addr,
+        &host,
+        &nvmf_host::discovery::discovery_options(),
+    )
+    .await
+    .with_context(|| format!("discover {addr}"))?;
     if a.json {
         let entries: Vec<serde_json::Value> = read
             .entries
@@ -62,9 +68,17 @@ pub async fn run(a: DiscoverArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "genctr": read.genctr, "records": entries }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "genctr": read.genctr, "records": entries })
+            )?
+        );
     } else {
-        print!("{}", nvmf_host::format_discovery_log(read.genctr, &read.entries));
+        print!(
+            "{}",
+            nvmf_host::format_discovery_log(read.genctr, &read.entries)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -85,10 +99,22 @@ mod tests {
 
     #[tokio::test]
     async fn addresses() {
-        assert_eq!(resolve("127.0.0.1", 8009).await.unwrap().to_string(), "127.0.0.1:8009");
-        assert_eq!(resolve("127.0.0.1:4420", 8009).await.unwrap().to_string(), "127.0.0.1:4420");
-        assert_eq!(resolve("::1", 8009).await.unwrap().to_string(), "[::1]:8009");
-        assert_eq!(resolve("[::1]:4420", 8009).await.unwrap().to_string(), "[::1]:4420");
+        assert_eq!(
+            resolve("127.0.0.1", 8009).await.unwrap().to_string(),
+            "127.0.0.1:8009"
+        );
+        assert_eq!(
+            resolve("127.0.0.1:4420", 8009).await.unwrap().to_string(),
+            "127.0.0.1:4420"
+        );
+        assert_eq!(
+            resolve("::1", 8009).await.unwrap().to_string(),
+            "[::1]:8009"
+        );
+        assert_eq!(
+            resolve("[::1]:4420", 8009).await.unwrap().to_string(),
+            "[::1]:4420"
+        );
         assert!(resolve("127.0.0.1:notaport", 8009).await.is_err());
     }
 }

@@ -165,8 +165,14 @@ fn parse_cntlid_range(s: &str) -> anyhow::Result<(u16, u16)> {
     let (a, b) = s
         .split_once('-')
         .with_context(|| format!("invalid --cntlid-range {s:?} (expected MIN-MAX, e.g. 1-999)"))?;
-    let min: u16 = a.trim().parse().with_context(|| format!("invalid --cntlid-range {s:?}"))?;
-    let max: u16 = b.trim().parse().with_context(|| format!("invalid --cntlid-range {s:?}"))?;
+    let min: u16 = a
+        .trim()
+        .parse()
+        .with_context(|| format!("invalid --cntlid-range {s:?}"))?;
+    let max: u16 = b
+        .trim()
+        .parse()
+        .with_context(|| format!("invalid --cntlid-range {s:?}"))?;
     if min == 0 || max < min || max > 0xFFEF {
         anyhow::bail!("invalid --cntlid-range {s:?}: need 1 <= MIN <= MAX <= 65519");
     }
@@ -185,7 +191,10 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.listen = a.listen.clone();
     cfg.discovery_listen = a.discovery_listen;
     cfg.http_listen = Some(a.http_listen.unwrap_or_else(|| {
-        SocketAddr::new(a.listen.first().map_or([127, 0, 0, 1].into(), |l| l.ip()), DEFAULT_HTTP_PORT)
+        SocketAddr::new(
+            a.listen.first().map_or([127, 0, 0, 1].into(), |l| l.ip()),
+            DEFAULT_HTTP_PORT,
+        )
     }));
     cfg.drives = a
         .drive
@@ -242,15 +251,21 @@ fn client(a: &ApiArgs) -> anyhow::Result<NodeClient> {
             let path = dir.join(ENDPOINTS_FILE);
             let s = std::fs::read_to_string(&path)
                 .with_context(|| format!("read {} (is the node running?)", path.display()))?;
-            let e: Endpoints = serde_json::from_str(&s).with_context(|| format!("parse {}", path.display()))?;
-            e.http.with_context(|| format!("{} names no HTTP address", path.display()))?
+            let e: Endpoints =
+                serde_json::from_str(&s).with_context(|| format!("parse {}", path.display()))?;
+            e.http
+                .with_context(|| format!("{} names no HTTP address", path.display()))?
         }
         (None, None) => format!("127.0.0.1:{DEFAULT_HTTP_PORT}"),
     };
     Ok(NodeClient::new(addr))
 }
 
-fn print<T: serde::Serialize>(json: bool, v: &T, text: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+fn print<T: serde::Serialize>(
+    json: bool,
+    v: &T,
+    text: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(v)?);
     } else {
@@ -260,7 +275,10 @@ fn print<T: serde::Serialize>(json: bool, v: &T, text: impl FnOnce(&T) -> String
 }
 
 fn attach_request(hosts: Vec<String>) -> AttachRequest {
-    AttachRequest { all: hosts.is_empty(), hosts }
+    AttachRequest {
+        all: hosts.is_empty(),
+        hosts,
+    }
 }
 
 async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
@@ -270,7 +288,15 @@ async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
             let v = client(&api)?.list_namespaces().await?;
             print(api.json, &v, |v| namespaces_table(v))?;
         }
-        NsCommand::Create { api, size, drive, subsystem, block_size, nsid, detached } => {
+        NsCommand::Create {
+            api,
+            size,
+            drive,
+            subsystem,
+            block_size,
+            nsid,
+            detached,
+        } => {
             if drive.is_none() && subsystem.is_none() {
                 anyhow::bail!("ns create needs --drive NAME or --subsystem NQN");
             }
@@ -289,12 +315,26 @@ async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
             client(&api)?.delete_namespace(&nqn, nsid).await?;
             println!("deleted namespace {nsid} of {nqn}");
         }
-        NsCommand::Attach { api, nqn, nsid, hosts } => {
-            let v = client(&api)?.attach_namespace(&nqn, nsid, &attach_request(hosts)).await?;
+        NsCommand::Attach {
+            api,
+            nqn,
+            nsid,
+            hosts,
+        } => {
+            let v = client(&api)?
+                .attach_namespace(&nqn, nsid, &attach_request(hosts))
+                .await?;
             print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;
         }
-        NsCommand::Detach { api, nqn, nsid, hosts } => {
-            let v = client(&api)?.detach_namespace(&nqn, nsid, &attach_request(hosts)).await?;
+        NsCommand::Detach {
+            api,
+            nqn,
+            nsid,
+            hosts,
+        } => {
+            let v = client(&api)?
+                .detach_namespace(&nqn, nsid, &attach_request(hosts))
+                .await?;
             print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;
         }
     }

@@ -110,19 +110,26 @@ fn parse_throttle(s: &str) -> anyhow::Result<Throttle> {
         return Ok(Throttle::Unlimited);
     }
     if let Some(p) = s.strip_suffix('%') {
-        let f: f64 = p.parse().map_err(|_| anyhow::anyhow!("invalid --throttle {s:?}"))?;
+        let f: f64 = p
+            .parse()
+            .map_err(|_| anyhow::anyhow!("invalid --throttle {s:?}"))?;
         if !(f > 0.0 && f <= 100.0) {
             anyhow::bail!("invalid --throttle {s:?}: a share must be in (0%, 100%]");
         }
         return Ok(Throttle::Fraction(f / 100.0));
     }
-    let bytes = blockdev::parse_size_bytes(s)
-        .map_err(|_| anyhow::anyhow!("invalid --throttle {s:?} (expected 20%, 100M or unlimited)"))?;
+    let bytes = blockdev::parse_size_bytes(s).map_err(|_| {
+        anyhow::anyhow!("invalid --throttle {s:?} (expected 20%, 100M or unlimited)")
+    })?;
     Ok(Throttle::BytesPerSec(bytes))
 }
 
 fn registry(a: &VolumeArgs) -> VolumeRegistry {
-    VolumeRegistry::new(a.volumes_dir.clone().unwrap_or_else(VolumeRegistry::default_dir))
+    VolumeRegistry::new(
+        a.volumes_dir
+            .clone()
+            .unwrap_or_else(VolumeRegistry::default_dir),
+    )
 }
 
 async fn assemble(
@@ -144,7 +151,14 @@ pub async fn open_volume(name: &str, engine: blockdev::IoEngine) -> anyhow::Resu
 fn status_text(s: &VolumeStatus) -> String {
     let mut out = format!(
         "volume {} ({}): {:?}, {} bytes, layout {:?}, generation {}, {} of {} regions dirty\n",
-        s.name, s.uuid, s.state, s.size_bytes, s.layout, s.generation, s.dirty_regions, s.region_count
+        s.name,
+        s.uuid,
+        s.state,
+        s.size_bytes,
+        s.layout,
+        s.generation,
+        s.dirty_regions,
+        s.region_count
     );
     for m in &s.members {
         out += &format!(
@@ -152,11 +166,20 @@ fn status_text(s: &VolumeStatus) -> String {
             m.index,
             m.device.as_deref().unwrap_or("-"),
             m.state,
-            if m.failure_domain.is_empty() { "-" } else { &m.failure_domain }
+            if m.failure_domain.is_empty() {
+                "-"
+            } else {
+                &m.failure_domain
+            }
         );
     }
     for m in &s.spares {
-        out += &format!("  spare  {:>2}  {:<40} {:?}\n", m.index, m.device.as_deref().unwrap_or("-"), m.state);
+        out += &format!(
+            "  spare  {:>2}  {:<40} {:?}\n",
+            m.index,
+            m.device.as_deref().unwrap_or("-"),
+            m.state
+        );
     }
     if let Some(r) = &s.rebuild {
         out += &format!(
@@ -164,7 +187,11 @@ fn status_text(s: &VolumeStatus) -> String {
             r.member,
             r.bytes_done,
             r.bytes_total,
-            if r.partial { " (dirty regions only)" } else { "" }
+            if r.partial {
+                " (dirty regions only)"
+            } else {
+                ""
+            }
         );
     }
     for n in &s.notes {
@@ -188,8 +215,10 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let b = indicatif::ProgressBar::new(1);
         b.set_style(
-            indicatif::ProgressStyle::with_template("rebuild [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "rebuild [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         Some(b)
     } else {
@@ -219,7 +248,16 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
         b.finish_and_clear();
     }
     if let Some(p) = done {
-        println!("rebuild of member {} finished: {} bytes{}", p.member, p.bytes_done, if p.partial { " (dirty regions only)" } else { "" });
+        println!(
+            "rebuild of member {} finished: {} bytes{}",
+            p.member,
+            p.bytes_done,
+            if p.partial {
+                " (dirty regions only)"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }
@@ -228,10 +266,24 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
     let reg = registry(&a);
     let engine = crate::bench_cmd::parse_engine(&a.engine)?;
     match a.command {
-        VolumeCommand::Create { name, level, stripe_unit, members, spare, domains, force, assume_clean } => {
-            let level_spec: LevelSpec = level.parse().map_err(|e| anyhow::anyhow!("--level {level:?}: {e}"))?;
+        VolumeCommand::Create {
+            name,
+            level,
+            stripe_unit,
+            members,
+            spare,
+            domains,
+            force,
+            assume_clean,
+        } => {
+            let level_spec: LevelSpec = level
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--level {level:?}: {e}"))?;
             if reg.load(&name).is_ok() && !force {
-                anyhow::bail!("volume {name:?} already exists in {} (use --force to recreate)", reg.dir().display());
+                anyhow::bail!(
+                    "volume {name:?} already exists in {} (use --force to recreate)",
+                    reg.dir().display()
+                );
             }
             let mut cfg = VolumeConfig::new(level_spec);
             cfg.stripe_unit_bytes = blockdev::parse_size_bytes(&stripe_unit)?;
@@ -240,8 +292,16 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             cfg.assume_clean = assume_clean;
             let devs = open_devices(&members, engine).await?;
             let spares = open_devices(&spare, engine).await?;
-            let vol = Volume::create(&name, cfg, devs, spares).await.with_context(|| format!("create volume {name}"))?;
-            let entry = VolumeEntry { name: name.clone(), uuid: vol.uuid(), level, members, spares: spare };
+            let vol = Volume::create(&name, cfg, devs, spares)
+                .await
+                .with_context(|| format!("create volume {name}"))?;
+            let entry = VolumeEntry {
+                name: name.clone(),
+                uuid: vol.uuid(),
+                level,
+                members,
+                spares: spare,
+            };
             reg.save(&entry, force)?;
             vol.stop().await?;
             print_status(&vol.status(), false)?;
@@ -253,27 +313,50 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             } else {
                 println!("{:<20} {:<8} {:<36} MEMBERS", "NAME", "LEVEL", "UUID");
                 for e in list {
-                    println!("{:<20} {:<8} {:<36} {}", e.name, e.level, e.uuid, e.members.join(","));
+                    println!(
+                        "{:<20} {:<8} {:<36} {}",
+                        e.name,
+                        e.level,
+                        e.uuid,
+                        e.members.join(",")
+                    );
                 }
             }
         }
         VolumeCommand::Status { name, json } | VolumeCommand::Assemble { name, json } => {
-            let opts = EngineOptions { auto_rebuild: false, ..EngineOptions::default() };
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                ..EngineOptions::default()
+            };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             print_status(&vol.status(), json)?;
             vol.stop().await?;
         }
         VolumeCommand::FailMember { name, member } => {
-            let opts = EngineOptions { auto_rebuild: false, ..EngineOptions::default() };
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                ..EngineOptions::default()
+            };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             vol.fail_member(member).await?;
             print_status(&vol.status(), false)?;
             vol.stop().await?;
         }
-        VolumeCommand::ReplaceMember { name, member, device, throttle } => {
-            let opts = EngineOptions { auto_rebuild: false, throttle: parse_throttle(&throttle.throttle)?, ..EngineOptions::default() };
+        VolumeCommand::ReplaceMember {
+            name,
+            member,
+            device,
+            throttle,
+        } => {
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                throttle: parse_throttle(&throttle.throttle)?,
+                ..EngineOptions::default()
+            };
             let (mut entry, vol) = assemble(&reg, &name, engine, opts).await?;
-            let dev = open_devices(std::slice::from_ref(&device), engine).await?.remove(0);
+            let dev = open_devices(std::slice::from_ref(&device), engine)
+                .await?
+                .remove(0);
             vol.replace_member(member, dev).await?;
             if let Some(slot) = entry.members.get_mut(member) {
                 *slot = device;
@@ -284,14 +367,26 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             vol.stop().await?;
         }
         VolumeCommand::Rebuild { name, throttle } => {
-            let opts = EngineOptions { auto_rebuild: false, throttle: parse_throttle(&throttle.throttle)?, ..EngineOptions::default() };
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                throttle: parse_throttle(&throttle.throttle)?,
+                ..EngineOptions::default()
+            };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             follow_rebuild(&vol).await?;
             print_status(&vol.status(), false)?;
             vol.stop().await?;
         }
-        VolumeCommand::Scrub { name, throttle, json } => {
-            let opts = EngineOptions { auto_rebuild: false, throttle: parse_throttle(&throttle.throttle)?, ..EngineOptions::default() };
+        VolumeCommand::Scrub {
+            name,
+            throttle,
+            json,
+        } => {
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                throttle: parse_throttle(&throttle.throttle)?,
+                ..EngineOptions::default()
+            };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             let report = vol.scrub().await?;
             if json {
@@ -299,7 +394,11 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             } else {
                 println!(
                     "scrub of {name}: {} stripes ({} bytes) checked, {} mismatches, {} repaired, {} skipped",
-                    report.stripes_checked, report.bytes_checked, report.mismatches, report.repaired, report.skipped
+                    report.stripes_checked,
+                    report.bytes_checked,
+                    report.mismatches,
+                    report.repaired,
+                    report.skipped
                 );
             }
             vol.stop().await?;
@@ -308,7 +407,10 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         VolumeCommand::Stop { name } => {
-            let opts = EngineOptions { auto_rebuild: false, ..EngineOptions::default() };
+            let opts = EngineOptions {
+                auto_rebuild: false,
+                ..EngineOptions::default()
+            };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             vol.stop().await?;
             println!("volume {name} stopped clean");
@@ -325,7 +427,10 @@ mod tests {
     fn throttles() {
         assert_eq!(parse_throttle("20%").unwrap(), Throttle::Fraction(0.2));
         assert_eq!(parse_throttle("unlimited").unwrap(), Throttle::Unlimited);
-        assert_eq!(parse_throttle("100M").unwrap(), Throttle::BytesPerSec(100 << 20));
+        assert_eq!(
+            parse_throttle("100M").unwrap(),
+            Throttle::BytesPerSec(100 << 20)
+        );
         assert!(parse_throttle("0%").is_err());
         assert!(parse_throttle("fast").is_err());
     }

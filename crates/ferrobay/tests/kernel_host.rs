@@ -19,16 +19,23 @@ fn linux_host_against_storage_node() {
         format!("file:{}:256M", dir.path().join("d1.img").display()),
     ];
     let mut node = NodeProcess::start("n1", &data, &drives, (0, 0, 0));
-    let ports = (node.endpoints.nvme_port(), node.endpoints.discovery_port(), 0);
+    let ports = (
+        node.endpoints.nvme_port(),
+        node.endpoints.discovery_port(),
+        0,
+    );
     let nqn0 = "nqn.2026-01.io.ferrobay:n1:d0";
     let nqn1 = "nqn.2026-01.io.ferrobay:n1:d1";
 
-    let cfg = GuestConfig::new("kernel-host-storage-node", include_str!("guest/storage_node.sh"))
-        .env("PORT", ports.0)
-        .env("DPORT", ports.1)
-        .env("NQN0", nqn0)
-        .env("NQN1", nqn1)
-        .timeout(Duration::from_secs(600));
+    let cfg = GuestConfig::new(
+        "kernel-host-storage-node",
+        include_str!("guest/storage_node.sh"),
+    )
+    .env("PORT", ports.0)
+    .env("DPORT", ports.1)
+    .env("NQN0", nqn0)
+    .env("NQN1", nqn1)
+    .timeout(Duration::from_secs(600));
     let guest = spawn(&cfg).unwrap_or_else(|e| panic!("{e}\nnode log:\n{}", node.log()));
 
     // Mid-job: kill the node as a power cut would and bring it back on the same ports.

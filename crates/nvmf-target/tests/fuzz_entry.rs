@@ -69,9 +69,16 @@ fn fuzz_corpus_seeds_match() {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&path, &bytes).unwrap();
         }
-        let on_disk = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (regenerate with FERROBAY_WRITE_FUZZ_CORPUS=1)", path.display()));
+        let on_disk = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (regenerate with FERROBAY_WRITE_FUZZ_CORPUS=1)",
+                path.display()
+            )
+        });
         assert!(on_disk == bytes, "{name} differs from the generated seed");
-        assert!(nvmf_target::fuzz_one_connection(&bytes) > 0, "{name}: the target answers the seed session");
+        assert!(
+            nvmf_target::fuzz_one_connection(&bytes) > 0,
+            "{name}: the target answers the seed session"
+        );
     }
 }

@@ -65,7 +65,9 @@ fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 impl VolumeRegistry {
@@ -92,14 +94,20 @@ impl VolumeRegistry {
     }
 
     fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError + '_ {
-        move |source| RegistryError::Io { path: path.to_path_buf(), source }
+        move |source| RegistryError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// Records a new volume; refuses to overwrite an existing entry unless `replace`.
     pub fn save(&self, entry: &VolumeEntry, replace: bool) -> Result<(), RegistryError> {
         let path = self.path(&entry.name)?;
         if !replace && path.exists() {
-            return Err(RegistryError::Exists { name: entry.name.clone(), dir: self.dir.clone() });
+            return Err(RegistryError::Exists {
+                name: entry.name.clone(),
+                dir: self.dir.clone(),
+            });
         }
         std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
         let tmp = self.dir.join(format!(".{}.json.tmp", entry.name));
@@ -126,12 +134,18 @@ impl VolumeRegistry {
         let body = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(RegistryError::NotFound { name: name.to_string(), dir: self.dir.clone() });
+                return Err(RegistryError::NotFound {
+                    name: name.to_string(),
+                    dir: self.dir.clone(),
+                });
             }
             Err(e) => return Err(RegistryError::Io { path, source: e }),
         };
-        let entry: VolumeEntry = serde_json::from_slice(&body)
-            .map_err(|e| RegistryError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+        let entry: VolumeEntry =
+            serde_json::from_slice(&body).map_err(|e| RegistryError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
         if entry.name != name {
             return Err(RegistryError::Corrupt {
                 path,
@@ -146,12 +160,19 @@ impl VolumeRegistry {
         let rd = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(RegistryError::Io { path: self.dir.clone(), source: e }),
+            Err(e) => {
+                return Err(RegistryError::Io {
+                    path: self.dir.clone(),
+                    source: e,
+                });
+            }
         };
         let mut out = Vec::new();
         for de in rd.flatten() {
             let file = de.file_name();
-            let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".json")) else { continue };
+            let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".json")) else {
+                continue;
+            };
             if !valid_name(name) {
                 continue;
             }
@@ -167,23 +188,35 @@ impl VolumeRegistry {
     pub fn remove(&self, name: &str) -> Result<(), RegistryError> {
         let path = self.path(name)?;
         std::fs::remove_file(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                RegistryError::NotFound { name: name.to_string(), dir: self.dir.clone() }
-            }
-            _ => RegistryError::Io { path: path.clone(), source: e },
+            std::io::ErrorKind::NotFound => RegistryError::NotFound {
+                name: name.to_string(),
+                dir: self.dir.clone(),
+            },
+            _ => RegistryError::Io {
+                path: path.clone(),
+                source: e,
+            },
         })
     }
 }
 
 /// Opens device specs (`file:PATH[:SIZE]`, `/dev/...`, `ram:SIZE`) in order.
-pub async fn open_devices(specs: &[String], engine: IoEngine) -> Result<Vec<Arc<dyn BlockDevice>>, RegistryError> {
+pub async fn open_devices(
+    specs: &[String],
+    engine: IoEngine,
+) -> Result<Vec<Arc<dyn BlockDevice>>, RegistryError> {
     let mut out = Vec::with_capacity(specs.len());
     for s in specs {
-        let spec = blockdev::parse_drive_spec(s)
-            .map_err(|e| RegistryError::Device { spec: s.clone(), source: Box::new(e) })?;
+        let spec = blockdev::parse_drive_spec(s).map_err(|e| RegistryError::Device {
+            spec: s.clone(),
+            source: Box::new(e),
+        })?;
         let dev = blockdev::open_drive(&spec, engine)
             .await
-            .map_err(|e| RegistryError::Device { spec: s.clone(), source: Box::new(e) })?;
+            .map_err(|e| RegistryError::Device {
+                spec: s.clone(),
+                source: Box::new(e),
+            })?;
         out.push(dev);
     }
     Ok(out)
@@ -202,7 +235,10 @@ pub async fn assemble_registered(
     let devices = open_devices(&specs, engine).await?;
     let vol = crate::Volume::assemble_with(devices, options)
         .await
-        .map_err(|source| RegistryError::Assemble { name: name.to_string(), source })?;
+        .map_err(|source| RegistryError::Assemble {
+            name: name.to_string(),
+            source,
+        })?;
     Ok((entry, vol))
 }
 
@@ -227,16 +263,25 @@ mod tests {
         assert!(r.list().unwrap().is_empty());
         let e = entry("v1");
         r.save(&e, false).unwrap();
-        assert!(matches!(r.save(&e, false), Err(RegistryError::Exists { .. })));
+        assert!(matches!(
+            r.save(&e, false),
+            Err(RegistryError::Exists { .. })
+        ));
         r.save(&entry("v0"), false).unwrap();
         assert_eq!(r.load("v1").unwrap(), e);
         let names: Vec<_> = r.list().unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(names, ["v0", "v1"]);
         r.remove("v1").unwrap();
         assert!(matches!(r.load("v1"), Err(RegistryError::NotFound { .. })));
-        assert!(matches!(r.load("../etc"), Err(RegistryError::InvalidName(_))));
+        assert!(matches!(
+            r.load("../etc"),
+            Err(RegistryError::InvalidName(_))
+        ));
         let msg = r.load("nope").unwrap_err().to_string();
-        assert!(msg.contains("ferrobay volume create") && !msg.contains('\n'), "{msg}");
+        assert!(
+            msg.contains("ferrobay volume create") && !msg.contains('\n'),
+            "{msg}"
+        );
     }
 
     #[test]

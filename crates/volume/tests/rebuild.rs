@@ -238,14 +238,17 @@ async fn writes_and_reads_during_rebuild() {
 /// `stop_rebuild` then `stop` must not poll the finished rebuild task again (it panicked).
 #[tokio::test]
 async fn stop_after_stop_rebuild_does_not_panic() {
-    use std::sync::Arc;
     use blockdev::{BlockDevice, RamDevice};
+    use std::sync::Arc;
     use volume::{LevelSpec, Volume, VolumeConfig};
-    let members: Vec<Arc<dyn BlockDevice>> =
-        (0..3).map(|i| Arc::new(RamDevice::new(format!("m{i}"), 32 << 20)) as _).collect();
+    let members: Vec<Arc<dyn BlockDevice>> = (0..3)
+        .map(|i| Arc::new(RamDevice::new(format!("m{i}"), 32 << 20)) as _)
+        .collect();
     let spare: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("s", 32 << 20));
     let level: LevelSpec = "raid5".parse().unwrap();
-    let vol = Volume::create("sr", VolumeConfig::new(level), members, vec![spare]).await.unwrap();
+    let vol = Volume::create("sr", VolumeConfig::new(level), members, vec![spare])
+        .await
+        .unwrap();
     vol.fail_member(1).await.unwrap();
     let _ = vol.start_rebuild().await;
     vol.stop_rebuild().await;

@@ -16,7 +16,10 @@ pub struct Endpoints {
 
 impl Endpoints {
     pub fn port(addr: &str) -> u16 {
-        addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in address")
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in address")
     }
     pub fn nvme_port(&self) -> u16 {
         Self::port(&self.nvme_tcp[0])
@@ -41,7 +44,12 @@ pub fn ferrobay_bin() -> &'static str {
 impl NodeProcess {
     /// Starts a node with `drives` (CLI drive specs); `ports` = (nvme, discovery, http),
     /// 0 for any free port.
-    pub fn start(name: &str, data_dir: &Path, drives: &[String], ports: (u16, u16, u16)) -> NodeProcess {
+    pub fn start(
+        name: &str,
+        data_dir: &Path,
+        drives: &[String],
+        ports: (u16, u16, u16),
+    ) -> NodeProcess {
         Self::start_env(name, data_dir, drives, ports, &[])
     }
 
@@ -82,7 +90,11 @@ impl NodeProcess {
         let mut node = NodeProcess {
             child,
             data_dir: data_dir.to_path_buf(),
-            endpoints: Endpoints { nvme_tcp: vec![], discovery: None, http: None },
+            endpoints: Endpoints {
+                nvme_tcp: vec![],
+                discovery: None,
+                http: None,
+            },
             log_path: data_dir.join("node.log"),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -96,7 +108,11 @@ impl NodeProcess {
             if let Ok(Some(status)) = node.child.try_wait() {
                 panic!("ferrobay node exited early ({status}):\n{}", node.log());
             }
-            assert!(Instant::now() < deadline, "node not ready after 30 s:\n{}", node.log());
+            assert!(
+                Instant::now() < deadline,
+                "node not ready after 30 s:\n{}",
+                node.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -114,7 +130,10 @@ impl NodeProcess {
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         // The `kill` command sends SIGTERM to our own child, by pid.
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(s)) = self.child.try_wait() {
@@ -122,7 +141,10 @@ impl NodeProcess {
             }
             if Instant::now() > deadline {
                 self.kill();
-                panic!("node did not stop within 20 s after SIGTERM:\n{}", self.log());
+                panic!(
+                    "node did not stop within 20 s after SIGTERM:\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -142,5 +164,8 @@ impl Drop for NodeProcess {
 pub fn scratch_dir(name: &str) -> tempfile::TempDir {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&base).expect("target tmpdir");
-    tempfile::Builder::new().prefix(name).tempdir_in(base).expect("tempdir")
+    tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .expect("tempdir")
 }
