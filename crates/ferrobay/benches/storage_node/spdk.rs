@@ -26,6 +26,8 @@ use crate::workload::{PRECONDITION, Workload};
 /// A run is quiet when the rest of the machine took at most this many cores meanwhile.
 const QUIET_OTHER_CORES: f64 = 0.15;
 
+const MAX_LOG_PROBLEMS: usize = 20;
+
 /// Lets the target finish tearing the queues down before it is stopped.
 const SETTLE: Duration = Duration::from_millis(200);
 
@@ -130,6 +132,8 @@ pub struct SpdkSection {
     pub quiet_other_cores_max: f64,
     /// Anything the initiator met with SPDK that was not plain success (e.g. shutdown).
     pub interop_notes: Vec<String>,
+    /// Error and warning lines of SPDK's log (the first few): its view of our initiator.
+    pub spdk_log_problems: Vec<String>,
     pub error: Option<String>,
 }
 
@@ -282,6 +286,7 @@ async fn measure(
             }
         }
     }
+    section.spdk_log_problems = t.spdk.log_problems(MAX_LOG_PROBLEMS);
     t.spdk.stop();
     t.node.stop();
     Ok(())

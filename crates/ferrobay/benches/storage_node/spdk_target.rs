@@ -261,6 +261,16 @@ impl SpdkChild {
         Ok(())
     }
 
+    /// Its log's error and warning lines (at most `max`): what it disliked in our traffic.
+    pub fn log_problems(&self, max: usize) -> Vec<String> {
+        let s = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        s.lines()
+            .filter(|l| l.contains("*ERROR*") || l.contains("*WARNING*"))
+            .take(max)
+            .map(str::to_string)
+            .collect()
+    }
+
     pub fn log_tail(&self) -> String {
         let s = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let lines: Vec<&str> = s.lines().collect();

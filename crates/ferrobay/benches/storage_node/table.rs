@@ -344,6 +344,9 @@ fn render_spdk(spdk: &SpdkSection) -> String {
             );
         }
     }
+    for l in &spdk.spdk_log_problems {
+        let _ = writeln!(s, "   nvmf_tgt log: {l}");
+    }
     for n in &spdk.interop_notes {
         let _ = writeln!(s, "   interop: {n}");
     }
