@@ -10,6 +10,7 @@
 //! | `kato=S` | keep-alive timeout in seconds, 0 off (`keep-alive-tmo`) |
 //! | `reconnect_delay=S` | first reconnect delay in seconds (`reconnect-delay`) |
 //! | `ctrl_loss_tmo=S` | give up reconnecting after S seconds, -1 never (`ctrl-loss-tmo`) |
+//! | `sqflow=off` | connect without SQ flow control (`disable-sqflow`) |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct UrlOptions {
     pub reconnect_delay_ms: Option<u64>,
     /// Some(None): never give up.
     pub ctrl_loss_tmo_ms: Option<Option<u64>>,
+    /// `sqflow=off`: connect with SQ flow control disabled.
+    pub disable_sqflow: Option<bool>,
 }
 
 /// A parsed `nvme+tcp://` URL.
@@ -139,6 +142,13 @@ impl NvmeTcpUrl {
                     options.ctrl_loss_tmo_ms =
                         Some(if num(k)? < 0 { None } else { Some(secs_ms(k)?) });
                 }
+                "sqflow" => {
+                    options.disable_sqflow = Some(match v {
+                        "off" => true,
+                        "on" => false,
+                        _ => return Err(bad(&format!("sqflow {v:?} (expected on or off)"))),
+                    });
+                }
                 _ => return Err(bad(&format!("unknown option {k:?}"))),
             }
         }
@@ -177,6 +187,7 @@ impl NvmeTcpUrl {
             kato_ms: o.kato_ms.unwrap_or(opts.kato_ms),
             reconnect_delay_ms: o.reconnect_delay_ms.unwrap_or(opts.reconnect_delay_ms),
             ctrl_loss_tmo_ms: o.ctrl_loss_tmo_ms.unwrap_or(opts.ctrl_loss_tmo_ms),
+            disable_sqflow: o.disable_sqflow.unwrap_or(opts.disable_sqflow),
             ..opts.clone()
         }
     }
@@ -295,6 +306,9 @@ impl std::fmt::Display for NvmeTcpUrl {
             Some(None) => q.push("ctrl_loss_tmo=-1".to_string()),
             None => {}
         }
+        if let Some(off) = o.disable_sqflow {
+            q.push(format!("sqflow={}", if off { "off" } else { "on" }));
+        }
         if !q.is_empty() {
             write!(f, "?{}", q.join("&"))?;
         }
@@ -323,6 +337,19 @@ fn split_host_port(a: &str) -> Option<(&str, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqflow_option() {
+        let u = NvmeTcpUrl::parse("nvme+tcp://127.0.0.1:4420/nqn.2026-01.io.x?sqflow=off")
+            .expect("valid");
+        assert!(u.apply(&ConnectOptions::default()).disable_sqflow);
+        let u = NvmeTcpUrl::parse("nvme+tcp://127.0.0.1:4420/nqn.2026-01.io.x?sqflow=on")
+            .expect("valid");
+        assert!(!u.apply(&ConnectOptions::default()).disable_sqflow);
+        assert!(
+            NvmeTcpUrl::parse("nvme+tcp://127.0.0.1:4420/nqn.2026-01.io.x?sqflow=maybe").is_err()
+        );
+    }
 
     #[test]
     fn parses_and_prints() {
@@ -360,6 +387,7 @@ mod tests {
                 kato_ms: Some(10_000),
                 reconnect_delay_ms: Some(2_000),
                 ctrl_loss_tmo_ms: Some(None),
+                disable_sqflow: None,
             }
         );
         assert_eq!(NvmeTcpUrl::parse(&mp.to_string()).expect("round trip"), mp);

@@ -500,3 +500,26 @@ async fn each_thread_keeps_to_one_io_queue() {
     .await
     .unwrap();
 }
+
+/// With SQ flow control disabled the target completes reads with C2HData SUCCESS (no
+/// CapsuleResp); data and completions must still be right on every path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_with_sq_flow_control_disabled() {
+    tokio::time::timeout(LIMIT, async {
+        let s = start(TargetConfig::default(), &[(1, 64 << 20, 512)]).await;
+        for bits in [0u8, 3] {
+            let o = ConnectOptions {
+                disable_sqflow: true,
+                ..opts(bits)
+            };
+            let c = Controller::connect(s.listener.local_addr(), NQN, &host(), &o)
+                .await
+                .unwrap();
+            let ns = RemoteNamespace::open(&c, 1).await.unwrap();
+            verify(&ns, 77 + u64::from(bits)).await;
+            c.shutdown().await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+}

@@ -78,6 +78,10 @@ pub struct ConnectOptions {
     /// for the reconnect then fail with [`HostError::ControllerLost`]. None: never give
     /// up; Some(0): no reconnect at all (nvme-cli `-l`, `--ctrl-loss-tmo`).
     pub ctrl_loss_tmo_ms: Option<u64>,
+    /// Ask every queue to run without SQ flow control (Connect CATTR bit 2, nvme-cli
+    /// `--disable-sqflow`): the target may then complete reads with the C2HData SUCCESS
+    /// flag instead of a separate CapsuleResp.
+    pub disable_sqflow: bool,
 }
 
 impl Default for ConnectOptions {
@@ -98,6 +102,7 @@ impl Default for ConnectOptions {
             reconnect_delay_ms: 1_000,
             reconnect_delay_max_ms: 10_000,
             ctrl_loss_tmo_ms: Some(600_000),
+            disable_sqflow: false,
         }
     }
 }

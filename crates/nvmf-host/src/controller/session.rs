@@ -45,6 +45,15 @@ pub(crate) struct Params<'a> {
 }
 
 impl Params<'_> {
+    /// Connect attributes for every queue of this controller.
+    pub fn cattr(&self) -> u8 {
+        if self.opts.disable_sqflow {
+            ConnectCommand::CATTR_DISABLE_SQFLOW
+        } else {
+            0
+        }
+    }
+
     pub fn connect_data(&self, cntlid: u16) -> ConnectData {
         ConnectData {
             hostid: self.host.hostid,
@@ -67,7 +76,7 @@ pub(crate) async fn bring_up_admin(
         recfmt: 0,
         qid: 0,
         sqsize: admin.depth(),
-        cattr: 0,
+        cattr: p.cattr(),
         kato_ms: p.opts.kato_ms,
     };
     let cntlid = fabrics::connect_queue(admin, cmd, &p.connect_data(CNTLID_DYNAMIC)).await?;
@@ -173,7 +182,7 @@ pub(crate) async fn connect_io_queues(
                 recfmt: 0,
                 qid,
                 sqsize: q.depth(),
-                cattr: 0,
+                cattr: p.cattr(),
                 kato_ms: 0,
             };
             let got = fabrics::connect_queue(q, cmd, data).await?;
