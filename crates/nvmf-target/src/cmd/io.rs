@@ -172,17 +172,18 @@ impl Core {
                                     }
                                 }
                                 Err(e) => {
-                                    let media = e.is_media();
-                                    if media {
-                                        health.health.media_errors.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    ns.counters
-                                        .finish(shard, OpKind::Read, len, us, false, media);
                                     tracing::warn!(nsid = ns.nsid, off, len, error = %e, "read failed");
-                                    io_error(
-                                        block_error_status(&e, true),
-                                        ns.nsid,
-                                        cmd_slba(off, &ns),
+                                    let media_errors = &health.health.media_errors;
+                                    device_failure(
+                                        media_errors,
+                                        &ns,
+                                        shard,
+                                        OpKind::Read,
+                                        len,
+                                        us,
+                                        &e,
+                                        true,
+                                        off,
                                     )
                                 }
                             }
@@ -213,17 +214,18 @@ impl Core {
                                     }
                                 }
                                 Err(e) => {
-                                    let media = e.is_media();
-                                    if media {
-                                        health.health.media_errors.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    ns.counters
-                                        .finish(shard, OpKind::Write, len, us, false, media);
                                     tracing::warn!(nsid = ns.nsid, off, len, error = %e, "write failed");
-                                    io_error(
-                                        block_error_status(&e, false),
-                                        ns.nsid,
-                                        cmd_slba(off, &ns),
+                                    let media_errors = &health.health.media_errors;
+                                    device_failure(
+                                        media_errors,
+                                        &ns,
+                                        shard,
+                                        OpKind::Write,
+                                        len,
+                                        us,
+                                        &e,
+                                        false,
+                                        off,
                                     )
                                 }
                             }
@@ -256,16 +258,17 @@ impl Core {
                                     o
                                 }
                                 Err(e) => {
-                                    let media = e.is_media();
-                                    if media {
-                                        health.health.media_errors.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    ns.counters
-                                        .finish(shard, OpKind::Other, 0, us, false, media);
-                                    io_error(
-                                        block_error_status(&e, true),
-                                        ns.nsid,
-                                        cmd_slba(off, &ns),
+                                    let media_errors = &health.health.media_errors;
+                                    device_failure(
+                                        media_errors,
+                                        &ns,
+                                        shard,
+                                        OpKind::Other,
+                                        0,
+                                        us,
+                                        &e,
+                                        true,
+                                        off,
                                     )
                                 }
                             }
@@ -325,6 +328,28 @@ impl Core {
             _ => fail(self, data, Status::INVALID_OPCODE.dnr(), 0),
         }
     }
+}
+
+/// Accounts a failed device I/O (namespace counters, media-error health counter) and
+/// builds its completion with the error-log NSID and LBA.
+#[allow(clippy::too_many_arguments)]
+fn device_failure(
+    media_errors: &AtomicU64,
+    ns: &Namespace,
+    shard: usize,
+    kind: OpKind,
+    bytes: u64,
+    us: u64,
+    e: &blockdev::BlockError,
+    is_read: bool,
+    off: u64,
+) -> Outcome {
+    let media = e.is_media();
+    if media {
+        media_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    ns.counters.finish(shard, kind, bytes, us, false, media);
+    io_error(block_error_status(e, is_read), ns.nsid, cmd_slba(off, ns))
 }
 
 /// The LBA of byte offset `off` on the device, for error reports.
