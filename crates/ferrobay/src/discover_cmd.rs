@@ -10,8 +10,7 @@ use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 
 use crate::cli::DiscoverArgs;
 
-/// The discovery service's well-known port.
-const DISCOVERY_PORT: u16 = 8009;
+use storage_node::node::DISCOVERY_PORT;
 
 /// The host identity: `--hostnqn` if given, else /etc/nvme (as nvme-cli), else one derived
 /// from this machine.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use storage_node::api::{AttachRequest, CreateNamespaceRequest};
+use storage_node::api::{AttachRequest, CreateNamespaceRequest, DEFAULT_HTTP_PORT};
 use storage_node::{NodeClient, NodeConfig, StorageNode};
 
 #[derive(Args, Debug)]
@@ -159,7 +159,6 @@ struct Endpoints {
 }
 
 const ENDPOINTS_FILE: &str = "endpoints.json";
-const DEFAULT_HTTP_PORT: u16 = 9420;
 
 fn parse_cntlid_range(s: &str) -> anyhow::Result<(u16, u16)> {
     let (a, b) = s

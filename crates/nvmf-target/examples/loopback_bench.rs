@@ -110,13 +110,9 @@ fn main() {
     println!("[{}]", results.join(",\n "));
 }
 
+/// CPU seconds (user + system) the process `pid` has used so far.
 fn proc_cpu_secs(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
-    (ticks(11) + ticks(12)) / 100.0
+    bench::CpuTime::of_pid(pid).map_or(0.0, |c| c.total().as_secs_f64())
 }
 
 fn serve() {
