@@ -1,5 +1,6 @@
 //! The discovery log page (0x70): one entry per (subsystem, listener) the host may
-//! access, plus one "current discovery subsystem" entry per listener.
+//! access, one "current discovery subsystem" entry per listener, and one referral entry per
+//! other discovery service the target refers hosts to.
 
 use std::net::SocketAddr;
 
@@ -53,6 +54,27 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
             subtype::CURRENT_DISCOVERY,
             eflags::DUPRETINFO | eflags::EPCSD,
         ));
+    }
+    // Referral portids count down from the top so they never collide with listeners'.
+    for (i, addr) in lock(&t.referrals).iter().enumerate() {
+        entries.push(DiscoveryLogEntry {
+            trtype: trtype::TCP,
+            adrfam: if addr.is_ipv4() {
+                adrfam::IPV4
+            } else {
+                adrfam::IPV6
+            },
+            subtype: subtype::REFERRAL,
+            treq: treq::SECURE_CHANNEL_NOT_SPECIFIED,
+            portid: u16::MAX - u16::try_from(i).unwrap_or(u16::MAX),
+            cntlid: 0xFFFF,
+            asqsz: ASQSZ,
+            eflags: 0,
+            trsvcid: addr.port().to_string(),
+            subnqn: DISCOVERY_NQN.to_string(),
+            traddr: addr.ip().to_string(),
+            sectype: sectype::NONE,
+        });
     }
     for (nqn, s) in read(&t.subsystems).iter() {
         if !s.host_allowed(hostnqn) {

@@ -102,6 +102,8 @@ pub(crate) struct TargetInner {
     pub ns_manager: RwLock<Option<Arc<dyn NamespaceManager>>>,
     resv_factory: RwLock<Arc<ReservationsFactory>>,
     pub discovery_genctr: AtomicU64,
+    /// Other discovery services this one refers hosts to (discovery log referral entries).
+    pub referrals: Mutex<Vec<SocketAddr>>,
     pub conns: Mutex<HashMap<u64, Arc<ConnHandle>>>,
     next_conn_id: AtomicU64,
     pub live_conns: AtomicUsize,
@@ -258,6 +260,7 @@ impl Target {
                 ns_manager: RwLock::new(None),
                 resv_factory: RwLock::new(default_factory),
                 discovery_genctr: AtomicU64::new(1),
+                referrals: Mutex::new(Vec::new()),
                 conns: Mutex::new(HashMap::new()),
                 next_conn_id: AtomicU64::new(1),
                 live_conns: AtomicUsize::new(0),
@@ -772,6 +775,43 @@ impl Target {
             health: self.inner.health_snapshot(),
             discovery_generation: self.inner.discovery_genctr.load(Ordering::Relaxed),
         }
+    }
+    /// Refers hosts to another discovery service (`nvme discover` and our initiator follow
+    /// referral entries), like nvmet's `ports/N/referrals`. `false` if it was already
+    /// there. Hosts connected to a discovery controller get a discovery log change event.
+    pub fn add_referral(&self, addr: SocketAddr) -> bool {
+        let added = {
+            let mut r = lock(&self.inner.referrals);
+            if r.contains(&addr) {
+                false
+            } else {
+                r.push(addr);
+                true
+            }
+        };
+        if added {
+            self.inner.discovery_log_changed();
+        }
+        added
+    }
+
+    /// Stops referring hosts to `addr`; `false` if it was not a referral.
+    pub fn remove_referral(&self, addr: SocketAddr) -> bool {
+        let removed = {
+            let mut r = lock(&self.inner.referrals);
+            let before = r.len();
+            r.retain(|a| *a != addr);
+            r.len() != before
+        };
+        if removed {
+            self.inner.discovery_log_changed();
+        }
+        removed
+    }
+
+    /// The discovery services this target refers hosts to.
+    pub fn referrals(&self) -> Vec<SocketAddr> {
+        lock(&self.inner.referrals).clone()
     }
 
     /// The current discovery log generation counter.
