@@ -288,7 +288,7 @@ impl BlockDevice for CrashRecorder {
     }
 
     fn read(&self, offset_bytes: u64, mut buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             {
                 let state = self.lock();
                 self.check(&state, offset_bytes, buf.len() as u64)?;
@@ -300,7 +300,7 @@ impl BlockDevice for CrashRecorder {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let mut state = self.lock();
             self.check(&state, offset_bytes, buf.len() as u64)?;
             self.live.write_at(offset_bytes, &buf)?;
@@ -317,7 +317,7 @@ impl BlockDevice for CrashRecorder {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let mut state = self.lock();
             if state.frozen {
                 return Err(BlockError::Closed);
@@ -333,7 +333,7 @@ impl BlockDevice for CrashRecorder {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let mut state = self.lock();
             self.check(&state, offset_bytes, len_bytes)?;
             self.live.zero_at(offset_bytes, len_bytes)?;

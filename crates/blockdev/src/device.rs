@@ -1,12 +1,8 @@
 //! The `BlockDevice` trait and its description types.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use crate::{BlockError, DeviceStats, IoBuf};
 
-/// Boxed future returned by every [`BlockDevice`] operation.
-pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BlockError>> + Send + 'a>>;
+pub use crate::io_future::IoFuture;
 
 /// `max_io_bytes` of the local backends. They accept larger I/Os (the kernel or the
 /// backend splits them), so this is the size callers such as the NVMe target's MDTS

@@ -31,6 +31,14 @@ pub enum BlockError {
     ReadOnly,
     #[error("device is closed")]
     Closed,
+    /// The device (or a member behind it) says another host holds its reservation: this
+    /// host was fenced off it. Final: never retried on another path or after a reconnect.
+    #[error("reservation conflict: another host holds the reservation (fenced)")]
+    ReservationConflict,
+    /// The device is not served from here now (fenced, handed over, not owned); another
+    /// path or node may serve it. Says why.
+    #[error("unavailable here: {0}")]
+    Unavailable(String),
 }
 
 impl BlockError {
@@ -75,5 +83,12 @@ mod tests {
         }
         assert!(BlockError::Media { offset_bytes: 0 }.is_media());
         assert!(!BlockError::Timeout.is_media());
+        assert!(!BlockError::ReservationConflict.is_media());
+        assert!(!BlockError::Unavailable("handed over".into()).is_media());
+        assert!(
+            BlockError::Unavailable("volume fenced: x".into())
+                .to_string()
+                .contains("volume fenced: x")
+        );
     }
 }

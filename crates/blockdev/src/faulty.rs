@@ -352,7 +352,7 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.check(offset_bytes, buf.len() as u64)?;
             let plan = self.handle.plan(Op::Read, offset_bytes, buf.len() as u64);
             self.before(&plan).await?;
@@ -372,7 +372,7 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.check(offset_bytes, buf.len() as u64)?;
             let plan = self.handle.plan(Op::Write, offset_bytes, buf.len() as u64);
             match self.before(&plan).await? {
@@ -383,7 +383,7 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let plan = self.handle.plan(Op::Flush, 0, 0);
             self.before(&plan).await?;
             self.inner.flush().await
@@ -391,7 +391,7 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(
+        IoFuture::new(
             self.modify(Op::WriteZeroes, offset_bytes, len_bytes, move |d| {
                 d.write_zeroes(offset_bytes, len_bytes)
             }),
@@ -399,7 +399,7 @@ impl BlockDevice for FaultyDevice {
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(self.modify(Op::Discard, offset_bytes, len_bytes, move |d| {
+        IoFuture::new(self.modify(Op::Discard, offset_bytes, len_bytes, move |d| {
             d.discard(offset_bytes, len_bytes)
         }))
     }

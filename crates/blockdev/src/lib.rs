@@ -10,6 +10,7 @@ mod device;
 mod error;
 mod faulty;
 mod file;
+mod io_future;
 mod iobuf;
 mod null;
 mod ram;
@@ -23,6 +24,7 @@ pub use device::{
 pub use error::BlockError;
 pub use faulty::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, RuleId};
 pub use file::{FileDevice, IoEngine, OpenOptions};
+pub use io_future::{IO_FUTURE_INLINE_ALIGN_BYTES, IO_FUTURE_INLINE_BYTES};
 pub use iobuf::IoBuf;
 pub use null::NullDevice;
 pub use ram::RamDevice;

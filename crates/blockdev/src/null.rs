@@ -38,7 +38,7 @@ impl BlockDevice for NullDevice {
     }
 
     fn read(&self, offset_bytes: u64, mut buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, buf.len() as u64)?;
             buf.fill(0);
             self.stats.record_read(buf.len() as u64);
@@ -47,7 +47,7 @@ impl BlockDevice for NullDevice {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, _flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, buf.len() as u64)?;
             self.stats.record_write(buf.len() as u64);
             Ok(buf)
@@ -55,18 +55,18 @@ impl BlockDevice for NullDevice {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.stats.record_flush();
             Ok(())
         })
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move { check_range(&self.info, offset_bytes, len_bytes) })
+        IoFuture::new(async move { check_range(&self.info, offset_bytes, len_bytes) })
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move { check_range(&self.info, offset_bytes, len_bytes) })
+        IoFuture::new(async move { check_range(&self.info, offset_bytes, len_bytes) })
     }
 
     fn stats(&self) -> DeviceStats {

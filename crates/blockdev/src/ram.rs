@@ -171,7 +171,7 @@ impl BlockDevice for RamDevice {
     }
 
     fn read(&self, offset_bytes: u64, mut buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.read_at(offset_bytes, &mut buf)?;
             self.stats.record_read(buf.len() as u64);
             Ok(buf)
@@ -179,7 +179,7 @@ impl BlockDevice for RamDevice {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, _flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.write_at(offset_bytes, &buf)?;
             self.stats.record_write(buf.len() as u64);
             Ok(buf)
@@ -187,18 +187,18 @@ impl BlockDevice for RamDevice {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.stats.record_flush();
             Ok(())
         })
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move { self.zero_at(offset_bytes, len_bytes) })
+        IoFuture::new(async move { self.zero_at(offset_bytes, len_bytes) })
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move { self.zero_at(offset_bytes, len_bytes) })
+        IoFuture::new(async move { self.zero_at(offset_bytes, len_bytes) })
     }
 
     fn stats(&self) -> DeviceStats {

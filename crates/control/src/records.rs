@@ -18,6 +18,10 @@ pub const ANA_GROUPS: &str = "/ferrobay/ana-groups/";
 /// `/ferrobay/processor-slots/<node>`: the processor node's slot (no lease), which fixes
 /// its controller ID range for good.
 pub const PROCESSOR_SLOTS: &str = "/ferrobay/processor-slots/";
+/// `/ferrobay/processor-slot-holders/<slot>`: the node name holding a slot (no lease).
+/// The reverse of [`PROCESSOR_SLOTS`], so that a claim can require the slot to be free
+/// in the same transaction.
+pub const PROCESSOR_SLOT_HOLDERS: &str = "/ferrobay/processor-slot-holders/";
 
 /// Controller IDs per processor slot: slot `s` uses `s * CNTLIDS_PER_SLOT + 1 ..=
 /// (s + 1) * CNTLIDS_PER_SLOT`, so every processor node exporting the same volume
@@ -67,6 +71,10 @@ pub fn handoff_key(volume: &str) -> Result<String, SchemaError> {
 
 pub fn ana_group_key(group: u32) -> String {
     format!("{ANA_GROUPS}{group}")
+}
+
+pub fn processor_slot_holder_key(slot: u16) -> String {
+    format!("{PROCESSOR_SLOT_HOLDERS}{slot}")
 }
 
 pub fn processor_slot_key(node: &str) -> Result<String, SchemaError> {
@@ -141,6 +149,29 @@ pub struct VolumeStatusRecord {
     pub epoch: u64,
     pub status: volume::VolumeStatus,
     pub updated_unix_ms: u64,
+    /// How this owner took the volume over (epoch, time, regions and bytes resynced).
+    #[serde(default)]
+    pub takeover: Option<TakeoverReport>,
+}
+
+/// How a takeover went (also in the log).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TakeoverReport {
+    /// Ownership epoch (fencing generation in the metadata store).
+    pub epoch: u64,
+    /// Volume superblock generation after assembly.
+    pub generation: u64,
+    /// From ownership acquired to ANA optimized.
+    pub took_ms: u64,
+    /// Members reached and fenced / in the record.
+    pub members_fenced: usize,
+    pub members_total: usize,
+    /// Members whose target has no reservations (protected by generations only).
+    pub members_unfenceable: usize,
+    /// Dirty bitmap regions resynced by the assembly (0 after a clean stop).
+    pub resync_regions: u64,
+    /// Their size in member bytes.
+    pub resync_member_bytes: u64,
 }
 
 /// `/ferrobay/handoffs/<name>`: move the volume to `to` (`ferrobay volume move`). The

@@ -21,6 +21,13 @@
 //!   the reason. A shared SPDK build (as with a packaged DPDK) gets `<bin>/../lib` on its
 //!   `LD_LIBRARY_PATH`.
 //!
+//! - D. initiators: one `ferrobay node` with a RAM namespace, driven in turn by two
+//!   initiator processes, `ferrobay bench` and SPDK's `spdk_nvme_perf` (4 KiB randread at
+//!   QD 1/32/128, 4 KiB randwrite at QD 32, 128 KiB sequential read at QD 8), alternating;
+//!   ratios are ferrobay / SPDK, with CPU per I/O of each initiator and of the node. Runs
+//!   only when `FERROBAY_BENCH_SPDK_PERF` names a `spdk_nvme_perf` built outside this repo
+//!   (`FERROBAY_BENCH_SPDK_PERF_ARGS`: more perf arguments); needs `stdbuf`.
+//!
 //! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
 //! `FERROBAY_BENCH_ROUNDS` (runs per target and workload in B and C, default 2),
@@ -36,6 +43,8 @@
 mod files;
 #[path = "storage_node/guest.rs"]
 mod guest;
+#[path = "storage_node/initiators.rs"]
+mod initiators;
 #[path = "storage_node/load.rs"]
 mod load;
 #[path = "storage_node/native.rs"]
@@ -57,7 +66,7 @@ use serde::Serialize;
 pub use workload::{Settings, WORKLOADS, Workload};
 
 /// Version of the JSON layout below.
-const SCHEMA: &str = "ferrobay.bench.storage_node/2";
+const SCHEMA: &str = "ferrobay.bench.storage_node/3";
 
 #[derive(Debug, Serialize)]
 struct Output {
@@ -69,6 +78,7 @@ struct Output {
     native: native::NativeSection,
     guest: guest::GuestSection,
     spdk: spdk::SpdkSection,
+    initiators: initiators::InitiatorsSection,
 }
 
 #[derive(Debug, Serialize)]
@@ -100,6 +110,7 @@ fn main() -> ExitCode {
     );
     let native = runtime.block_on(native::run(&binary, &settings));
     let spdk = runtime.block_on(spdk::run(&binary, &settings));
+    let initiators = initiators::run(&binary, &settings);
     let guest = if settings.guest {
         guest::run(&binary, &settings)
     } else {
@@ -125,6 +136,7 @@ fn main() -> ExitCode {
         native,
         guest,
         spdk,
+        initiators,
     };
     let json = match serde_json::to_string_pretty(&out) {
         Ok(j) => j,
@@ -146,9 +158,12 @@ fn main() -> ExitCode {
         }
     }
     eprint!("{}", table::render(&out.native, &out.guest, &out.spdk));
+    eprint!("{}", initiators::render(&out.initiators));
 
-    let failed =
-        out.native.error.is_some() || out.guest.error.is_some() || out.spdk.error.is_some();
+    let failed = out.native.error.is_some()
+        || out.guest.error.is_some()
+        || out.spdk.error.is_some()
+        || out.initiators.error.is_some();
     if failed {
         ExitCode::FAILURE
     } else {

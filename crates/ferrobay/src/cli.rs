@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bench_cmd, discover_cmd, node_cmd, volume_cmd};
+use crate::{bench_cmd, discover_cmd, node_cmd, processor_cmd, up_cmd, volume_cmd};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -24,8 +24,15 @@ pub struct Cli {
 pub enum Command {
     /// Storage node: export drives over NVMe/TCP, manage its namespaces.
     Node(node_cmd::NodeArgs),
-    /// Erasure-coded volumes over local files and block devices (like mdadm).
+    /// Processor node: own erasure-coded volumes across storage nodes, export them to
+    /// hosts over NVMe/TCP with ANA, take over when another processor node dies.
+    Processor(processor_cmd::ProcessorArgs),
+    /// Erasure-coded volumes: local over files and block devices (like mdadm), or across
+    /// storage nodes in a cluster (--meta URL or --api ADDR).
     Volume(volume_cmd::VolumeArgs),
+    /// A whole cluster on this machine: metadata store, three storage nodes on file
+    /// drives, one processor node and a sample RAID-5 volume, until Ctrl-C.
+    Up(up_cmd::UpArgs),
     /// Read the discovery log of an NVMe/TCP target and print it like `nvme discover`.
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
@@ -47,8 +54,91 @@ pub struct DiscoverArgs {
 pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Node(a) => node_cmd::run(a).await,
+        Command::Processor(a) => processor_cmd::run(a).await,
         Command::Volume(a) => volume_cmd::run(a).await,
+        Command::Up(a) => up_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ferrobay").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cluster_volume_command_lines() {
+        let meta = ["--meta", "etcd://127.0.0.1:2379"];
+        let create = |extra: &[&str]| {
+            let mut a = vec!["volume", "create", "v", "--level", "raid5"];
+            a.extend_from_slice(extra);
+            a.extend_from_slice(&meta);
+            parse(&a)
+        };
+        assert!(create(&["--size", "1G", "--storage-nodes", "n1,n2,n3"]).is_ok());
+        assert!(create(&["--size", "1G", "--members", "nvme+tcp://a:1/n/1"]).is_ok());
+        // Neither or both placements: clap refuses (exit 2).
+        let e = create(&["--size", "1G"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(create(&["--size", "1G", "--storage-nodes", "n1", "--members", "x"]).is_err());
+        // --meta and --api exclude each other.
+        assert!(parse(&["volume", "list", "--meta", "embedded:/x", "--api", "a:1"]).is_err());
+        assert!(
+            parse(&[
+                "volume", "move", "v", "--to", "p2", "--wait", "--api", "a:1"
+            ])
+            .is_ok()
+        );
+        assert!(parse(&["volume", "move", "v", "--api", "a:1"]).is_err());
+    }
+
+    #[test]
+    fn daemon_command_lines() {
+        assert!(
+            parse(&[
+                "processor",
+                "run",
+                "--name",
+                "p1",
+                "--listen",
+                "127.0.0.1:0",
+                "--meta",
+                "etcd://h:1"
+            ])
+            .is_ok()
+        );
+        // A processor node needs a listener and a store.
+        assert!(parse(&["processor", "run", "--name", "p1", "--meta", "etcd://h:1"]).is_err());
+        assert!(
+            parse(&[
+                "processor",
+                "run",
+                "--name",
+                "p1",
+                "--listen",
+                "127.0.0.1:0"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["up"]).is_ok());
+        assert!(parse(&["up", "--port", "99999"]).is_err());
+        // --lease-ttl-ms only means something with --meta.
+        assert!(
+            parse(&[
+                "node",
+                "run",
+                "--name",
+                "n1",
+                "--data-dir",
+                "/x",
+                "--lease-ttl-ms",
+                "5000"
+            ])
+            .is_err()
+        );
     }
 }

@@ -3,15 +3,25 @@
 
 mod bench_cmd;
 mod cli;
+mod cluster;
 mod discover_cmd;
 mod node_cmd;
+mod processor_cmd;
+mod up_cmd;
+mod volume_cluster_cmd;
 mod volume_cmd;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    init_logging(cli.log_json);
+    // `ferrobay up` talks to a person through its own progress lines: the daemons' info
+    // logs would bury them (RUST_LOG=info brings them back).
+    let default_level = match cli.command {
+        cli::Command::Up(_) => "warn",
+        _ => "info",
+    };
+    init_logging(cli.log_json, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -27,14 +37,19 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // One line for a person: the chain of causes joined.
             eprintln!("ferrobay: {e:#}");
-            std::process::ExitCode::FAILURE
+            if e.downcast_ref::<cluster::UsageError>().is_some() {
+                // As clap does for a bad command line.
+                std::process::ExitCode::from(cluster::USAGE_EXIT_CODE)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }
 
-fn init_logging(json: bool) {
+fn init_logging(json: bool, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -57,6 +57,14 @@ pub struct RunArgs {
     /// I/O engine for files and block devices: auto, uring or threads.
     #[arg(long, default_value = "auto")]
     pub engine: String,
+    /// Register in a cluster's metadata store (etcd://HOST:PORT[,HOST:PORT] or
+    /// embedded:DIR) as a storage node, under a lease kept alive while the node runs, so
+    /// that `volume create --storage-nodes` finds it.
+    #[arg(long)]
+    pub meta: Option<String>,
+    /// TTL of that registration lease.
+    #[arg(long, default_value_t = 4000, requires = "meta")]
+    pub lease_ttl_ms: u64,
 }
 
 /// Where to reach a running node's control API.
@@ -204,8 +212,30 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.target.cntlid_min = min;
     cfg.target.cntlid_max = max;
     cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
+    if a.lease_ttl_ms < 1000 {
+        return Err(crate::cluster::usage(format!(
+            "--lease-ttl-ms {}: at least 1000",
+            a.lease_ttl_ms
+        )));
+    }
+    let stop = crate::cluster::stop_signal();
+    // The store first: a bad --meta fails before the node takes its ports.
+    let store = match &a.meta {
+        Some(url) => Some(crate::cluster::open_store(url).await?),
+        None => None,
+    };
 
     let node = StorageNode::start(cfg).await?;
+    let registration = match &store {
+        Some(store) => match register(store.clone(), &node, a.lease_ttl_ms).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                let _ = node.shutdown().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let endpoints = Endpoints {
         nvme_tcp: node.nvme_addrs().iter().map(ToString::to_string).collect(),
         discovery: node.discovery_addr().map(|a| a.to_string()),
@@ -221,26 +251,51 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
         http = ?endpoints.http,
         "node {} ready", a.name
     );
-    wait_for_stop_signal().await;
+    let registration = match (store, registration) {
+        (Some(store), Some(r)) => {
+            let ttl = std::time::Duration::from_millis(a.lease_ttl_ms);
+            control::registration::stay_registered(store, r, ttl, stop).await
+        }
+        _ => {
+            stop.await;
+            None
+        }
+    };
     tracing::info!("stopping node {}", a.name);
+    if let Some(r) = registration {
+        r.stop().await;
+    }
     let _ = std::fs::remove_file(a.data_dir.join(ENDPOINTS_FILE));
     node.shutdown().await?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
-        }
-    }
+/// Puts the node's record (role storage, NVMe and HTTP addresses) under a lease kept alive
+/// until [`control::registration::Registration::stop`].
+async fn register(
+    store: std::sync::Arc<dyn meta::MetaStore>,
+    node: &StorageNode,
+    lease_ttl_ms: u64,
+) -> anyhow::Result<control::registration::Registration> {
+    use control::records::{NodeRecord, NodeRole};
+    let record = NodeRecord {
+        name: node.name().to_string(),
+        role: NodeRole::Storage,
+        nvme_addrs: node.nvme_addrs(),
+        api_addr: node.http_addr(),
+        slot: None,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_unix_ms: crate::cluster::unix_ms(),
+    };
+    let r = control::registration::register_node(
+        store,
+        record,
+        std::time::Duration::from_millis(lease_ttl_ms),
+    )
+    .await
+    .with_context(|| format!("register storage node {}", node.name()))?;
+    tracing::info!(node = %node.name(), "registered in the metadata store");
+    Ok(r)
 }
 
 fn client(a: &ApiArgs) -> anyhow::Result<NodeClient> {

@@ -1,6 +1,7 @@
 //! `ferrobay volume ...`: local erasure-coded volumes over files and block devices, like
 //! mdadm. Every command assembles the volume from its devices (listed in the registry),
-//! does its job, and stops the volume cleanly.
+//! does its job, and stops the volume cleanly. With `--meta URL` or `--api ADDR` the
+//! commands work on cluster volumes instead (`volume_cluster_cmd`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,8 +22,21 @@ pub struct VolumeArgs {
     /// I/O engine for files and block devices: auto, uring or threads.
     #[arg(long, global = true, default_value = "auto")]
     pub engine: String,
+    /// Cluster volumes: the metadata store, etcd://HOST:PORT[,HOST:PORT] or embedded:DIR.
+    #[arg(long, global = true, conflicts_with = "api")]
+    pub meta: Option<String>,
+    /// Cluster volumes: a processor node's HTTP API, ADDR:PORT.
+    #[arg(long, global = true)]
+    pub api: Option<String>,
     #[command(subcommand)]
     pub command: VolumeCommand,
+}
+
+impl VolumeArgs {
+    /// Whether the command works on cluster volumes (`--meta` or `--api`).
+    pub fn cluster(&self) -> bool {
+        self.meta.is_some() || self.api.is_some()
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -35,9 +49,23 @@ pub enum VolumeCommand {
         /// Stripe unit (default 64k).
         #[arg(long, default_value = "64k")]
         stripe_unit: String,
-        /// Member devices, comma separated: file:PATH[:SIZE], /dev/..., ram:SIZE.
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// Member devices, comma separated: file:PATH[:SIZE], /dev/..., ram:SIZE; cluster
+        /// volumes: nvme+tcp://ADDR:PORT/SUBNQN/NSID URLs.
+        #[arg(long, value_delimiter = ',', required_unless_present = "storage_nodes")]
         members: Vec<String>,
+        /// Cluster volumes: one new namespace on each of these storage nodes (comma
+        /// separated; one failure domain each).
+        #[arg(long, value_delimiter = ',', conflicts_with = "members")]
+        storage_nodes: Vec<String>,
+        /// Cluster volumes: usable size, e.g. 100G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Cluster volumes: the processor node that should own it.
+        #[arg(long)]
+        preferred_owner: Option<String>,
+        /// Cluster volumes: print the record as JSON.
+        #[arg(long)]
+        json: bool,
         /// Hot spares (repeatable or comma separated).
         #[arg(long, value_delimiter = ',')]
         spare: Vec<String>,
@@ -95,6 +123,22 @@ pub enum VolumeCommand {
     },
     /// Flush, clear the bitmap and mark the volume clean.
     Stop { name: String },
+    /// Cluster volumes: hand the volume over to another processor node (clean takeover,
+    /// no resync).
+    Move {
+        name: String,
+        /// The processor node to move it to.
+        #[arg(long)]
+        to: String,
+        /// Wait until it owns the volume.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, default_value_t = 60)]
+        timeout_s: u64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -263,6 +307,9 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
 }
 
 pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
+    if a.cluster() {
+        return crate::volume_cluster_cmd::run(a).await;
+    }
     let reg = registry(&a);
     let engine = crate::bench_cmd::parse_engine(&a.engine)?;
     match a.command {
@@ -275,7 +322,17 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             domains,
             force,
             assume_clean,
+            storage_nodes,
+            size,
+            preferred_owner,
+            json: _,
         } => {
+            if !storage_nodes.is_empty() || size.is_some() || preferred_owner.is_some() {
+                return Err(crate::cluster::usage(
+                    "--storage-nodes, --size and --preferred-owner are for cluster volumes: \
+                     add --meta URL or --api ADDR",
+                ));
+            }
             let level_spec: LevelSpec = level
                 .parse()
                 .map_err(|e| anyhow::anyhow!("--level {level:?}: {e}"))?;
@@ -414,6 +471,11 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
             vol.stop().await?;
             println!("volume {name} stopped clean");
+        }
+        VolumeCommand::Move { .. } => {
+            return Err(crate::cluster::usage(
+                "volume move works on cluster volumes: add --meta URL or --api ADDR",
+            ));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -195,6 +195,21 @@ impl HostError {
         }
     }
 
+    /// True when a command was refused because another host holds the namespace's
+    /// reservation: Reservation Conflict, or Command Aborted due to Preempt and Abort
+    /// (another host preempted this one's registration). This host is fenced: such a
+    /// command is never re-sent, neither after a reconnect nor on another path.
+    pub fn is_reservation_conflict(&self) -> bool {
+        match self {
+            HostError::Status { status, .. } => {
+                status.sct == nvme_proto::status::sct::GENERIC
+                    && (status.sc == Status::RESERVATION_CONFLICT.sc
+                        || status.sc == Status::ABORTED_PREEMPT_ABORT.sc)
+            }
+            _ => false,
+        }
+    }
+
     /// True when the queue's connection is gone (reconnect needed), as opposed to a
     /// command-level failure.
     pub fn is_transport(&self) -> bool {

@@ -22,7 +22,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use blockdev::{BlockDevice, BlockError, IoBuf, WriteFlags};
 use common::pattern;
 use nvme_proto::Command;
 use nvme_proto::identify::controller::bits as cbits;
@@ -32,7 +32,7 @@ use nvme_proto::opcode::io;
 use nvme_proto::reservation::{ReservationType, cptpl, racqa, rrega, rrela};
 use nvme_proto::tcp::Digests;
 use nvmf_host::discovery::discover;
-use nvmf_host::{ConnectOptions, Controller, HostError, HostIdentity, Payload, RemoteNamespace};
+use nvmf_host::{ConnectOptions, Controller, HostIdentity, Payload, RemoteNamespace};
 use test_guest::{GuestConfig, RunningGuest, spawn};
 
 const NQN: &str = "nqn.2026-01.io.ferrobay.test:kernel-target";
@@ -195,8 +195,7 @@ async fn reservations(addr: SocketAddr, oncs_reservations: bool) {
         .write(0, IoBuf::new_zeroed(512), WriteFlags::default())
         .await
         .unwrap_err();
-    let st = nvmf_host::namespace::host_error(&e).and_then(HostError::nvme_status);
-    assert_eq!(st.map(|s| (s.sct, s.sc)), Some((0, 0x83)), "{e}");
+    assert!(matches!(e, BlockError::ReservationConflict), "{e}");
     na.reservation_release(rrela::RELEASE, we, 0xA, false)
         .await
         .unwrap();

@@ -1,6 +1,13 @@
-//! Steady-state reads and writes allocate nothing on the host side: a counting global
-//! allocator counts allocations made on the host runtime's threads, while the target
-//! (crates/nvmf-target) runs on a runtime of its own whose allocations are not counted.
+//! Steady-state reads and writes allocate nothing on the host side.
+//!
+//! How the count is kept honest: a counting global allocator charges each allocation to
+//! the thread that makes it, by a thread-local role. The host (initiator) runs on a tokio
+//! runtime of its own whose threads (workers, I/O driver, blocking pool) are all marked
+//! "host" at start; the target (crates/nvmf-target, same process) runs on another runtime
+//! whose threads are marked "target". The measured window opens after every worker has
+//! its buffers and closes before any of them exits, so it holds nothing but I/O: queue
+//! choice, command submission, the socket driver tasks, completions and wake-ups. The
+//! target's count is reported, not asserted (it boxes one future per command today).
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,23 +18,32 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use blockdev::{BlockDevice, IoBuf, RamDevice, WriteFlags};
+use blockdev::{BlockDevice, IO_FUTURE_INLINE_BYTES, IoBuf, RamDevice, WriteFlags};
 use common::host;
 use nvmf_host::{ConnectOptions, Controller, RemoteNamespace};
 use nvmf_target::{NamespaceConfig, SubsystemConfig, Target, TargetConfig};
 
 struct Counting;
 
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Allocations made on host threads.
+static HOST_ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Allocations made on target threads.
+static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+const ROLE_NONE: u8 = 0;
+const ROLE_HOST: u8 = 1;
+const ROLE_TARGET: u8 = 2;
 
 thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
+    static ROLE: Cell<u8> = const { Cell::new(ROLE_NONE) };
 }
 
 fn note() {
-    if COUNTED.try_with(Cell::get).unwrap_or(false) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
+    match ROLE.try_with(Cell::get).unwrap_or(ROLE_NONE) {
+        ROLE_HOST => HOST_ALLOCS.fetch_add(1, Ordering::Relaxed),
+        ROLE_TARGET => TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
 }
 
 // SAFETY: every call forwards to the system allocator with the same arguments; the
@@ -63,8 +79,8 @@ const NQN: &str = "nqn.2026-01.io.ferrobay.test:host-noalloc";
 const WORKERS: u64 = 8;
 const IOS_PER_WORKER: u64 = 2_000;
 
-/// Starts the target on its own runtime (thread) with two listeners; returns their
-/// addresses.
+/// Starts the target on its own runtime (threads marked "target") with two listeners;
+/// returns their addresses.
 fn start_target() -> (
     std::net::SocketAddr,
     std::net::SocketAddr,
@@ -73,9 +89,11 @@ fn start_target() -> (
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
+        ROLE.with(|r| r.set(ROLE_TARGET));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
+            .on_thread_start(|| ROLE.with(|r| r.set(ROLE_TARGET)))
             .build()
             .unwrap();
         rt.block_on(async move {
@@ -97,40 +115,90 @@ fn start_target() -> (
     (a, b, stop_tx)
 }
 
+/// Allocations counted in one measured window.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    host: u64,
+    target: u64,
+    ios: u64,
+}
+
 /// Runs `WORKERS` tasks of reads and writes (4 KiB in-capsule writes, 64 KiB R2T writes,
-/// 4 KiB and 64 KiB reads) and returns the allocations counted during the run. With
-/// `dev`, through the `BlockDevice` trait; else through `RemoteNamespace`'s own methods.
-async fn run(ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn BlockDevice>>) -> u64 {
-    let barrier = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+/// 4 KiB and 64 KiB reads) and counts the allocations made while all of them do I/O and
+/// nothing else. With `dev`, through the `BlockDevice` trait; else through
+/// `RemoteNamespace`'s own methods.
+async fn run(ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn BlockDevice>>) -> Counted {
+    // ready: every worker has its buffers; go: the window opens; done: it closes.
+    let ready = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+    let go = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+    let done = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
     let mut tasks = Vec::new();
     for w in 0..WORKERS {
-        let (ns, barrier, dev) = (ns.clone(), barrier.clone(), dev.clone());
+        let (ns, dev) = (ns.clone(), dev.clone());
+        let (ready, go, done) = (ready.clone(), go.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut small = IoBuf::new_zeroed(4096);
             let mut big = IoBuf::new_zeroed(65536);
-            barrier.wait().await;
+            ready.wait().await;
+            go.wait().await;
             for i in 0..IOS_PER_WORKER {
                 let off = (w * 64 + i % 64) * 65536;
+                let fua = i % 7 == 0;
                 if let Some(dev) = &dev {
-                    small = dev.write(off, small, WriteFlags::default()).await.unwrap();
-                    big = dev.read(off, big).await.unwrap();
+                    if i % 2 == 0 {
+                        small = dev.write(off, small, WriteFlags { fua }).await.unwrap();
+                        big = dev.read(off, big).await.unwrap();
+                    } else {
+                        big = dev.write(off, big, WriteFlags { fua }).await.unwrap();
+                        small = dev.read(off, small).await.unwrap();
+                    }
                 } else if i % 2 == 0 {
-                    small = ns.write_at(off, small, false).await.unwrap();
+                    small = ns.write_at(off, small, fua).await.unwrap();
                     big = ns.read_at(off, big).await.unwrap();
                 } else {
-                    big = ns.write_at(off, big, false).await.unwrap();
+                    big = ns.write_at(off, big, fua).await.unwrap();
                     small = ns.read_at(off, small).await.unwrap();
                 }
             }
+            done.wait().await;
+            drop((small, big));
         }));
     }
-    // Warm-up happened in earlier runs; count from the moment all workers start.
-    let before = ALLOCS.load(Ordering::Relaxed);
-    barrier.wait().await;
+    ready.wait().await;
+    let (host0, target0) = (
+        HOST_ALLOCS.load(Ordering::SeqCst),
+        TARGET_ALLOCS.load(Ordering::SeqCst),
+    );
+    go.wait().await;
+    done.wait().await;
+    let c = Counted {
+        host: HOST_ALLOCS.load(Ordering::SeqCst) - host0,
+        target: TARGET_ALLOCS.load(Ordering::SeqCst) - target0,
+        ios: WORKERS * IOS_PER_WORKER * 2,
+    };
     for t in tasks {
         t.await.unwrap();
     }
-    ALLOCS.load(Ordering::Relaxed) - before
+    c
+}
+
+/// Warms up (queues, task slots, socket buffers, scheduler queues), then measures.
+async fn measure(what: &str, ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn BlockDevice>>) {
+    run(ns, dev.clone()).await;
+    run(ns, dev.clone()).await;
+    let c = run(ns, dev).await;
+    println!(
+        "{what}: {} I/Os, host allocations {}, target allocations {} ({:.2} per I/O)",
+        c.ios,
+        c.host,
+        c.target,
+        c.target as f64 / c.ios as f64
+    );
+    assert_eq!(
+        c.host, 0,
+        "{what}: the host allocated during {} I/Os",
+        c.ios
+    );
 }
 
 #[test]
@@ -139,7 +207,7 @@ fn steady_state_io_allocates_nothing() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .on_thread_start(|| COUNTED.with(|c| c.set(true)))
+        .on_thread_start(|| ROLE.with(|r| r.set(ROLE_HOST)))
         .build()
         .unwrap();
     rt.block_on(async move {
@@ -152,25 +220,21 @@ fn steady_state_io_allocates_nothing() {
         };
         let c = Controller::connect(addr, NQN, &host(), &o).await.unwrap();
         let ns = Arc::new(c.namespace(1).await.unwrap());
-        // Warm up: queues, task slots, socket buffers, scheduler queues.
-        run(&ns, None).await;
-        run(&ns, None).await;
-        let ios = WORKERS * IOS_PER_WORKER * 2;
-        let n = run(&ns, None).await;
-        println!("{n} allocations for {ios} I/Os through read_at/write_at");
-        // The spawned workers and the barrier allocate a few times per run.
-        assert!(
-            n <= 4 * WORKERS,
-            "{n} allocations for {ios} I/Os through RemoteNamespace::read_at/write_at"
-        );
-        // Through the BlockDevice trait, the boxed future is the one allocation.
+        measure("RemoteNamespace::read_at/write_at", &ns, None).await;
+
+        // Through the BlockDevice trait: the IoFuture holds the future inline.
         let dev: Arc<dyn BlockDevice> = ns.clone();
-        let n = run(&ns, Some(dev)).await;
-        assert!(
-            n <= ios + 4 * WORKERS,
-            "{n} allocations for {ios} I/Os through BlockDevice"
-        );
-        println!("{n} allocations for {ios} I/Os through BlockDevice");
+        for f in [
+            dev.read(0, IoBuf::new_zeroed(4096)),
+            dev.write(0, IoBuf::new_zeroed(4096), WriteFlags::default()),
+        ] {
+            assert!(
+                f.is_inline(),
+                "{f:?} does not fit {IO_FUTURE_INLINE_BYTES} bytes"
+            );
+        }
+        measure("RemoteNamespace as BlockDevice", &ns, Some(dev)).await;
+
         // A multipath namespace over two listeners: the same, path choice included.
         let mp: Arc<dyn BlockDevice> = Arc::new(
             nvmf_host::MultipathNamespace::connect(
@@ -184,13 +248,16 @@ fn steady_state_io_allocates_nothing() {
             .await
             .unwrap(),
         );
-        run(&ns, Some(mp.clone())).await;
-        let n = run(&ns, Some(mp)).await;
-        assert!(
-            n <= ios + 4 * WORKERS,
-            "{n} allocations for {ios} I/Os through MultipathNamespace"
-        );
-        println!("{n} allocations for {ios} I/Os through MultipathNamespace");
+        for f in [
+            mp.read(0, IoBuf::new_zeroed(4096)),
+            mp.write(0, IoBuf::new_zeroed(4096), WriteFlags::default()),
+        ] {
+            assert!(
+                f.is_inline(),
+                "{f:?} does not fit {IO_FUTURE_INLINE_BYTES} bytes"
+            );
+        }
+        measure("MultipathNamespace as BlockDevice", &ns, Some(mp)).await;
     });
     let _ = stop.send(());
 }

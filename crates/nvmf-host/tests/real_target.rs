@@ -453,14 +453,23 @@ async fn reservations_between_two_hosts() {
         assert_eq!(r.registrants.len(), 2);
         let holder = r.registrants.iter().find(|x| x.rcsts & 1 != 0).unwrap();
         assert_eq!((holder.hostid, holder.rkey), ([0xA1; 16], 0xA));
-        // B may read but not write; the write's NVMe status stays visible.
+        // B may read but not write: its write fails with a reservation conflict.
         nb.read(0, IoBuf::new_zeroed(512)).await.unwrap();
         let e = nb
             .write(0, IoBuf::new_zeroed(512), WriteFlags::default())
             .await
             .unwrap_err();
-        let st = nvmf_host::namespace::host_error(&e).and_then(HostError::nvme_status);
-        assert_eq!(st.map(|s| (s.sct, s.sc)), Some((0, 0x83)), "{e}");
+        assert!(
+            matches!(e, blockdev::BlockError::ReservationConflict),
+            "{e}"
+        );
+        let he = nb
+            .write_at(0, IoBuf::new_zeroed(512), false)
+            .await
+            .unwrap_err();
+        assert!(he.is_reservation_conflict(), "{he}");
+        let st = he.nvme_status();
+        assert_eq!(st.map(|s| (s.sct, s.sc)), Some((0, 0x83)), "{he}");
         na.write(0, IoBuf::new_zeroed(512), WriteFlags::default())
             .await
             .unwrap();

@@ -87,7 +87,7 @@ impl BlockDevice for ExtentDevice {
     }
 
     fn read(&self, offset_bytes: u64, mut buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, buf.len() as u64)?;
             let pieces = self.pieces(offset_bytes, buf.len() as u64);
             if let [(phys, _, _)] = pieces[..] {
@@ -105,7 +105,7 @@ impl BlockDevice for ExtentDevice {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, buf.len() as u64)?;
             let pieces = self.pieces(offset_bytes, buf.len() as u64);
             if let [(phys, _, _)] = pieces[..] {
@@ -124,7 +124,7 @@ impl BlockDevice for ExtentDevice {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             for (phys, _, len) in self.pieces(offset_bytes, len_bytes) {
                 self.inner.write_zeroes(phys, len).await?;
@@ -134,7 +134,7 @@ impl BlockDevice for ExtentDevice {
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             for (phys, _, len) in self.pieces(offset_bytes, len_bytes) {
                 self.inner.discard(phys, len).await?;

@@ -18,7 +18,9 @@ pub enum Throttle {
     /// At most this many member bytes per second.
     BytesPerSec(u64),
     /// Keep the members busy with background work this fraction of the time (0 < f <= 1):
-    /// after a batch that took `t`, sleep `t * (1 - f) / f`. 0.2 = 20 % of their bandwidth.
+    /// every `t` of work adds `t * (1 - f) / f` to a sleep debt, carried across batches and
+    /// paid in rests of at least 100 ms with nothing in flight (and at the end). 0.2 = 20 %
+    /// of their bandwidth.
     Fraction(f64),
 }
 
@@ -45,6 +47,8 @@ pub struct EngineOptions {
     pub auto_rebuild: bool,
     /// Member bytes per rebuild/scrub/resync batch (rounded to whole rows).
     pub batch_bytes: u64,
+    /// Rebuild/scrub/resync batches in flight at once (at least 1).
+    pub inflight_batches: usize,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -57,6 +61,7 @@ impl Default for EngineOptions {
             checkpoint_bytes: 256 << 20,
             auto_rebuild: true,
             batch_bytes: 1 << 20,
+            inflight_batches: 4,
             clock: Arc::new(TokioClock::new()),
         }
     }
@@ -71,6 +76,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("checkpoint_bytes", &self.checkpoint_bytes)
             .field("auto_rebuild", &self.auto_rebuild)
             .field("batch_bytes", &self.batch_bytes)
+            .field("inflight_batches", &self.inflight_batches)
             .finish_non_exhaustive()
     }
 }

@@ -57,6 +57,11 @@ pub enum VolumeError {
     Invalid(String),
     #[error("volume is stopped")]
     Stopped,
+    /// The volume no longer touches its members: a member answered Reservation Conflict
+    /// (another host owns the volume now), or the owner detached it. I/O fails with
+    /// `BlockError::Unavailable`, so a host retries on another path.
+    #[error("volume {name} fenced: {reason}")]
+    Fenced { name: String, reason: String },
     #[error("a rebuild is already running")]
     RebuildRunning,
     #[error("I/O error: {0}")]
@@ -68,6 +73,9 @@ impl From<VolumeError> for BlockError {
         match err {
             VolumeError::Io(e) => e,
             VolumeError::Stopped => BlockError::Closed,
+            VolumeError::Fenced { name, reason } => {
+                BlockError::Unavailable(format!("volume fenced: {name}: {reason}"))
+            }
             other => BlockError::Io(std::io::Error::other(other.to_string())),
         }
     }

@@ -76,6 +76,7 @@
 
 mod admin;
 mod assemble;
+mod chunks;
 pub mod clock;
 mod config;
 mod create;
@@ -103,6 +104,7 @@ pub use format::MemberState;
 pub use layout::{LayoutParams, Level, LevelSpec};
 pub use probe::{ProbeInfo, probe_device};
 pub use status::{
-    MemberStatus, RebuildProgress, ScrubReport, TaskPhase, VolumeState, VolumeStatus,
+    MemberStatus, RebuildProgress, ResyncReport, ScrubProgress, ScrubReport, TaskPhase,
+    VolumeState, VolumeStatus,
 };
 pub use volume::Volume;

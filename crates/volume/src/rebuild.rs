@@ -1,5 +1,9 @@
 //! Rebuild onto a spare, a replaced member or a returning stale member: throttled,
 //! checkpointed in the superblock, resumable, with progress on a watch channel.
+//!
+//! Speed: batches of `batch_bytes` per member, `inflight_batches` of them at once (the
+//! frontier moves over them in order), read from only k survivors into buffers reused
+//! from batch to batch.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,6 +12,7 @@ use blockdev::IoBuf;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::chunks::{BufPool, Pacer, Window, chunks, merge_ranges, rate_eta};
 use crate::engine::{Faults, Inner};
 use crate::error::{Result, VolumeError};
 use crate::format::MemberState;
@@ -85,6 +90,7 @@ impl Inner {
             rate_bytes_per_sec: 0.0,
             eta_secs: None,
             phase: TaskPhase::Running,
+            busy_fraction: 1.0,
         });
         let cancel = Arc::new(AtomicBool::new(false));
         let exiting = Arc::new(AtomicBool::new(false));
@@ -142,7 +148,8 @@ impl Inner {
         }
     }
 
-    /// Rebuilds slot `t` from its frontier to the end. `Ok(false)` if cancelled.
+    /// Rebuilds slot `t` from its frontier to the end, a few batches in flight (see
+    /// `chunks`). `Ok(false)` if cancelled.
     async fn rebuild_slot(
         &self,
         t: usize,
@@ -163,33 +170,18 @@ impl Inner {
         let partial = valid_bytes > 0;
         let su = self.su();
         let rows = self.geo.rows();
-        let region_rows = self.intent.geometry().region_bytes / su;
         let start_row = slot.frontier.load(Ordering::Acquire) / su;
-        // Below `valid_rows` only rows of dirty regions can be stale.
-        let valid_rows = valid_bytes.div_ceil(su);
-        let dirty = |r: u64| self.intent.is_dirty((r / region_rows) as usize);
-        // Rows to skip from `r`: a clean region's part below `valid_rows`.
-        let skip_until = |r: u64| -> Option<u64> {
-            let region_end = ((r / region_rows + 1) * region_rows).min(rows);
-            (r < valid_rows && !dirty(r)).then(|| region_end.min(valid_rows))
-        };
-        let total_bytes: u64 = {
-            let mut sum = 0;
-            let mut r = start_row;
-            while r < rows {
-                let region_end = ((r / region_rows + 1) * region_rows).min(rows);
-                let next = skip_until(r).unwrap_or(region_end);
-                if skip_until(r).is_none() {
-                    sum += (region_end - r) * su;
-                }
-                r = next;
-            }
-            sum
-        };
+        let ranges = self.rows_to_rebuild(start_row, valid_bytes.div_ceil(su));
+        let total_bytes: u64 = ranges.iter().map(|(a, b)| (b - a) * su).sum();
         info!(volume = %self.name, member = t, partial, from = start_row * su, total_bytes, "rebuild starting");
         let clock = self.opts.clock.clone();
         let started = clock.now();
-        let mut pacer = self.pacer();
+        let mut pacer = Pacer::new(self.opts.throttle, clock.clone());
+        let depth = self.opts.inflight_batches.max(1);
+        let (k, _) = self.k_m();
+        // Per batch in flight: k survivor reads and the rebuilt piece (near: one read per
+        // member), plus the ones of the batch being issued.
+        let pool = BufPool::new((depth + 1) * (k.max(self.geo.members()) + 1));
         let mut done = 0u64;
         let mut last_checkpoint = start_row * su;
         tx.send_modify(|p| {
@@ -197,59 +189,128 @@ impl Inner {
             p.partial = partial;
             p.bytes_done = 0;
             p.bytes_total = total_bytes;
+            p.rate_bytes_per_sec = 0.0;
+            p.eta_secs = None;
             p.phase = TaskPhase::Running;
+            p.busy_fraction = 1.0;
         });
-        let mut row = start_row;
-        while row < rows {
-            if cancel.load(Ordering::Acquire) || self.stopped.load(Ordering::Acquire) {
-                self.checkpoint(t, &dev, slot.frontier.load(Ordering::Acquire))
-                    .await?;
-                return Ok(false);
-            }
-            let region_end = ((row / region_rows + 1) * region_rows).min(rows);
-            if let Some(until) = skip_until(row) {
-                slot.frontier.store(until * su, Ordering::Release);
-                row = until;
-                continue;
-            }
-            let r1 = (row + self.batch_rows()).min(region_end);
-            let batch_start = clock.now();
-            {
-                let _locks = self.lock_rows(row, r1).await;
-                let ok = self
-                    .with_retry(|topo| {
-                        let dev = dev.clone();
-                        async move { self.rebuild_batch(&topo, t, &dev, row, r1).await }
-                    })
-                    .await?;
-                if !ok {
-                    return Err(VolumeError::Invalid(format!(
-                        "rebuild target (member {t}) failed"
-                    )));
-                }
-                slot.frontier.store(r1 * su, Ordering::Release);
-            }
-            done += (r1 - row) * su;
+        // Rows below the first batch need nothing.
+        let first = ranges.first().map_or(rows, |r| r.0);
+        if first > start_row {
+            slot.frontier.store(first * su, Ordering::Release);
+        }
+        let publish = |done: u64, pacer: &Pacer| {
             let elapsed = clock.now().saturating_sub(started).as_secs_f64();
-            let rate = if elapsed > 0.0 {
-                done as f64 / elapsed
-            } else {
-                0.0
-            };
+            let (rate, eta) = rate_eta(done, total_bytes, elapsed);
             tx.send_modify(|p| {
                 p.bytes_done = done;
                 p.rate_bytes_per_sec = rate;
-                p.eta_secs = (rate > 0.0).then(|| (total_bytes - done) as f64 / rate);
+                p.eta_secs = eta;
+                p.busy_fraction = pacer.busy_fraction();
             });
-            if r1 * su - last_checkpoint >= self.opts.checkpoint_bytes {
-                self.checkpoint(t, &dev, r1 * su).await?;
-                last_checkpoint = r1 * su;
+        };
+        let mut todo = chunks(ranges, self.batch_rows(), rows).peekable();
+        let mut window = Window::new(depth);
+        let mut stopping = false;
+        let mut failure: Option<VolumeError> = None;
+        loop {
+            if !stopping && (cancel.load(Ordering::Acquire) || self.stopped.load(Ordering::Acquire))
+            {
+                stopping = true;
             }
-            self.pace(&mut pacer, batch_start, (r1 - row) * su).await;
-            row = r1;
+            while !stopping && failure.is_none() && window.has_room() && pacer.may_issue() {
+                let Some(c) = todo.next() else { break };
+                pacer.issue(c.rows() * su);
+                let (dev, pool) = (dev.clone(), &pool);
+                window.push(async move {
+                    let _locks = self.lock_rows(c.r0, c.r1).await;
+                    let r = self
+                        .with_retry(|topo| {
+                            let dev = dev.clone();
+                            async move { self.rebuild_batch(&topo, t, &dev, c.r0, c.r1, pool).await }
+                        })
+                        .await;
+                    (c, r)
+                });
+            }
+            if window.is_empty() {
+                if stopping || failure.is_some() || todo.peek().is_none() {
+                    break;
+                }
+                // Throttled: nothing in flight and no batch may start yet.
+                pacer.rest().await;
+                publish(done, &pacer);
+                continue;
+            }
+            let Some((c, r)) = window.next().await else {
+                continue;
+            };
+            match r {
+                Ok(true) => {}
+                Ok(false) => {
+                    failure.get_or_insert(VolumeError::Invalid(format!(
+                        "rebuild target (member {t}) failed"
+                    )));
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+            if failure.is_some() {
+                // Let the batches in flight finish; the frontier stays where it is.
+                continue;
+            }
+            // In order: everything below `next` is current now.
+            slot.frontier.store(c.next * su, Ordering::Release);
+            done += c.rows() * su;
+            pacer.record();
+            publish(done, &pacer);
+            if c.next * su - last_checkpoint >= self.opts.checkpoint_bytes && c.next < rows {
+                self.checkpoint(t, &dev, c.next * su).await?;
+                last_checkpoint = c.next * su;
+            }
         }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if stopping {
+            self.checkpoint(t, &dev, slot.frontier.load(Ordering::Acquire))
+                .await?;
+            return Ok(false);
+        }
+        // The rest still owed: the duty cycle holds over the whole rebuild, also when it
+        // is shorter than one rest.
+        pacer.rest().await;
+        publish(done, &pacer);
         self.finish_rebuild(t, &dev).await?;
         Ok(true)
+    }
+
+    /// Row ranges of a rebuild from `start_row`: everything, except the clean regions'
+    /// part below `valid_rows` (a member that was away briefly has only its dirty regions
+    /// stale there).
+    fn rows_to_rebuild(&self, start_row: u64, valid_rows: u64) -> Vec<(u64, u64)> {
+        let rows = self.geo.rows();
+        let region_rows = (self.intent.geometry().region_bytes / self.su()).max(1);
+        let mut out = Vec::new();
+        let mut r = start_row;
+        while r < rows {
+            let region_end = ((r / region_rows + 1) * region_rows).min(rows);
+            if r < valid_rows && !self.intent.is_dirty((r / region_rows) as usize) {
+                r = region_end.min(valid_rows);
+                continue;
+            }
+            out.push((r, region_end));
+            r = region_end;
+        }
+        merge_ranges(out)
+    }
+
+    fn k_m(&self) -> (usize, usize) {
+        match self.geo.family() {
+            Family::Rotating { k, m } => (k, m),
+            Family::Near { copies } => (1, copies - 1),
+        }
     }
 
     /// Makes the rebuilt range durable on the target, then records it.
@@ -321,6 +382,7 @@ impl Inner {
         dev: &Dev,
         r0: u64,
         r1: u64,
+        pool: &BufPool,
     ) -> std::result::Result<bool, Faults> {
         let target_ok = topo.slots.get(t).is_some_and(|s| {
             s.state == MemberState::Rebuilding && s.dev.as_ref().is_some_and(|d| same_dev(d, dev))
@@ -329,15 +391,21 @@ impl Inner {
             return Ok(false);
         }
         let out = match self.geo.family() {
-            Family::Rotating { k, m } => self.rebuild_rotating(topo, t, r0, r1, k, m).await?,
-            Family::Near { copies } => self.rebuild_near(topo, t, r0, r1, copies).await?,
+            Family::Rotating { k, m } => self.rebuild_rotating(topo, t, r0, r1, k, m, pool).await?,
+            Family::Near { copies } => self.rebuild_near(topo, t, r0, r1, copies, pool).await?,
         };
-        self.mwrite(topo, t, r0 * self.su(), out, false)
+        let out = self
+            .mwrite(topo, t, r0 * self.su(), out, false)
             .await
             .map_err(|f| vec![f])?;
+        pool.put(out);
         Ok(true)
     }
 
+    /// Any k shards of a row rebuild the missing one: reads rows `[r0, r1)` from k
+    /// survivors only (a different k per batch, so each survivor does its share), into
+    /// pooled buffers, and reconstructs member `t`'s piece.
+    #[allow(clippy::too_many_arguments)]
     async fn rebuild_rotating(
         &self,
         topo: &Topology,
@@ -346,44 +414,87 @@ impl Inner {
         r1: u64,
         k: usize,
         m: usize,
+        pool: &BufPool,
     ) -> std::result::Result<IoBuf, Faults> {
         let su = self.su() as usize;
-        let mut batch = self
-            .read_batch(topo, r0, r1, |i| i != t && topo.readable(i, r1 * su as u64))
-            .await?;
-        let rs = self.rs.as_ref().ok_or_else(Vec::new)?;
-        let mut out = IoBuf::new_zeroed((r1 - r0) as usize * su);
+        let n = self.geo.members();
+        let end_bytes = r1 * su as u64;
+        let survivors: Vec<usize> = (0..n)
+            .filter(|&i| i != t && topo.readable(i, end_bytes))
+            .collect();
+        if survivors.len() < k {
+            return Err(Vec::new());
+        }
+        let turn = ((r0 / self.batch_rows()) as usize) % survivors.len();
+        let mut chosen = vec![false; n];
+        for j in 0..k {
+            chosen[survivors[(turn + j) % survivors.len()]] = true;
+        }
+        let len = (r1 - r0) as usize * su;
+        let reads = (0..n).filter(|&i| chosen[i]).map(|i| {
+            let buf = pool.get(len);
+            async move {
+                self.mread(topo, i, r0 * su as u64, buf)
+                    .await
+                    .map(|b| (i, b))
+            }
+        });
+        let mut bufs: Vec<Option<IoBuf>> = (0..n).map(|_| None).collect();
+        let mut faults = Vec::new();
+        for r in futures::future::join_all(reads).await {
+            match r {
+                Ok((i, b)) => bufs[i] = Some(b),
+                Err(f) => faults.push(f),
+            }
+        }
+        let release =
+            |bufs: Vec<Option<IoBuf>>| bufs.into_iter().flatten().for_each(|b| pool.put(b));
+        if !faults.is_empty() {
+            release(bufs);
+            return Err(faults);
+        }
+        let Some(rs) = self.rs.as_ref() else {
+            release(bufs);
+            return Err(Vec::new());
+        };
+        let mut out = pool.get(len);
+        let mut ok = true;
         for (ri, row) in (r0..r1).enumerate() {
-            let members: Vec<usize> = self.geo.row_shard_members(row).collect();
             let range = ri * su..(ri + 1) * su;
-            let mut per_member: Vec<Option<&mut [u8]>> = batch
-                .bufs
+            let mut per_member: Vec<Option<&mut [u8]>> = bufs
                 .iter_mut()
                 .map(|b| b.as_mut().map(|b| &mut b[range.clone()]))
                 .collect();
-            let mut target_slice = Some(&mut out[range.clone()]);
-            let mut present = vec![false; k + m];
+            let mut target = Some(&mut out[range.clone()]);
+            let mut present = [false; erasure::MAX_DATA_SHARDS + erasure::MAX_PARITY_SHARDS];
             let mut refs: Vec<&mut [u8]> = Vec::with_capacity(k + m);
             let mut want = 0;
-            for (s, &member) in members.iter().enumerate() {
+            for (s, member) in self.geo.row_shard_members(row).enumerate() {
                 if member == t {
                     want = s;
-                    refs.push(target_slice.take().unwrap_or_default());
-                } else {
-                    match per_member[member].take() {
-                        Some(slice) => {
-                            present[s] = true;
-                            refs.push(slice);
-                        }
-                        None => refs.push(Default::default()),
+                    refs.push(target.take().unwrap_or_default());
+                    continue;
+                }
+                match per_member.get_mut(member).and_then(Option::take) {
+                    Some(slice) => {
+                        present[s] = true;
+                        refs.push(slice);
                     }
+                    None => refs.push(Default::default()),
                 }
             }
-            if present.iter().filter(|&&p| p).count() < k {
-                return Err(Vec::new());
+            if rs
+                .reconstruct_some(&mut refs, &present[..k + m], &[want])
+                .is_err()
+            {
+                ok = false;
+                break;
             }
-            rs.reconstruct_some(&mut refs, &present, &[want])
-                .map_err(|_| Vec::new())?;
+        }
+        release(bufs);
+        if !ok {
+            pool.put(out);
+            return Err(Vec::new());
         }
         Ok(out)
     }
@@ -395,6 +506,7 @@ impl Inner {
         r0: u64,
         r1: u64,
         copies: usize,
+        pool: &BufPool,
     ) -> std::result::Result<IoBuf, Faults> {
         let su = self.su();
         let n = self.geo.members() as u64;
@@ -403,11 +515,15 @@ impl Inner {
         let batch = self
             .read_batch(topo, b0, b1, |i| i != t && topo.readable(i, b1 * su))
             .await?;
-        let mut out = IoBuf::new_zeroed(((r1 - r0) * su) as usize);
+        let mut out = pool.get(((r1 - r0) * su) as usize);
         for row in r0..r1 {
+            let at = ((row - r0) * su) as usize;
+            let dst = &mut out[at..at + su as usize];
             let slot = row * n + t as u64;
             let chunk = slot / c;
             if chunk >= self.geo.chunks() {
+                // Past the last chunk (the slot holds nothing): zeroes, as after create.
+                dst.fill(0);
                 continue;
             }
             let src = (0..copies)
@@ -415,10 +531,10 @@ impl Inner {
                 .filter(|&(m, _)| m != t)
                 .find_map(|(m, r)| batch.shard(m, r));
             let Some(src) = src else {
+                pool.put(out);
                 return Err(Vec::new());
             };
-            let at = ((row - r0) * su) as usize;
-            out[at..at + su as usize].copy_from_slice(src);
+            dst.copy_from_slice(src);
         }
         Ok(out)
     }

@@ -3,9 +3,11 @@
 
 use blockdev::IoBuf;
 
+use crate::chunks::{Window, chunks, merge_ranges, near_chunk_span};
 use crate::engine::{Faults, Inner};
 use crate::error::Result;
 use crate::layout::Family;
+use crate::status::ResyncReport;
 use crate::topology::Topology;
 
 /// What one batch did.
@@ -15,42 +17,77 @@ struct Outcome {
     fixed: u64,
     /// Stripes that could not be verified (a data member missing).
     unverifiable: u64,
+    /// Member bytes read and written.
+    read_bytes: u64,
+    written_bytes: u64,
 }
 
 impl Inner {
-    /// Resyncs every dirty region (called by assembly before the volume is handed out).
-    /// The regions stay dirty until the bitmap sweeper clears them after a flush.
+    /// Resyncs every dirty region (called by assembly before the volume is handed out),
+    /// a few batches in flight, unthrottled (the volume is not serving yet). The regions
+    /// stay dirty until the bitmap sweeper clears them after a flush. What it did is kept
+    /// for `status().last_resync`.
     pub async fn resync_dirty(
         &self,
         journaled_rows: &std::collections::HashSet<u64>,
     ) -> Result<()> {
-        if !self.intent.enabled() {
-            return Ok(());
-        }
-        let regions = self.intent.dirty_regions();
-        if regions.is_empty() {
-            return Ok(());
-        }
+        let clock = self.opts.clock.clone();
+        let started = clock.now();
+        let regions = if self.intent.enabled() {
+            self.intent.dirty_regions()
+        } else {
+            Vec::new()
+        };
         let su = self.su();
         let rows = self.geo.rows();
-        let step = self.batch_rows();
+        let ranges = merge_ranges(regions.iter().map(|&region| {
+            let (s, e) = self.intent.region_range(region);
+            ((s / su).min(rows), (e / su).min(rows))
+        }));
+        let data_rows: u64 = ranges.iter().map(|(a, b)| b - a).sum();
         let mut total = Outcome::default();
-        for region in &regions {
-            let (s, e) = self.intent.region_range(*region);
-            let (first, last) = (s / su, (e / su).min(rows));
-            let mut r0 = first;
-            while r0 < last {
-                let r1 = (r0 + step).min(last);
-                let _locks = self.lock_rows(r0, r1).await;
-                let o = self
-                    .with_retry(|topo| async move {
-                        self.resync_batch(&topo, r0, r1, journaled_rows).await
+        let mut todo = chunks(ranges, self.batch_rows(), rows);
+        let mut window = Window::new(self.opts.inflight_batches);
+        let mut failure = None;
+        loop {
+            while failure.is_none() && window.has_room() {
+                let Some(c) = todo.next() else { break };
+                window.push(async move {
+                    let _locks = self.lock_rows(c.r0, c.r1).await;
+                    self.with_retry(|topo| async move {
+                        self.resync_batch(&topo, c.r0, c.r1, journaled_rows).await
                     })
-                    .await?;
-                total.fixed += o.fixed;
-                total.unverifiable += o.unverifiable;
-                r0 = r1;
+                    .await
+                });
             }
+            match window.next().await {
+                None => break,
+                Some(Ok(o)) => {
+                    total.fixed += o.fixed;
+                    total.unverifiable += o.unverifiable;
+                    total.read_bytes += o.read_bytes;
+                    total.written_bytes += o.written_bytes;
+                }
+                Some(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let report = ResyncReport {
+            regions: regions.len() as u64,
+            bytes_resynced: self.data_bytes_of_rows(data_rows),
+            member_bytes_read: total.read_bytes,
+            member_bytes_written: total.written_bytes,
+            stripes_rewritten: total.fixed,
+            stripes_unverifiable: total.unverifiable,
+            duration_secs: clock.now().saturating_sub(started).as_secs_f64(),
+        };
+        self.tasks().last_resync = Some(report);
+        if regions.is_empty() {
+            return Ok(());
         }
         self.note(format!(
             "resync: {} dirty regions, {} stripes rewritten",
@@ -67,6 +104,16 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+
+    /// Volume data bytes held by `rows` rows.
+    fn data_bytes_of_rows(&self, rows: u64) -> u64 {
+        let su = self.su();
+        let per_row = match self.geo.family() {
+            Family::Rotating { k, .. } => k as u64 * su,
+            Family::Near { copies } => self.geo.members() as u64 * su / copies.max(1) as u64,
+        };
+        (rows * per_row).min(self.info.size_bytes)
     }
 
     async fn resync_batch(
@@ -136,6 +183,8 @@ impl Inner {
             }
             out.fixed += u64::from(rewrote);
         }
+        out.read_bytes = batch.bufs.iter().flatten().map(|b| b.len() as u64).sum();
+        out.written_bytes = writes.iter().map(|w| w.2.len() as u64).sum();
         self.write_pieces(topo, writes).await?;
         Ok(out)
     }
@@ -157,9 +206,7 @@ impl Inner {
             .await?;
         let mut out = Outcome::default();
         let mut writes = Vec::new();
-        let first = (r0 * n).div_ceil(c);
-        let last = (r1 * n).div_ceil(c).min(self.geo.chunks());
-        for chunk in first..last {
+        for chunk in near_chunk_span(r0, r1, n, c, self.geo.chunks()) {
             let locs: Vec<(usize, u64)> = (0..copies)
                 .map(|j| self.geo.chunk_location(chunk, j))
                 .collect();
@@ -176,6 +223,8 @@ impl Inner {
             }
             out.fixed += u64::from(rewrote);
         }
+        out.read_bytes = batch.bufs.iter().flatten().map(|b| b.len() as u64).sum();
+        out.written_bytes = writes.iter().map(|w| w.2.len() as u64).sum();
         self.write_pieces(topo, writes).await?;
         Ok(out)
     }

@@ -12,30 +12,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use blockdev::IoBuf;
 
+use crate::chunks::{Pacer, Window, chunks, near_chunk_span, rate_eta};
 use crate::engine::{Faults, Inner};
 use crate::error::Result;
 use crate::layout::Family;
-use crate::status::{ScrubReport, TaskPhase};
+use crate::status::{ScrubProgress, ScrubReport, TaskPhase};
 use crate::topology::Topology;
 use crate::volume::Volume;
 
 impl Volume {
-    /// Scrubs the whole volume (throttled like a rebuild) and returns the report, also
-    /// kept for `status()`. `stop()` interrupts it.
+    /// Scrubs the whole volume (throttled like a rebuild, a few batches in flight) and
+    /// returns the report, also kept for `status()`, which shows the progress while it
+    /// runs. `stop()` interrupts it.
     pub async fn scrub(&self) -> Result<ScrubReport> {
         self.inner.check_usable()?;
         let cancel = Arc::new(AtomicBool::new(false));
         self.inner.tasks().scrub_cancel = Some(cancel.clone());
         let mut report = ScrubReport::default();
         let result = self.inner.scrub_all(&cancel, &mut report).await;
-        report.phase = Some(match &result {
+        let phase = match &result {
             Ok(true) => TaskPhase::Done,
             Ok(false) => TaskPhase::Stopped,
             Err(e) => TaskPhase::Failed(e.to_string()),
-        });
+        };
+        report.phase = Some(phase.clone());
         let mut t = self.inner.tasks();
         t.scrub_cancel = None;
         t.last_scrub = Some(report.clone());
+        if let Some(p) = t.scrub_progress.as_mut() {
+            p.phase = phase;
+        }
         drop(t);
         result.map(|_| report)
     }
@@ -44,31 +50,73 @@ impl Volume {
 impl Inner {
     async fn scrub_all(&self, cancel: &AtomicBool, report: &mut ScrubReport) -> Result<bool> {
         let rows = self.geo.rows();
-        let step = self.batch_rows();
-        let mut pacer = self.pacer();
-        let mut r0 = 0;
-        while r0 < rows {
-            if cancel.load(Ordering::Acquire) {
-                return Ok(false);
+        let row_bytes = self.su() * self.geo.members() as u64;
+        let total = rows * row_bytes;
+        let clock = self.opts.clock.clone();
+        let started = clock.now();
+        let mut pacer = Pacer::new(self.opts.throttle, clock.clone());
+        let publish = |done: u64, phase: TaskPhase, busy_fraction: f64| {
+            let elapsed = clock.now().saturating_sub(started).as_secs_f64();
+            let (rate, eta) = rate_eta(done, total, elapsed);
+            self.tasks().scrub_progress = Some(ScrubProgress {
+                bytes_done: done,
+                bytes_total: total,
+                rate_bytes_per_sec: rate,
+                eta_secs: eta,
+                phase,
+                busy_fraction,
+            });
+        };
+        publish(0, TaskPhase::Running, 1.0);
+        let mut todo = chunks([(0, rows)], self.batch_rows(), rows).peekable();
+        let mut window = Window::new(self.opts.inflight_batches);
+        let (mut done, mut stopped) = (0u64, false);
+        let mut failure = None;
+        loop {
+            stopped |= cancel.load(Ordering::Acquire);
+            while !stopped && failure.is_none() && window.has_room() && pacer.may_issue() {
+                let Some(c) = todo.next() else { break };
+                pacer.issue(c.rows() * row_bytes);
+                window.push(async move {
+                    let _locks = self.lock_rows(c.r0, c.r1).await;
+                    let part = self
+                        .with_retry(|topo| async move { self.scrub_batch(&topo, c.r0, c.r1).await })
+                        .await;
+                    (c, part)
+                });
             }
-            let r1 = (r0 + step).min(rows);
-            let started = self.opts.clock.now();
-            {
-                let _locks = self.lock_rows(r0, r1).await;
-                let part = self
-                    .with_retry(|topo| async move { self.scrub_batch(&topo, r0, r1).await })
-                    .await?;
-                add(report, &part);
+            if window.is_empty() {
+                if stopped || failure.is_some() || todo.peek().is_none() {
+                    break;
+                }
+                // Throttled: nothing in flight and no batch may start yet.
+                pacer.rest().await;
+                publish(done, TaskPhase::Running, pacer.busy_fraction());
+                continue;
             }
-            self.pace(
-                &mut pacer,
-                started,
-                (r1 - r0) * self.su() * self.geo.members() as u64,
-            )
-            .await;
-            r0 = r1;
+            let Some((c, part)) = window.next().await else {
+                continue;
+            };
+            match part {
+                Ok(part) => add(report, &part),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            }
+            done += c.rows() * row_bytes;
+            pacer.record();
+            publish(done, TaskPhase::Running, pacer.busy_fraction());
         }
-        Ok(true)
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if !stopped {
+            // The rest still owed, as for a rebuild.
+            pacer.rest().await;
+            publish(done, TaskPhase::Running, pacer.busy_fraction());
+        }
+        Ok(!stopped)
     }
 
     async fn scrub_batch(
@@ -204,9 +252,7 @@ impl Inner {
             .read_batch(topo, r0, r1e, |i| topo.readable(i, r1e * su))
             .await?;
         let mut rep = ScrubReport::default();
-        let first = (r0 * n).div_ceil(c);
-        let last = (r1 * n).div_ceil(c).min(self.geo.chunks());
-        for chunk in first..last {
+        for chunk in near_chunk_span(r0, r1, n, c, self.geo.chunks()) {
             let locs: Vec<(usize, u64)> = (0..copies)
                 .map(|j| self.geo.chunk_location(chunk, j))
                 .collect();

@@ -20,6 +20,9 @@ pub enum VolumeState {
     Failed,
     /// `stop()` was called.
     Stopped,
+    /// A member answered Reservation Conflict (another host owns the volume) or the
+    /// owner detached it: no member I/O any more, I/O fails (`BlockError::Unavailable`).
+    Fenced,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +62,10 @@ pub struct RebuildProgress {
     pub rate_bytes_per_sec: f64,
     pub eta_secs: Option<f64>,
     pub phase: TaskPhase,
+    /// Share of the elapsed time with member I/O in flight (the rest was throttle
+    /// sleep): about the `Throttle::Fraction` setting, 1 when unthrottled.
+    #[serde(default)]
+    pub busy_fraction: f64,
 }
 
 /// Result of a scrub pass.
@@ -81,6 +88,40 @@ pub struct ScrubReport {
     pub phase: Option<TaskPhase>,
 }
 
+/// Progress of a running scrub (or where the last one ended), like [`RebuildProgress`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScrubProgress {
+    /// Member bytes read and verified so far.
+    pub bytes_done: u64,
+    /// Member bytes the scrub reads in all (every row of every member).
+    pub bytes_total: u64,
+    pub rate_bytes_per_sec: f64,
+    pub eta_secs: Option<f64>,
+    pub phase: TaskPhase,
+    /// As in [`RebuildProgress`].
+    #[serde(default)]
+    pub busy_fraction: f64,
+}
+
+/// What the resync after assembly did (dirty bitmap regions only; what a node taking
+/// over a volume publishes as "bytes resynced after takeover").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResyncReport {
+    /// Dirty bitmap regions resynced.
+    pub regions: u64,
+    /// Volume data bytes in those regions (the part of the volume that was re-checked).
+    pub bytes_resynced: u64,
+    /// Member bytes read to check them.
+    pub member_bytes_read: u64,
+    /// Parity (or copy) bytes rewritten.
+    pub member_bytes_written: u64,
+    /// Stripes (rotating) or chunks (near) whose parity or copies were rewritten.
+    pub stripes_rewritten: u64,
+    /// Stripes that could not be verified (a data member missing, not journaled).
+    pub stripes_unverifiable: u64,
+    pub duration_secs: f64,
+}
+
 /// Everything `volume status` shows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VolumeStatus {
@@ -101,6 +142,12 @@ pub struct VolumeStatus {
     pub dirty_regions: u64,
     pub rebuild: Option<RebuildProgress>,
     pub last_scrub: Option<ScrubReport>,
+    /// The running scrub's progress (or the last one's, once it ended).
+    #[serde(default)]
+    pub scrub: Option<ScrubProgress>,
+    /// What the resync at assembly did (`None` for a volume just created).
+    #[serde(default)]
+    pub last_resync: Option<ResyncReport>,
     /// Things assembly and failure handling want an operator to know.
     pub notes: Vec<String>,
     pub read_bytes: u64,

@@ -32,6 +32,8 @@ pub(crate) struct TaskState {
     pub rebuild_wanted: bool,
     pub rebuild: Option<RebuildTask>,
     pub last_scrub: Option<ScrubReport>,
+    pub scrub_progress: Option<crate::status::ScrubProgress>,
+    pub last_resync: Option<crate::status::ResyncReport>,
     pub scrub_cancel: Option<Arc<AtomicBool>>,
     pub notes: Vec<String>,
     pub cleaner: Option<JoinHandle<()>>,
@@ -53,7 +55,7 @@ impl Volume {
             loop {
                 tokio::time::sleep(period).await;
                 let Some(inner) = weak.upgrade() else { return };
-                if inner.stopped.load(Ordering::Acquire) {
+                if inner.stopped.load(Ordering::Acquire) || inner.is_halted() {
                     return;
                 }
                 if let Err(e) = inner.sweep_bitmap(false).await {
@@ -129,7 +131,9 @@ impl Volume {
         let rebuilding = rebuild
             .as_ref()
             .is_some_and(|r| r.phase == TaskPhase::Running);
-        let state = if inner.stopped.load(Ordering::Acquire) {
+        let state = if inner.is_halted() {
+            VolumeState::Fenced
+        } else if inner.stopped.load(Ordering::Acquire) {
             VolumeState::Stopped
         } else if inner.failed.load(Ordering::Acquire) {
             VolumeState::Failed
@@ -160,6 +164,8 @@ impl Volume {
             dirty_regions: inner.intent.dirty_regions().len() as u64,
             rebuild,
             last_scrub: tasks.last_scrub.clone(),
+            scrub: tasks.scrub_progress.clone(),
+            last_resync: tasks.last_resync.clone(),
             notes: tasks.notes.clone(),
             read_bytes: stats.read_bytes,
             write_bytes: stats.write_bytes,
@@ -183,6 +189,12 @@ impl Volume {
     pub async fn stop(&self) -> Result<()> {
         if self.inner.stopped.load(Ordering::Acquire) {
             return Ok(());
+        }
+        if self.inner.is_halted() {
+            // Fenced or detached: nothing may be written, so no clean stop.
+            self.cancel_tasks().await;
+            self.inner.stopped.store(true, Ordering::Release);
+            return Err(self.inner.fenced_error());
         }
         self.cancel_tasks().await;
         let inner = &self.inner;
@@ -231,8 +243,46 @@ impl Inner {
     }
 }
 
+impl Volume {
+    /// True once the volume is fenced: a member answered Reservation Conflict (another
+    /// host owns the volume now) or [`Volume::detach`] was called.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.is_halted()
+    }
+
+    /// Turns true when the volume gets fenced (a member's reservation conflict, or
+    /// [`Volume::detach`]); never turns back. The sender lives as long as the volume's
+    /// engine, so `changed()` fails once the volume is dropped.
+    pub fn fenced(&self) -> watch::Receiver<bool> {
+        self.inner.subscribe_fenced()
+    }
+
+    /// Why the volume is fenced, if it is.
+    pub fn fence_reason(&self) -> Option<String> {
+        self.inner.fence.reason().map(str::to_string)
+    }
+
+    /// Lets go of the volume at once without writing anything (the owner lost its lease,
+    /// or was fenced): from now on no member I/O is issued, not even by background work
+    /// (rebuild, bitmap sweep, scrub, resync), no superblock is written and no member is
+    /// failed; volume I/O fails with `BlockError::Unavailable`. The bitmap stays dirty
+    /// on the members, so the next owner resyncs what may have been in flight. Member
+    /// I/O already issued is not waited for. The state is `Fenced`; `stop()` then fails.
+    pub fn detach(&self) {
+        self.inner.halt("detached by its owner".to_string(), true);
+        let cleaner = self.inner.tasks().cleaner.take();
+        if let Some(c) = cleaner {
+            c.abort();
+        }
+    }
+}
+
 impl Drop for Volume {
+    /// Writes nothing: a volume dropped without `stop()` is like one whose host
+    /// crashed (the next assembly resyncs its dirty regions). Background tasks still
+    /// running (they hold the engine) find the volume halted and issue no member I/O.
     fn drop(&mut self) {
+        self.inner.halt("volume handle dropped".to_string(), false);
         let mut t = self.inner.tasks();
         if let Some(c) = t.cleaner.take() {
             c.abort();
@@ -263,7 +313,7 @@ impl BlockDevice for Volume {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.inner
                 .read_volume(offset_bytes, buf)
                 .await
@@ -272,7 +322,7 @@ impl BlockDevice for Volume {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.inner
                 .write_volume(offset_bytes, buf, flags.fua)
                 .await
@@ -281,14 +331,14 @@ impl BlockDevice for Volume {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.inner.check_usable().map_err(block_err)?;
             self.inner.flush_volume().await.map_err(block_err)
         })
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.inner
                 .zero_volume(offset_bytes, len_bytes)
                 .await

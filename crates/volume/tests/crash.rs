@@ -66,7 +66,7 @@ impl BlockDevice for PowerCut {
         self.inner.info()
     }
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             if self.power.cut.load(Ordering::Acquire) {
                 return Err(BlockError::Closed);
             }
@@ -74,19 +74,19 @@ impl BlockDevice for PowerCut {
         })
     }
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.power.tick()?;
             self.inner.write(offset_bytes, buf, flags).await
         })
     }
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.power.tick()?;
             self.inner.flush().await
         })
     }
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.power.tick()?;
             self.inner.write_zeroes(offset_bytes, len_bytes).await
         })

@@ -117,6 +117,9 @@ async fn fraction_throttle_keeps_members_mostly_idle() {
     let opts = EngineOptions {
         throttle: Throttle::Fraction(0.2),
         clock: Arc::new(TokioClock::new()),
+        inflight_batches: 4,
+        // One row per batch: 64 batches in 4 MiB.
+        batch_bytes: SU,
         ..test_options()
     };
     let (m, vol, model) = filled(LevelSpec::Raid1, 2, 5 * MIB, opts).await;
@@ -131,14 +134,53 @@ async fn fraction_throttle_keeps_members_mostly_idle() {
     vol.start_rebuild().await.unwrap();
     let p = vol.wait_rebuild().await.unwrap();
     assert_eq!(p.phase, TaskPhase::Done);
-    // 4 MiB in 256 KiB batches: 16 reads of 10 ms = 160 ms busy, 20 % duty cycle -> 800 ms.
+    // 4 MiB in 64 KiB batches, 4 at a time: 16 waves of 10 ms = 160 ms busy; a 20 %
+    // duty cycle makes that 800 ms (+-10 %).
+    let batches = p.bytes_total.div_ceil(SU);
+    assert_eq!(batches, 64);
+    let busy = Duration::from_millis(10) * batches.div_ceil(4) as u32;
     let took = start.elapsed();
-    assert!(
-        took >= Duration::from_millis(790) && took < Duration::from_millis(900),
-        "{took:?}"
-    );
+    let duty = busy.as_secs_f64() / took.as_secs_f64();
+    assert!((duty - 0.2).abs() <= 0.02, "{took:?}, duty cycle {duty:.3}");
     m.faults[0].clear();
     check_all(&vol, &model).await;
+}
+
+/// Batches in flight overlap their member I/O: the rebuild takes about one read latency
+/// per `inflight_batches` batches, not one per batch.
+#[tokio::test(start_paused = true)]
+async fn batches_in_flight_overlap() {
+    for (depth, waves) in [(1u32, 16u32), (4, 4)] {
+        let opts = EngineOptions {
+            clock: Arc::new(TokioClock::new()),
+            inflight_batches: depth as usize,
+            ..test_options()
+        };
+        let (m, vol, model) = filled(LevelSpec::Raid5, 3, 5 * MIB, opts).await;
+        vol.fail_member(2).await.unwrap();
+        vol.replace_member(2, fresh("new", 5 * MIB)).await.unwrap();
+        for f in &m.faults[..2] {
+            f.add(FaultRule::new(
+                FaultOps::READ,
+                FaultAction::Delay(Duration::from_millis(10)),
+            ));
+        }
+        let start = tokio::time::Instant::now();
+        vol.start_rebuild().await.unwrap();
+        let p = vol.wait_rebuild().await.unwrap();
+        assert_eq!(p.phase, TaskPhase::Done);
+        assert_eq!(p.bytes_total.div_ceil(256 << 10), 16);
+        let took = start.elapsed();
+        let want = Duration::from_millis(10) * waves;
+        assert!(
+            took >= want && took < want + Duration::from_millis(5),
+            "depth {depth}: {took:?}"
+        );
+        for f in &m.faults {
+            f.clear();
+        }
+        check_all(&vol, &model).await;
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -177,7 +177,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len_bytes = buf.len() as u64;
             check_range(&self.info, offset_bytes, len_bytes)?;
             if len_bytes == 0 {
@@ -193,7 +193,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len_bytes = buf.len() as u64;
             self.check_write(offset_bytes, len_bytes)?;
             if len_bytes == 0 {
@@ -211,7 +211,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             if !self.read_only {
                 self.run(Op::Flush).await?;
             }
@@ -221,7 +221,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.check_write(offset_bytes, len_bytes)?;
             if len_bytes > 0 {
                 self.run(Op::Zero {
@@ -236,7 +236,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.check_write(offset_bytes, len_bytes)?;
             if len_bytes > 0 {
                 self.run(Op::Zero {

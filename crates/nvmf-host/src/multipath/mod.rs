@@ -372,7 +372,7 @@ impl BlockDevice for MultipathNamespace {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len = buf.len() as u64;
             check_range(&self.info, offset_bytes, len)?;
             if len == 0 {
@@ -388,7 +388,7 @@ impl BlockDevice for MultipathNamespace {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len = buf.len() as u64;
             check_range(&self.info, offset_bytes, len)?;
             if len == 0 {
@@ -404,7 +404,7 @@ impl BlockDevice for MultipathNamespace {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.each_path(|p| async move { p.ns.flush_with(PATH_IO).await })
                 .await
                 .map_err(|e| self.fail(e, 0, 0))?;
@@ -414,7 +414,7 @@ impl BlockDevice for MultipathNamespace {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             if len_bytes == 0 {
                 return Ok(());
@@ -443,7 +443,7 @@ impl BlockDevice for MultipathNamespace {
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             if len_bytes == 0 || !self.info.supports_discard {
                 return Ok(());

@@ -13,10 +13,18 @@ pub struct IoRange {
     pub size_bytes: u64,
 }
 
-/// Maps `e` to the `BlockError` callers of `BlockDevice` act on. Errors without a
-/// dedicated variant become `BlockError::Io` wrapping the `HostError`; get it back with
-/// [`host_error`] (e.g. for the NVMe status of a reservation conflict).
+/// Maps `e` to the `BlockError` callers of `BlockDevice` act on:
+/// - Reservation Conflict, and Command Aborted due to Preempt and Abort (another host
+///   took the reservation over), become `BlockError::ReservationConflict`: this host is
+///   fenced (neither status is retried, see [`HostError::is_reservation_conflict`]);
+/// - ANA Inaccessible and ANA Persistent Loss (the namespace is not served through this
+///   controller now) become `BlockError::Unavailable` with the message;
+/// - errors without a dedicated variant become `BlockError::Io` wrapping the
+///   `HostError`; get it back with [`host_error`].
 pub fn to_block_error(e: HostError, r: IoRange) -> BlockError {
+    if e.is_reservation_conflict() {
+        return BlockError::ReservationConflict;
+    }
     if let Some(s) = e.nvme_status() {
         match (s.sct, s.sc) {
             (sct::GENERIC, 0x80) | (sct::GENERIC, 0x81) => {
@@ -32,6 +40,9 @@ pub fn to_block_error(e: HostError, r: IoRange) -> BlockError {
                     offset_bytes: r.offset_bytes,
                 };
             }
+            (sct::PATH, 0x01) | (sct::PATH, 0x02) => {
+                return BlockError::Unavailable(e.to_string());
+            }
             _ => {}
         }
     }
@@ -44,9 +55,6 @@ pub fn to_block_error(e: HostError, r: IoRange) -> BlockError {
             ..
         } => return BlockError::Closed,
         HostError::Transport { .. } => std::io::ErrorKind::ConnectionAborted,
-        HostError::Status { status, .. } if (status.sct, status.sc) == (sct::GENERIC, 0x83) => {
-            std::io::ErrorKind::PermissionDenied
-        }
         HostError::Usage(_) => std::io::ErrorKind::InvalidInput,
         _ => std::io::ErrorKind::Other,
     };
@@ -102,13 +110,37 @@ mod tests {
             to_block_error(st(Status::NS_WRITE_PROTECTED), r),
             BlockError::ReadOnly
         ));
-        let e = to_block_error(st(Status::RESERVATION_CONFLICT.dnr()), r);
-        let BlockError::Io(io) = &e else {
-            panic!("expected Io, got {e:?}");
+        for conflict in [
+            Status::RESERVATION_CONFLICT.dnr(),
+            Status::RESERVATION_CONFLICT,
+            Status::ABORTED_PREEMPT_ABORT.dnr(),
+        ] {
+            let e = to_block_error(st(conflict), r);
+            assert!(matches!(e, BlockError::ReservationConflict), "{e:?}");
+            assert!(!e.is_media());
+        }
+        // A Connect refused with the same numbers (SCT 1 there) is not a conflict.
+        let refused = HostError::ConnectRejected {
+            qid: 0,
+            status: Status::CONNECT_RESTART_DISCOVERY,
+            detail: String::new(),
         };
-        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(!matches!(
+            to_block_error(refused, r),
+            BlockError::ReservationConflict
+        ));
+        for path in [Status::ANA_INACCESSIBLE, Status::ANA_PERSISTENT_LOSS] {
+            match to_block_error(st(path), r) {
+                BlockError::Unavailable(msg) => assert!(msg.contains("SCT 3"), "{msg}"),
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+        }
+        // ANA transition stays an I/O error with the status reachable (retry later).
+        let e = to_block_error(st(Status::ANA_TRANSITION), r);
         let inner = host_error(&e).and_then(HostError::nvme_status);
-        assert_eq!(inner, Some(Status::RESERVATION_CONFLICT.dnr()));
-        assert!(e.to_string().contains("reservation conflict"), "{e}");
+        assert_eq!(inner, Some(Status::ANA_TRANSITION));
+        let e = to_block_error(st(Status::INTERNAL_ERROR), r);
+        let inner = host_error(&e).and_then(HostError::nvme_status);
+        assert_eq!(inner, Some(Status::INTERNAL_ERROR));
     }
 }

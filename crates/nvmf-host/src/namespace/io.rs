@@ -92,13 +92,21 @@ impl RemoteNamespace {
             q.submit_data(cmd, Data::window(w, dir), opts, false)
         });
         let outcomes = futures::future::join_all(parts).await;
-        // The first error in LBA order; a path error wins so multipath fails over.
+        // The first error in LBA order; a reservation conflict wins (this host is fenced,
+        // final on every path), then a path error so multipath fails over.
+        let rank = |e: &HostError| {
+            if e.is_reservation_conflict() {
+                2
+            } else {
+                u8::from(e.is_path_error())
+            }
+        };
         let mut first: Result<()> = Ok(());
         for o in &outcomes {
             if let Err(e) = self.check_outcome(q, opcode, o) {
                 let replace = match &first {
                     Ok(()) => true,
-                    Err(f) => e.is_path_error() && !f.is_path_error(),
+                    Err(f) => rank(&e) > rank(f),
                 };
                 if replace {
                     first = Err(e);

@@ -148,7 +148,7 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len = buf.len() as u64;
             check_range(&self.info, offset_bytes, len)?;
             if len == 0 {
@@ -164,7 +164,7 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             let len = buf.len() as u64;
             check_range(&self.info, offset_bytes, len)?;
             if len == 0 {
@@ -180,7 +180,7 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             self.flush_ns().await.map_err(|e| self.fail(e, 0, 0))?;
             self.stats.record_flush();
             Ok(())
@@ -188,7 +188,7 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             if len_bytes == 0 {
                 return Ok(());
@@ -204,7 +204,7 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        Box::pin(async move {
+        IoFuture::new(async move {
             check_range(&self.info, offset_bytes, len_bytes)?;
             if len_bytes == 0 || !self.info.supports_discard {
                 // Deallocation is advisory: without DSM there is nothing to do.

@@ -103,6 +103,12 @@ impl From<Status> for Dispatch {
 }
 
 /// Maps a backend error to the NVMe status of a read (`is_read`) or write-like command.
+///
+/// `Unavailable` (the namespace is not served from this node now: fenced, handed over,
+/// not owned) is the path error ANA Inaccessible, without DNR: a multipath host (Linux
+/// native multipath, nvmf-host's `MultipathNamespace`) sends the I/O down another path
+/// instead of failing it. A backend's `ReservationConflict` (this node was fenced off
+/// a device behind the namespace) is passed on as Reservation Conflict.
 pub(crate) fn block_error_status(e: &BlockError, is_read: bool) -> Status {
     match e {
         BlockError::Media { .. } if is_read => Status::UNRECOVERED_READ_ERROR,
@@ -111,6 +117,40 @@ pub(crate) fn block_error_status(e: &BlockError, is_read: bool) -> Status {
         BlockError::Misaligned { .. } => Status::INVALID_FIELD.dnr(),
         BlockError::ReadOnly => Status::NS_WRITE_PROTECTED.dnr(),
         BlockError::Timeout | BlockError::Closed => Status::NAMESPACE_NOT_READY,
+        BlockError::ReservationConflict => Status::RESERVATION_CONFLICT.dnr(),
+        BlockError::Unavailable(_) => Status::ANA_INACCESSIBLE,
         BlockError::Io(_) => Status::INTERNAL_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_proto::status::sct;
+
+    #[test]
+    fn fencing_errors_map_to_path_and_conflict_statuses() {
+        for is_read in [true, false] {
+            let st = block_error_status(&BlockError::Unavailable("handed over".into()), is_read);
+            assert_eq!((st.sct, st.sc), (sct::PATH, 0x02), "ANA inaccessible");
+            assert!(!st.dnr, "a path error must stay retryable on another path");
+            assert_eq!(st, Status::ANA_INACCESSIBLE);
+            let st = block_error_status(&BlockError::ReservationConflict, is_read);
+            assert_eq!((st.sct, st.sc), (sct::GENERIC, 0x83));
+            assert!(st.dnr, "a conflict is final");
+        }
+        // The others stay as they were.
+        assert_eq!(
+            block_error_status(&BlockError::Media { offset_bytes: 0 }, true),
+            Status::UNRECOVERED_READ_ERROR
+        );
+        assert_eq!(
+            block_error_status(&BlockError::Closed, false),
+            Status::NAMESPACE_NOT_READY
+        );
+        assert_eq!(
+            block_error_status(&BlockError::Io(std::io::Error::other("x")), false),
+            Status::INTERNAL_ERROR
+        );
     }
 }

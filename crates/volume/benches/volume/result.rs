@@ -77,7 +77,8 @@ impl CaseResult {
     /// Rebuild MB/s if every member shares one medium: the engine reads every surviving
     /// member and writes one, at the members' summed read and write bandwidth.
     pub fn shared_rebuild_bound(&self) -> f64 {
-        let reads = (self.layout.members - 1) as f64;
+        // The engine reads k survivors per rebuilt row (any k shards rebuild a row).
+        let reads = self.k as f64;
         let (r, w) = (self.base_seq_read.mb_per_s, self.base_seq_write.mb_per_s);
         if r > 0.0 && w > 0.0 {
             1.0 / (reads / r + 1.0 / w)
@@ -184,8 +185,9 @@ impl CaseResult {
                 key: "rebuild_unlimited_vs_shared_medium_bound",
                 what: format!(
                     "unlimited rebuild / bound if all members share one medium (file members \
-                     here): 1/({}/read sum + 1/write sum), {} survivors read",
-                    self.layout.members - 1,
+                     here): 1/({}/read sum + 1/write sum), {} of {} survivors read",
+                    self.k,
+                    self.k,
                     self.layout.members - 1
                 ),
                 value: div(self.rebuild_unlimited.mb_per_s, self.shared_rebuild_bound()),

@@ -111,6 +111,11 @@ impl Inner {
             return Ok(false);
         }
         let io = self.intent.io.lock().await;
+        if self.is_halted() {
+            // A fenced volume's bitmap stays as it is on the members: the next owner
+            // resyncs from it.
+            return Err(self.fenced_error());
+        }
         let picked = self.intent.sweep_select(force);
         if picked.is_empty() {
             return Ok(false);

@@ -14,7 +14,24 @@ impl Inner {
     /// Marks the members behind `faults` failed (each durably, in every surviving
     /// superblock) before the caller retries or acknowledges anything. Errors if the
     /// volume can no longer serve I/O.
+    ///
+    /// A reservation conflict fails no member: it fences the whole volume (another host
+    /// owns it now), and nothing is written. Any other error, `BlockError::Unavailable`
+    /// included (a member not served where this host reaches it), fails the member like
+    /// an unreachable one: the volume goes on within its tolerance and the member comes
+    /// back through a (partial) rebuild.
     pub async fn handle_faults(&self, faults: Faults) -> Result<()> {
+        for f in &faults {
+            let name = f
+                .dev
+                .as_ref()
+                .map_or_else(String::new, |d| d.info().name.clone());
+            self.fence_on_conflict(Some(f.member), &name, &f.err);
+        }
+        if self.is_halted() {
+            // Errors of I/O not issued because of the fence are no member's fault.
+            return Err(self.fenced_error());
+        }
         if faults.is_empty() {
             // An operation found too few readable members without a member error.
             return Err(self.failed_error(&self.topo()));
@@ -44,7 +61,13 @@ impl Inner {
         dev: Option<&Dev>,
         reason: &str,
     ) -> Result<()> {
+        if self.is_halted() {
+            return Err(self.fenced_error());
+        }
         let mut sb = self.meta.lock().await;
+        if self.is_halted() {
+            return Err(self.fenced_error());
+        }
         let topo = self.topo();
         let Some(slot) = topo.slots.get(member) else {
             return Ok(());
@@ -133,7 +156,7 @@ impl Inner {
 
     /// Starts a rebuild in the background if one is wanted and allowed.
     pub fn kick_rebuild(&self) {
-        if !self.opts.auto_rebuild || !self.tasks().rebuild_wanted {
+        if self.is_halted() || !self.opts.auto_rebuild || !self.tasks().rebuild_wanted {
             return;
         }
         if let Some(me) = self.me.get().and_then(|w| w.upgrade())
@@ -145,9 +168,14 @@ impl Inner {
 
     /// Writes the superblock to every writable slot and every spare (call with `meta`
     /// held). Members failing the write are failed in turn (generation bumped again).
+    /// Once the volume is fenced nothing is written; a write answered with a reservation
+    /// conflict fences it and fails no member.
     pub async fn commit_locked(&self, sb: &mut Superblock, bump_generation: bool) -> Result<()> {
         let mut bump = bump_generation;
         for _ in 0..=sb.members.len() {
+            if self.is_halted() {
+                return Err(self.fenced_error());
+            }
             if bump {
                 sb.generation += 1;
             }
@@ -159,11 +187,19 @@ impl Inner {
                 copy.member_index = *idx;
                 copy.member_uuid = sb.members.get(*idx).map(|e| e.uuid).unwrap_or_default();
                 async move {
-                    let r = self.timed(sbio::write_member(&**dev, &copy)).await;
+                    let name = dev.info().name.clone();
+                    let r = self
+                        .timed_member(Some(*idx), &name, sbio::write_member(&**dev, &copy))
+                        .await;
                     (*idx, dev.clone(), r)
                 }
             });
             let results = futures::future::join_all(futs).await;
+            if self.is_halted() {
+                // A member refused the write as fenced (or the owner let go meanwhile):
+                // the members that took it stay as they are, nobody is failed.
+                return Err(self.fenced_error());
+            }
             let written = results.iter().filter(|(_, _, r)| r.is_ok()).count();
             let failures: Vec<(usize, Dev)> = results
                 .into_iter()

@@ -5,6 +5,7 @@
 //! work shared by resync, rebuild and scrub).
 
 mod bitmap_io;
+mod fence;
 mod journal_io;
 mod meta;
 pub(crate) use meta::valid_when_leaving;
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     /// Held shared by every row write in flight, exclusively by the barrier that drains
     /// them before a flush (journal wrap, membership change).
     pub inflight: tokio::sync::RwLock<()>,
+    /// Set when the volume must stop touching its members (see `fence`).
+    pub fence: fence::Fence,
 }
 
 impl Inner {
@@ -101,6 +104,7 @@ impl Inner {
             me: std::sync::OnceLock::new(),
             journal,
             inflight: tokio::sync::RwLock::new(()),
+            fence: fence::Fence::new(),
         })
     }
 
@@ -126,6 +130,9 @@ impl Inner {
 
     /// Fails fast when the volume cannot serve I/O.
     pub fn check_usable(&self) -> Result<()> {
+        if self.is_halted() {
+            return Err(self.fenced_error());
+        }
         if self.stopped.load(Ordering::Acquire) {
             return Err(VolumeError::Stopped);
         }
@@ -152,14 +159,49 @@ impl Inner {
         }
     }
 
+    /// Runs a member I/O with the member timeout. Nothing is issued once the volume is
+    /// fenced; a reservation conflict fences it.
     pub(crate) async fn timed<T>(
         &self,
         fut: impl std::future::Future<Output = std::result::Result<T, BlockError>>,
     ) -> std::result::Result<T, BlockError> {
-        match tokio::time::timeout(self.opts.member_timeout, fut).await {
+        self.timed_member(None, "a member", fut).await
+    }
+
+    /// `timed` for member `member` (device `name`), named if it fences the volume.
+    async fn timed_member<T>(
+        &self,
+        member: Option<usize>,
+        name: &str,
+        fut: impl std::future::Future<Output = std::result::Result<T, BlockError>>,
+    ) -> std::result::Result<T, BlockError> {
+        self.member_io_allowed()?;
+        let r = match tokio::time::timeout(self.opts.member_timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(BlockError::Timeout),
+        };
+        if let Err(e) = &r {
+            self.fence_on_conflict(member, name, e);
         }
+        r
+    }
+
+    /// A member I/O on `dev` of slot `member`: not issued once fenced, timed.
+    async fn member_io<'d, T, F>(
+        &self,
+        member: usize,
+        dev: &'d Dev,
+        op: impl FnOnce(&'d Dev) -> F,
+    ) -> std::result::Result<T, MemberFault>
+    where
+        F: std::future::Future<Output = std::result::Result<T, BlockError>>,
+    {
+        if let Err(e) = self.member_io_allowed() {
+            return Err(Self::fault(member, Some(dev), e));
+        }
+        self.timed_member(Some(member), &dev.info().name, op(dev))
+            .await
+            .map_err(|e| Self::fault(member, Some(dev), e))
     }
 
     /// Reads `len` member data bytes at `offset` (relative to the data area).
@@ -174,9 +216,8 @@ impl Inner {
         let Some(d) = dev else {
             return Err(Self::fault(member, None, BlockError::Closed));
         };
-        self.timed(d.read(self.data_offset_bytes + offset_bytes, buf))
-            .await
-            .map_err(|e| Self::fault(member, dev, e))
+        let at = self.data_offset_bytes + offset_bytes;
+        self.member_io(member, d, |d| d.read(at, buf)).await
     }
 
     pub async fn mwrite(
@@ -191,13 +232,9 @@ impl Inner {
         let Some(d) = dev else {
             return Err(Self::fault(member, None, BlockError::Closed));
         };
-        self.timed(d.write(
-            self.data_offset_bytes + offset_bytes,
-            buf,
-            WriteFlags { fua },
-        ))
-        .await
-        .map_err(|e| Self::fault(member, dev, e))
+        let at = self.data_offset_bytes + offset_bytes;
+        self.member_io(member, d, |d| d.write(at, buf, WriteFlags { fua }))
+            .await
     }
 
     /// Raw write at an absolute member offset (bitmap blocks).
@@ -209,9 +246,10 @@ impl Inner {
         buf: IoBuf,
         fua: bool,
     ) -> std::result::Result<IoBuf, MemberFault> {
-        self.timed(dev.write(offset_bytes, buf, WriteFlags { fua }))
-            .await
-            .map_err(|e| Self::fault(member, Some(dev), e))
+        self.member_io(member, dev, |d| {
+            d.write(offset_bytes, buf, WriteFlags { fua })
+        })
+        .await
     }
 
     /// Flushes every writable member concurrently.
@@ -219,11 +257,7 @@ impl Inner {
         let futs = (0..topo.slots.len())
             .filter(|&i| topo.writable(i))
             .filter_map(|i| topo.dev(i).map(|d| (i, d)))
-            .map(|(i, d)| async move {
-                self.timed(d.flush())
-                    .await
-                    .map_err(|e| Self::fault(i, Some(d), e))
-            });
+            .map(|(i, d)| async move { self.member_io(i, d, |d| d.flush()).await });
         futures::future::join_all(futs)
             .await
             .into_iter()

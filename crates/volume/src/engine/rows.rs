@@ -1,12 +1,9 @@
 //! Row-batch plumbing shared by resync, rebuild and scrub: locking a run of rows, reading
-//! it from every readable member in one I/O each, and throttling.
-
-use std::time::Duration;
+//! it from every readable member in one I/O each (throttling is in `crate::chunks`).
 
 use blockdev::IoBuf;
 
 use super::{Faults, Inner};
-use crate::config::Throttle;
 use crate::layout::Family;
 use crate::locks::StripeGuards;
 use crate::topology::Topology;
@@ -33,45 +30,7 @@ impl Batch {
     }
 }
 
-/// Paces background work: `Fraction` sleeps in proportion to the time the work took,
-/// `BytesPerSec` to the byte budget.
-pub(crate) struct Pacer {
-    throttle: Throttle,
-    start: Duration,
-    bytes: u64,
-}
-
 impl Inner {
-    pub fn pacer(&self) -> Pacer {
-        Pacer {
-            throttle: self.opts.throttle,
-            start: self.opts.clock.now(),
-            bytes: 0,
-        }
-    }
-
-    /// Called after a batch of `bytes` member bytes that started at `batch_start`.
-    pub async fn pace(&self, p: &mut Pacer, batch_start: Duration, bytes: u64) {
-        p.bytes += bytes;
-        let clock = &self.opts.clock;
-        let now = clock.now();
-        let wait = match p.throttle {
-            Throttle::Unlimited => Duration::ZERO,
-            Throttle::BytesPerSec(rate) if rate > 0 => {
-                let target = Duration::from_secs_f64(p.bytes as f64 / rate as f64);
-                target.saturating_sub(now.saturating_sub(p.start))
-            }
-            Throttle::BytesPerSec(_) => Duration::ZERO,
-            Throttle::Fraction(f) if f > 0.0 && f < 1.0 => {
-                now.saturating_sub(batch_start).mul_f64((1.0 - f) / f)
-            }
-            Throttle::Fraction(_) => Duration::ZERO,
-        };
-        if !wait.is_zero() {
-            clock.sleep(wait).await;
-        }
-    }
-
     /// Rows per batch.
     pub fn batch_rows(&self) -> u64 {
         (self.opts.batch_bytes / self.su()).max(1)

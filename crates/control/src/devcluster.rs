@@ -1,0 +1,669 @@
+//! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
+//! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
+//! `DIR/nX`), one processor node `p1` exporting on the address the user asked for, and a
+//! sample RAID-5 volume across the three storage nodes. Running it again on the same data
+//! dir brings the same cluster back: nothing is created twice, the volume assembles clean.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use meta::MetaStore;
+use storage_node::{NodeConfig, StorageNode};
+
+use crate::api::{ApiConfig, ApiServer};
+use crate::processor::{Processor, ProcessorConfig};
+use crate::provision::{CreateVolume, create_volume, volume_view};
+use crate::records::{NodeRecord, NodeRole, volume_nqn};
+use crate::registration::{Registration, register_node};
+
+/// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
+pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// The processor node of the dev cluster.
+pub const PROCESSOR: &str = "p1";
+/// The sample volume.
+pub const DEFAULT_VOLUME: &str = "vol0";
+/// How long `start` waits for the processor to own the volume (a first start formats
+/// nothing large: the members are new sparse namespaces).
+const OWNERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Drive headroom over a member's share of the volume (superblocks, bitmap, and room
+/// for a second small volume).
+const DRIVE_HEADROOM_BYTES: u64 = 256 << 20;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct DevClusterConfig {
+    /// Everything lives here: `meta/`, `n1/`..`n3/`.
+    pub data_dir: PathBuf,
+    /// The address hosts use: the processor's NVMe/TCP listener and the HTTP API. The
+    /// storage nodes only serve the processor, on loopback.
+    pub addr: IpAddr,
+    /// The processor's NVMe/TCP port, the one hosts connect to.
+    pub port: u16,
+    /// Size of the sample volume when it is created (ignored once it exists).
+    pub volume_size_bytes: u64,
+    pub volume_name: String,
+    /// Lease of every node's registration and of volume ownership.
+    pub lease_ttl_ms: u64,
+}
+
+impl DevClusterConfig {
+    /// Defaults: 127.0.0.1:4420, a 1 GiB `vol0`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> DevClusterConfig {
+        DevClusterConfig {
+            data_dir: data_dir.into(),
+            addr: IpAddr::from([127, 0, 0, 1]),
+            port: 4420,
+            volume_size_bytes: 1 << 30,
+            volume_name: DEFAULT_VOLUME.to_string(),
+            lease_ttl_ms: 4000,
+        }
+    }
+}
+
+/// Why the dev cluster did not start or stop cleanly. One line each.
+#[derive(Debug, thiserror::Error)]
+pub enum DevClusterError {
+    #[error(
+        "{addr} is already in use (another `ferrobay up` or NVMe/TCP target?); \
+         pick another port with --port, e.g. --port {}",
+        addr.port().wrapping_add(1).max(1024)
+    )]
+    PortInUse { addr: SocketAddr },
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: SocketAddr, reason: String },
+    #[error("data dir {path}: {reason}")]
+    DataDir { path: PathBuf, reason: String },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("{step}: {reason}")]
+    Step { step: String, reason: String },
+    #[error("{node} did not take volume {volume} within {timeout_s} s (last seen: {last})")]
+    NotOwned {
+        node: String,
+        volume: String,
+        timeout_s: u64,
+        last: String,
+    },
+}
+
+fn step(step: impl Into<String>) -> impl FnOnce(&dyn std::fmt::Display) -> DevClusterError {
+    let step = step.into();
+    move |e| DevClusterError::Step {
+        step,
+        reason: e.to_string(),
+    }
+}
+
+/// A running dev cluster. Stop it with [`DevCluster::shutdown`].
+pub struct DevCluster {
+    store: Arc<dyn MetaStore>,
+    nodes: Vec<RunningNode>,
+    processor: Option<Processor>,
+    /// The API server, when the processor does not run one itself.
+    api: Option<ApiServer>,
+    volume: String,
+    created: bool,
+    nvme_addr: SocketAddr,
+    api_addr: Option<SocketAddr>,
+}
+
+struct RunningNode {
+    node: StorageNode,
+    registration: Option<Registration>,
+}
+
+/// Progress lines for a person ("starting storage node n1 ...").
+pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+impl DevCluster {
+    /// Starts everything, creates the volume if it does not exist, and waits until the
+    /// processor owns it. Whatever started is stopped again when a later step fails.
+    pub async fn start(
+        cfg: DevClusterConfig,
+        progress: Progress<'_>,
+    ) -> Result<DevCluster, DevClusterError> {
+        validate(&cfg)?;
+        let nvme_addr = SocketAddr::new(cfg.addr, cfg.port);
+        // Before anything starts: a taken port is the most likely failure, and the
+        // cheapest to report.
+        check_port_free(nvme_addr)?;
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
+            path: cfg.data_dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let data_dir =
+            std::fs::canonicalize(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
+                path: cfg.data_dir.clone(),
+                reason: e.to_string(),
+            })?;
+
+        let meta_dir = data_dir.join("meta");
+        progress(&format!(
+            "opening the metadata store in {}",
+            meta_dir.display()
+        ));
+        let store = open_embedded(&data_dir, &meta_dir).await?;
+
+        let mut cluster = DevCluster {
+            store,
+            nodes: Vec::new(),
+            processor: None,
+            api: None,
+            volume: cfg.volume_name.clone(),
+            created: false,
+            nvme_addr,
+            api_addr: None,
+        };
+        match cluster.bring_up(&cfg, &data_dir, progress).await {
+            Ok(()) => Ok(cluster),
+            Err(e) => {
+                progress(&format!("start failed ({e}); stopping what was started"));
+                if let Err(e2) = cluster.stop_all().await {
+                    tracing::warn!("stopping after a failed start: {e2}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn bring_up(
+        &mut self,
+        cfg: &DevClusterConfig,
+        data_dir: &Path,
+        progress: Progress<'_>,
+    ) -> Result<(), DevClusterError> {
+        let ttl = Duration::from_millis(cfg.lease_ttl_ms);
+        let drive_bytes = member_share_bytes(cfg.volume_size_bytes) + DRIVE_HEADROOM_BYTES;
+        for name in STORAGE_NODES {
+            progress(&format!("starting storage node {name}"));
+            let node = start_storage_node(name, data_dir, loopback(cfg.addr), drive_bytes).await?;
+            let record = NodeRecord {
+                name: name.to_string(),
+                role: NodeRole::Storage,
+                nvme_addrs: node.nvme_addrs(),
+                api_addr: node.http_addr(),
+                slot: None,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                started_unix_ms: unix_ms(),
+            };
+            let mut running = RunningNode {
+                node,
+                registration: None,
+            };
+            match register_node(self.store.clone(), record, ttl).await {
+                Ok(r) => running.registration = Some(r),
+                Err(e) => {
+                    let _ = running.node.shutdown().await;
+                    return Err(step(format!("register storage node {name}"))(&e));
+                }
+            }
+            progress(&format!(
+                "storage node {name} up: nvme {}",
+                join_addrs(&running.node.nvme_addrs())
+            ));
+            self.nodes.push(running);
+        }
+
+        progress(&format!(
+            "starting processor node {PROCESSOR} on {}",
+            self.nvme_addr
+        ));
+        let mut pcfg = ProcessorConfig::new(PROCESSOR);
+        pcfg.listen = vec![self.nvme_addr];
+        pcfg.api_listen = Some(SocketAddr::new(cfg.addr, 0));
+        pcfg.lease_ttl_ms = cfg.lease_ttl_ms;
+        let processor = Processor::start(self.store.clone(), pcfg)
+            .await
+            .map_err(|e| listen_error(self.nvme_addr, &e))?;
+        self.api_addr = processor.api_addr();
+        self.processor = Some(processor);
+        if self.api_addr.is_none() {
+            let api = start_api(self.store.clone(), SocketAddr::new(cfg.addr, 0)).await?;
+            self.api_addr = Some(api.local_addr());
+            self.api = Some(api);
+        }
+
+        let exists = volume_view(self.store.as_ref(), &cfg.volume_name)
+            .await
+            .map_err(|e| step(format!("read volume {}", cfg.volume_name))(&e))?
+            .is_some();
+        if exists {
+            progress(&format!(
+                "volume {} exists: assembling it from its members",
+                cfg.volume_name
+            ));
+        } else {
+            progress(&format!(
+                "creating RAID-5 volume {} ({} MiB) across {}",
+                cfg.volume_name,
+                cfg.volume_size_bytes.div_ceil(1 << 20),
+                STORAGE_NODES.join(", ")
+            ));
+            let req = CreateVolume {
+                name: cfg.volume_name.clone(),
+                level: "raid5".to_string(),
+                size_bytes: cfg.volume_size_bytes,
+                storage_nodes: STORAGE_NODES.iter().map(|s| s.to_string()).collect(),
+                preferred_owner: Some(PROCESSOR.to_string()),
+                // Fields the provisioning side may add later keep their defaults.
+                ..CreateVolume::default()
+            };
+            let host = nvmf_host::HostIdentity::from_hostnqn(&crate::records::processor_hostnqn(
+                PROCESSOR,
+            ))
+            .map_err(|e| step("host identity")(&e))?;
+            create_volume(self.store.as_ref(), &req, &host)
+                .await
+                .map_err(|e| step(format!("create volume {}", cfg.volume_name))(&e))?;
+            self.created = true;
+        }
+
+        progress(&format!(
+            "waiting for {PROCESSOR} to own {}",
+            cfg.volume_name
+        ));
+        self.wait_owned(&cfg.volume_name).await
+    }
+
+    async fn wait_owned(&self, volume: &str) -> Result<(), DevClusterError> {
+        let deadline = Instant::now() + OWNERSHIP_TIMEOUT;
+        loop {
+            let last = match volume_view(self.store.as_ref(), volume).await {
+                Ok(Some(v)) => {
+                    let owned = v.owner.as_ref().is_some_and(|o| o.node == PROCESSOR);
+                    let published = v.status.as_ref().is_some_and(|s| s.owner == PROCESSOR);
+                    if owned && published {
+                        return Ok(());
+                    }
+                    match &v.owner {
+                        Some(o) => format!("owner {} epoch {}", o.node, o.epoch),
+                        None => "no owner".into(),
+                    }
+                }
+                Ok(None) => "volume record missing".into(),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(DevClusterError::NotOwned {
+                    node: PROCESSOR.into(),
+                    volume: volume.into(),
+                    timeout_s: OWNERSHIP_TIMEOUT.as_secs(),
+                    last,
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// The processor's NVMe/TCP address hosts connect to.
+    pub fn nvme_addr(&self) -> SocketAddr {
+        self.nvme_addr
+    }
+
+    /// The processor's HTTP API (`ferrobay volume ... --api ADDR`).
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api_addr
+    }
+
+    pub fn volume(&self) -> &str {
+        &self.volume
+    }
+
+    pub fn volume_nqn(&self) -> String {
+        volume_nqn(&self.volume)
+    }
+
+    /// Whether this start created the volume (false: it existed already).
+    pub fn created_volume(&self) -> bool {
+        self.created
+    }
+
+    /// The metadata store (embedded, owned by this process).
+    pub fn store(&self) -> &Arc<dyn MetaStore> {
+        &self.store
+    }
+
+    /// The Linux host's command line to connect to the volume (from this machine when
+    /// the processor listens on every address).
+    pub fn connect_command(&self) -> String {
+        let mut addr = self.nvme_addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(loopback(addr.ip()));
+        }
+        nvme_connect_command(addr, &self.volume_nqn())
+    }
+
+    /// Stops the processor (the volume is stopped clean: no other processor runs), then
+    /// the storage nodes.
+    pub async fn shutdown(mut self, progress: Progress<'_>) -> Result<(), DevClusterError> {
+        progress("stopping");
+        let r = self.stop_all().await;
+        if r.is_ok() {
+            progress("stopped cleanly");
+        }
+        r
+    }
+
+    async fn stop_all(&mut self) -> Result<(), DevClusterError> {
+        let mut first_error = None;
+        if let Some(api) = self.api.take() {
+            api.stop().await;
+        }
+        if let Some(p) = self.processor.take()
+            && let Err(e) = p.shutdown().await
+        {
+            first_error.get_or_insert(step(format!("stop processor {PROCESSOR}"))(&e));
+        }
+        // Reverse order of start; registrations first so nothing looks for a node that is
+        // about to go.
+        while let Some(mut n) = self.nodes.pop() {
+            if let Some(r) = n.registration.take() {
+                r.stop().await;
+            }
+            let name = n.node.name().to_string();
+            if let Err(e) = n.node.shutdown().await {
+                first_error.get_or_insert(step(format!("stop storage node {name}"))(&e));
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Starts the cluster, calls `ready` once the volume is served, runs until `stop`
+/// completes, and shuts down cleanly.
+pub async fn run(
+    cfg: DevClusterConfig,
+    progress: Progress<'_>,
+    ready: impl FnOnce(&DevCluster),
+    stop: impl Future<Output = ()>,
+) -> Result<(), DevClusterError> {
+    let cluster = DevCluster::start(cfg, progress).await?;
+    ready(&cluster);
+    stop.await;
+    cluster.shutdown(progress).await
+}
+
+/// Serves the processor node's HTTP API from `store` on `addr`, for a processor node
+/// that does not serve it itself.
+pub async fn start_api(
+    store: Arc<dyn MetaStore>,
+    addr: SocketAddr,
+) -> Result<ApiServer, DevClusterError> {
+    let host = nvmf_host::HostIdentity::from_hostnqn(&crate::records::processor_hostnqn(PROCESSOR))
+        .map_err(|e| step("host identity")(&e))?;
+    let cfg = ApiConfig {
+        store,
+        host,
+        metrics: None,
+    };
+    ApiServer::start(addr, cfg)
+        .await
+        .map_err(|e| step("start the HTTP API")(&e))
+}
+
+/// The embedded store (one process at a time: a second `ferrobay up` on the same data
+/// dir stops here, before it touches anything).
+async fn open_embedded(
+    data_dir: &Path,
+    meta_dir: &Path,
+) -> Result<Arc<dyn MetaStore>, DevClusterError> {
+    std::fs::create_dir_all(meta_dir).map_err(|e| DevClusterError::DataDir {
+        path: meta_dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    match meta::EmbeddedStore::open(meta_dir, meta::EmbeddedOptions::default()).await {
+        Ok(s) => Ok(Arc::new(s)),
+        Err(e) => {
+            let text = e.to_string();
+            let reason = if text.contains("already open") || text.contains("lock") {
+                format!("in use by another process (another `ferrobay up`?): {text}")
+            } else {
+                format!("metadata store: {text}")
+            };
+            Err(DevClusterError::DataDir {
+                path: data_dir.to_path_buf(),
+                reason,
+            })
+        }
+    }
+}
+
+/// `nvme connect -t tcp -a ADDR -s PORT -n NQN`.
+pub fn nvme_connect_command(addr: SocketAddr, nqn: &str) -> String {
+    format!(
+        "nvme connect -t tcp -a {} -s {} -n {nqn}",
+        addr.ip(),
+        addr.port()
+    )
+}
+
+fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
+    if cfg.port == 0 {
+        return Err(DevClusterError::Config(
+            "--port 0: hosts need a known port; pick one, e.g. --port 4420".into(),
+        ));
+    }
+    meta::schema::validate_name(&cfg.volume_name)
+        .map_err(|e| DevClusterError::Config(e.to_string()))?;
+    if cfg.volume_size_bytes < (16 << 20) {
+        return Err(DevClusterError::Config(format!(
+            "volume size {} bytes is too small (at least 16M)",
+            cfg.volume_size_bytes
+        )));
+    }
+    if cfg.lease_ttl_ms < 1000 {
+        return Err(DevClusterError::Config(
+            "lease TTL below 1000 ms is not supported".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The loopback address of `ip`'s family.
+fn loopback(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+        IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    }
+}
+
+/// Each of the three members holds half of a RAID-5 volume's data.
+fn member_share_bytes(volume_bytes: u64) -> u64 {
+    let data_members = (STORAGE_NODES.len() - 1) as u64;
+    volume_bytes.div_ceil(data_members)
+}
+
+/// Binds the address the way the target will (SO_REUSEADDR, so a port whose old
+/// connections sit in TIME_WAIT is free) and lets it go again.
+fn check_port_free(addr: SocketAddr) -> Result<(), DevClusterError> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(|e| DevClusterError::Listen {
+        addr,
+        reason: e.to_string(),
+    })?;
+    let bound = socket
+        .set_reuseaddr(true)
+        .and_then(|()| socket.bind(addr))
+        .and_then(|()| socket.listen(1));
+    match bound {
+        Ok(_listener) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(DevClusterError::PortInUse { addr })
+        }
+        Err(e) => Err(DevClusterError::Listen {
+            addr,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// A processor that fails to start because its port was taken between the check and the
+/// bind still gets the port message.
+fn listen_error(addr: SocketAddr, e: &dyn std::fmt::Display) -> DevClusterError {
+    let text = e.to_string();
+    if text.contains("in use") {
+        DevClusterError::PortInUse { addr }
+    } else {
+        step(format!("start processor {PROCESSOR}"))(&text)
+    }
+}
+
+/// Where a storage node's NVMe/TCP listener was on its first start, kept in its data
+/// dir: the volume records name members by address, so the node must come back there.
+const NVME_ADDR_FILE: &str = "devcluster-nvme-addr";
+
+async fn start_storage_node(
+    name: &str,
+    data_dir: &Path,
+    ip: IpAddr,
+    drive_bytes: u64,
+) -> Result<StorageNode, DevClusterError> {
+    let dir = data_dir.join(name);
+    let drive_path = dir.join("d0.img");
+    let addr_path = dir.join(NVME_ADDR_FILE);
+    let saved_addr = match std::fs::read_to_string(&addr_path) {
+        Ok(s) => Some(
+            s.trim()
+                .parse::<SocketAddr>()
+                .map_err(|e| DevClusterError::DataDir {
+                    path: addr_path.clone(),
+                    reason: format!("not an address: {e}"),
+                })?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(DevClusterError::DataDir {
+                path: addr_path,
+                reason: e.to_string(),
+            });
+        }
+    };
+    let mut cfg = NodeConfig::new(name, &dir);
+    cfg.listen = vec![saved_addr.unwrap_or_else(|| SocketAddr::new(ip, 0))];
+    // Not the default 8009: three nodes share one address.
+    cfg.discovery_listen = Some(SocketAddr::new(ip, 0));
+    cfg.http_listen = Some(SocketAddr::new(ip, 0));
+    // A new node gets its drive; a known one brings back the drive of its state (so a
+    // later --volume-size does not clash with the size the drive was made with).
+    let fresh = !drive_path.exists();
+    if fresh {
+        let spec = format!("d0=file:{}:{drive_bytes}", drive_path.display());
+        let drive = storage_node::parse_node_drive(&spec)
+            .map_err(|e| step(format!("storage node {name} drive"))(&e))?;
+        cfg.drives = vec![drive];
+    }
+    let node = StorageNode::start(cfg)
+        .await
+        .map_err(|e| step(format!("start storage node {name}"))(&e))?;
+    if let Err(e) = first_start(&node, fresh, saved_addr, &addr_path).await {
+        let _ = node.shutdown().await;
+        return Err(step(format!("prepare storage node {name}"))(&e));
+    }
+    Ok(node)
+}
+
+/// A new drive comes with one namespace spanning it: free the drive for the volume's
+/// namespaces (made by Namespace Management over the fabric). Remember the listener.
+async fn first_start(
+    node: &StorageNode,
+    fresh: bool,
+    saved_addr: Option<SocketAddr>,
+    addr_path: &Path,
+) -> Result<(), String> {
+    if fresh {
+        for ns in node.list_namespaces() {
+            node.delete_namespace(&ns.subsystem_nqn, ns.nsid)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    if saved_addr.is_none() {
+        let addr = node
+            .nvme_addrs()
+            .first()
+            .copied()
+            .ok_or_else(|| "no NVMe/TCP listener".to_string())?;
+        let tmp = addr_path.with_extension("tmp");
+        std::fs::write(&tmp, addr.to_string())
+            .and_then(|()| std::fs::rename(&tmp, addr_path))
+            .map_err(|e| format!("write {}: {e}", addr_path.display()))?;
+    }
+    Ok(())
+}
+
+fn join_addrs(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_command_is_nvme_cli_syntax() {
+        let addr: SocketAddr = "127.0.0.1:4420".parse().unwrap();
+        assert_eq!(
+            nvme_connect_command(addr, &volume_nqn("vol0")),
+            "nvme connect -t tcp -a 127.0.0.1 -s 4420 -n nqn.2026-01.io.ferrobay:vol:vol0"
+        );
+    }
+
+    #[test]
+    fn taken_port_is_reported_with_the_way_out() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt.block_on(async { check_port_free(addr) }).unwrap_err();
+        assert!(matches!(e, DevClusterError::PortInUse { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("already in use") && text.contains("--port"),
+            "{text}"
+        );
+        drop(l);
+        rt.block_on(async { check_port_free(addr) }).unwrap();
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let mut c = DevClusterConfig::new("/tmp/x");
+        c.port = 0;
+        assert!(validate(&c).is_err());
+        let mut c = DevClusterConfig::new("/tmp/x");
+        c.volume_size_bytes = 1 << 20;
+        assert!(validate(&c).is_err());
+        let mut c = DevClusterConfig::new("/tmp/x");
+        c.volume_name = "a/b".into();
+        assert!(validate(&c).is_err());
+        validate(&DevClusterConfig::new("/tmp/x")).unwrap();
+    }
+
+    #[test]
+    fn drives_hold_a_member_share() {
+        assert_eq!(member_share_bytes(1 << 30), 512 << 20);
+        assert_eq!(member_share_bytes(3), 2);
+    }
+}

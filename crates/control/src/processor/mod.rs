@@ -1,0 +1,465 @@
+//! Processor nodes: diskless nodes that own erasure-coded volumes whose members live on
+//! storage nodes, and export each volume over NVMe/TCP from every processor node, with
+//! one ANA group per volume (optimized on the owner, inaccessible elsewhere).
+//!
+//! - [`Processor::start`] claims the node's slot (its cntlid range), opens one
+//!   `nvmf_target::Target` with its listeners, registers the node under a lease and
+//!   follows `/ferrobay/volumes/`: every volume gets subsystem `volume_nqn(name)` with
+//!   namespace 1 = an [`ExportDevice`] (inaccessible until owned).
+//! - Ownership (`volume_task`): a standby acquires a volume whose owner record is gone
+//!   (the handoff target and the preferred owner at once, others after a grace), then
+//!   takes it over (`takeover`): connect the members with this node's host NQN, fence
+//!   them with a reservation (`fence`), assemble (dirty-region resync),
+//!   attach, ANA optimized, publish its status every second (`status`), put returning
+//!   members back (`monitor`).
+//! - Loss: the lease may be lost, or a member answered Reservation Conflict: ANA
+//!   inaccessible at once, member I/O stopped, volume dropped without a write, back to
+//!   standby (with a fresh lease).
+//! - Handoff (`handoff`): `volume move` or [`Processor::shutdown`]: ANA change, drain,
+//!   clean stop, release; the new owner needs no resync.
+//!
+//! See the "Processor nodes" section of `docs/cluster.md`.
+
+mod compat;
+mod error;
+mod export_device;
+mod fence;
+mod handoff;
+mod members;
+mod monitor;
+mod node;
+mod status;
+mod takeover;
+mod volume_task;
+mod volumes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use meta::schema::validate_name;
+use meta::{LeaseId, LeaseState, MetaStore, wait_lost};
+use nvmf_host::{ConnectOptions, HostIdentity};
+use nvmf_target::{AnaState, ListenerHandle, Target, TargetConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::ControlError;
+use crate::api::{ApiConfig, ApiServer};
+use crate::records::{NodeRecord, NodeRole, cntlid_range, processor_hostnqn, reservation_key};
+use crate::registration::{Registration, claim_processor_slot};
+
+pub use error::ProcessorError;
+pub use export_device::ExportDevice;
+pub use fence::{FenceOutcome, fence_member, supports_reservations};
+pub use members::member_connect_defaults;
+pub use takeover::TakeoverReport;
+
+/// How a processor node runs.
+#[derive(Clone, Debug)]
+pub struct ProcessorConfig {
+    /// Node name (unique in the cluster): its host NQN, reservation key and slot.
+    pub name: String,
+    /// NVMe/TCP listeners hosts connect to (port 0 picks one).
+    pub listen: Vec<SocketAddr>,
+    /// HTTP control API, if any.
+    pub api_listen: Option<SocketAddr>,
+    /// Lease of the registration and of every ownership (default 4000 ms).
+    pub lease_ttl_ms: u64,
+    /// How the node connects to members (see [`member_connect_defaults`]).
+    pub member_connect: ConnectOptions,
+    /// Runtime knobs of assembled volumes.
+    pub engine: volume::EngineOptions,
+    /// How long a node that is neither the handoff target nor the preferred owner waits
+    /// before claiming a free volume (default 1000 ms).
+    pub standby_grace_ms: u64,
+    /// How often volume records, owners and handoff requests are re-read (default 200 ms).
+    pub poll_ms: u64,
+    /// Longest wait for in-flight I/O at a handoff (default 5000 ms).
+    pub drain_timeout_ms: u64,
+    /// Test seam: act as if cut off from the store (ignore the lease and the owner
+    /// record); only fencing by the members stops this node. Never set in production.
+    #[doc(hidden)]
+    pub ignore_ownership_loss: bool,
+}
+
+impl ProcessorConfig {
+    pub fn new(name: impl Into<String>) -> ProcessorConfig {
+        let engine = volume::EngineOptions {
+            member_timeout: Duration::from_secs(10),
+            ..volume::EngineOptions::default()
+        };
+        ProcessorConfig {
+            name: name.into(),
+            listen: Vec::new(),
+            api_listen: None,
+            lease_ttl_ms: 4000,
+            member_connect: member_connect_defaults(),
+            engine,
+            standby_grace_ms: 1000,
+            poll_ms: 200,
+            drain_timeout_ms: 5000,
+            ignore_ownership_loss: false,
+        }
+    }
+}
+
+/// The current lease of the node, as the volume tasks see it.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseInfo {
+    pub id: LeaseId,
+    pub state: watch::Receiver<LeaseState>,
+}
+
+impl LeaseInfo {
+    pub fn is_alive(&self) -> bool {
+        matches!(*self.state.borrow(), LeaseState::Alive { .. })
+    }
+}
+
+/// What every task of the node shares.
+pub(crate) struct Ctx {
+    pub name: String,
+    pub store: Arc<dyn MetaStore>,
+    pub cfg: ProcessorConfig,
+    pub target: Target,
+    pub ports: Vec<u16>,
+    pub host: HostIdentity,
+    pub key: u64,
+    pub lease: watch::Sender<Option<LeaseInfo>>,
+    /// Volumes owned now, with how the takeover went.
+    pub owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    /// Set by `shutdown`: owners hand over to a live standby.
+    pub shutting_down: watch::Sender<bool>,
+}
+
+impl Ctx {
+    /// Sets `group`'s ANA state on every listener (each change raises the ANA change
+    /// event on the controllers that see the group).
+    pub fn set_ana(&self, group: u32, state: AnaState) {
+        for &port in &self.ports {
+            if let Err(e) = self.target.set_ana_state(port, group, state) {
+                tracing::warn!(port, group, %state, "processor: ANA state not set: {e}");
+            }
+        }
+    }
+
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.cfg.poll_ms.max(10))
+    }
+
+    pub fn owned_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TakeoverReport>> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running processor node.
+pub struct Processor {
+    ctx: Arc<Ctx>,
+    slot: u16,
+    listeners: Vec<ListenerHandle>,
+    api: Option<ApiServer>,
+    volumes: Arc<volumes::Volumes>,
+    volumes_task: JoinHandle<()>,
+    lease_task: Option<JoinHandle<()>>,
+    lease_stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("name", &self.ctx.name)
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Processor {
+    /// Starts the node: slot, target and listeners, registration, and the volumes found
+    /// in the store (their subsystems exist when this returns; ownership follows in the
+    /// background).
+    pub async fn start(
+        store: Arc<dyn MetaStore>,
+        cfg: ProcessorConfig,
+    ) -> Result<Processor, ControlError> {
+        Ok(Processor::start_inner(store, cfg).await?)
+    }
+
+    async fn start_inner(
+        store: Arc<dyn MetaStore>,
+        cfg: ProcessorConfig,
+    ) -> Result<Processor, ProcessorError> {
+        validate_name(&cfg.name).map_err(|e| ProcessorError::Config(e.to_string()))?;
+        if cfg.listen.is_empty() {
+            return Err(ProcessorError::Config(
+                "a processor node needs at least one listen address".into(),
+            ));
+        }
+        if cfg.lease_ttl_ms < 500 {
+            return Err(ProcessorError::Config(format!(
+                "lease TTL {} ms is too short (at least 500)",
+                cfg.lease_ttl_ms
+            )));
+        }
+        let host = HostIdentity::from_hostnqn(&processor_hostnqn(&cfg.name))?;
+        let slot = claim_processor_slot(store.as_ref(), &cfg.name).await?;
+        let (cntlid_min, cntlid_max) = cntlid_range(slot);
+        let target = Target::new(TargetConfig {
+            cntlid_min,
+            cntlid_max,
+            ..TargetConfig::default()
+        })?;
+        let mut listeners = Vec::new();
+        for addr in &cfg.listen {
+            listeners.push(target.listen(*addr).await?);
+        }
+        let ports: Vec<u16> = listeners.iter().map(ListenerHandle::port_id).collect();
+        let owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>> = Arc::default();
+        let api = match cfg.api_listen {
+            Some(addr) => Some(
+                ApiServer::start(
+                    addr,
+                    ApiConfig {
+                        store: store.clone(),
+                        host: host.clone(),
+                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone())),
+                    },
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let record = NodeRecord {
+            name: cfg.name.clone(),
+            role: NodeRole::Processor,
+            nvme_addrs: listeners.iter().map(ListenerHandle::local_addr).collect(),
+            api_addr: api.as_ref().map(ApiServer::local_addr),
+            slot: Some(slot),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_ms: node::now_unix_ms(),
+        };
+        let registration = node::register(&store, &record, cfg.lease_ttl_ms).await?;
+        let ctx = Arc::new(Ctx {
+            name: cfg.name.clone(),
+            key: reservation_key(&cfg.name),
+            store,
+            cfg,
+            target,
+            ports,
+            host,
+            lease: watch::Sender::new(None),
+            owned,
+            shutting_down: watch::Sender::new(false),
+        });
+        let (lease_stop, stop_rx) = watch::channel(false);
+        let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, record, stop_rx));
+        let volumes = Arc::new(volumes::Volumes::default());
+        volumes::sync(&ctx, &volumes).await;
+        let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
+        tracing::info!(
+            node = %ctx.name,
+            slot,
+            addrs = ?listeners.iter().map(ListenerHandle::local_addr).collect::<Vec<_>>(),
+            "processor node started"
+        );
+        Ok(Processor {
+            ctx,
+            slot,
+            listeners,
+            api,
+            volumes,
+            volumes_task,
+            lease_task: Some(lease_task),
+            lease_stop,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ctx.name
+    }
+
+    /// The slot that fixes this node's controller ID range.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The NVMe/TCP listeners' addresses (with the ports actually bound).
+    pub fn nvme_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .map(ListenerHandle::local_addr)
+            .collect()
+    }
+
+    /// The HTTP API's address (with the port actually bound), if it serves one.
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api.as_ref().map(ApiServer::local_addr)
+    }
+
+    /// Volumes this node owns now, by name.
+    pub fn owned_volumes(&self) -> Vec<String> {
+        self.ctx.owned_lock().keys().cloned().collect()
+    }
+
+    /// How the takeover of an owned volume went.
+    pub fn takeover_report(&self, volume: &str) -> Option<TakeoverReport> {
+        self.ctx.owned_lock().get(volume).cloned()
+    }
+
+    /// The node's current lease, if it holds one.
+    pub fn lease_id(&self) -> Option<LeaseId> {
+        self.ctx.lease.borrow().as_ref().map(|l| l.id)
+    }
+
+    /// The ANA state of `group` on each listener, in `nvme_addrs` order.
+    pub fn ana_states(&self, group: u32) -> Vec<AnaState> {
+        self.ctx
+            .ports
+            .iter()
+            .filter_map(|&p| self.ctx.target.ana_state(p, group))
+            .collect()
+    }
+
+    /// The NVMe/TCP target (ANA states, controllers, statistics).
+    pub fn target(&self) -> &Target {
+        &self.ctx.target
+    }
+
+    /// Stops the node cleanly: each owned volume is handed over to a live standby
+    /// processor node if there is one (it takes over without resync), else stopped clean;
+    /// then the lease is revoked (the node record goes) and the listeners close.
+    pub async fn shutdown(mut self) -> Result<(), ControlError> {
+        self.ctx.shutting_down.send_replace(true);
+        self.volumes_task.abort();
+        volumes::stop_all(&self.ctx, &self.volumes).await;
+        self.lease_stop.send_replace(true);
+        if let Some(t) = self.lease_task.take() {
+            let _ = t.await;
+        }
+        if let Some(api) = self.api.take() {
+            api.stop().await;
+        }
+        self.close_target().await;
+        tracing::info!(node = %self.ctx.name, "processor node stopped");
+        Ok(())
+    }
+
+    /// Stops the node as a crash would: no handoff, no clean stop, no write to any
+    /// member, the lease left to expire. For tests and for a fatal error.
+    pub fn kill(mut self) {
+        self.kill_now();
+    }
+
+    fn kill_now(&mut self) {
+        self.volumes_task.abort();
+        volumes::abort_all(&self.ctx, &self.volumes);
+        if let Some(t) = self.lease_task.take() {
+            t.abort();
+        }
+        for nqn in self.ctx.target.subsystems() {
+            let _ = self.ctx.target.remove_subsystem(&nqn);
+        }
+        for l in &self.listeners {
+            l.close();
+        }
+    }
+
+    async fn close_target(&self) {
+        for nqn in self.ctx.target.subsystems() {
+            let _ = self.ctx.target.remove_subsystem(&nqn);
+        }
+        for l in &self.listeners {
+            l.close();
+        }
+        self.ctx.target.shutdown(Duration::from_secs(2)).await;
+    }
+}
+
+impl Drop for Processor {
+    fn drop(&mut self) {
+        // Dropped without shutdown: like a crash (the lease expires on its own).
+        if self.lease_task.is_some() {
+            self.kill_now();
+        }
+    }
+}
+
+/// Keeps the node registered: on a lost lease every volume task sees `None` (and goes
+/// standby); a fresh lease and node record follow.
+async fn lease_loop(
+    ctx: Arc<Ctx>,
+    mut reg: Registration,
+    record: NodeRecord,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        ctx.lease.send_replace(Some(LeaseInfo {
+            id: reg.lease_id(),
+            state: reg.subscribe(),
+        }));
+        let ignore = ctx.cfg.ignore_ownership_loss;
+        tokio::select! {
+            reason = wait_lost(reg.subscribe()), if !ignore => {
+                tracing::warn!(node = %ctx.name, ?reason, "processor: lease lost; volumes go standby");
+            }
+            () = stopped(&mut stop) => {
+                ctx.lease.send_replace(None);
+                reg.stop().await;
+                return;
+            }
+        }
+        ctx.lease.send_replace(None);
+        drop(reg);
+        reg = loop {
+            tokio::select! {
+                () = tokio::time::sleep(node::REREGISTER_DELAY) => {}
+                () = stopped(&mut stop) => return,
+            }
+            match node::register(&ctx.store, &record, ctx.cfg.lease_ttl_ms).await {
+                Ok(r) => break r,
+                Err(e) => tracing::warn!(node = %ctx.name, "processor: registration failed: {e}"),
+            }
+        };
+        tracing::info!(node = %ctx.name, "processor: registered again with a fresh lease");
+    }
+}
+
+/// The node's own lines of `/metrics`.
+fn metrics_fn(
+    node: String,
+    owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+) -> crate::api::MetricsFn {
+    Arc::new(move || {
+        use std::fmt::Write as _;
+        let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# TYPE ferrobay_processor_owned_volumes gauge\nferrobay_processor_owned_volumes{{node=\"{node}\"}} {}",
+            owned.len()
+        );
+        let _ = writeln!(out, "# TYPE ferrobay_processor_takeover_ms gauge");
+        for (v, r) in owned.iter() {
+            let _ = writeln!(
+                out,
+                "ferrobay_processor_takeover_ms{{node=\"{node}\",volume=\"{v}\",epoch=\"{}\"}} {}",
+                r.epoch, r.took_ms
+            );
+        }
+        let _ = writeln!(out, "# TYPE ferrobay_processor_takeover_resync_bytes gauge");
+        for (v, r) in owned.iter() {
+            let _ = writeln!(
+                out,
+                "ferrobay_processor_takeover_resync_bytes{{node=\"{node}\",volume=\"{v}\"}} {}",
+                r.resync_member_bytes
+            );
+        }
+        out
+    })
+}
+
+/// Resolves once `stop` says true (or its sender is gone), without keeping a borrow.
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}

@@ -1,0 +1,31 @@
+//! The node's registration, through [`crate::registration`]: its slot (which fixes the
+//! cntlid range) and its lease with the NodeRecord under it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use meta::MetaStore;
+
+use crate::ControlError;
+use crate::records::NodeRecord;
+use crate::registration::{Registration, register_node};
+
+pub(crate) fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Registers `record` (with a fresh start time) under a new lease of `ttl_ms`.
+pub(crate) async fn register(
+    store: &Arc<dyn MetaStore>,
+    record: &NodeRecord,
+    ttl_ms: u64,
+) -> Result<Registration, ControlError> {
+    let mut rec = record.clone();
+    rec.started_unix_ms = now_unix_ms();
+    register_node(store.clone(), rec, Duration::from_millis(ttl_ms)).await
+}
+
+/// Backoff between registration attempts after a lost lease.
+pub(crate) const REREGISTER_DELAY: Duration = Duration::from_millis(250);

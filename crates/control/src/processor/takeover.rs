@@ -1,0 +1,201 @@
+//! Taking a volume over once this node holds its owner record: connect the members,
+//! fence them, assemble, attach, ANA optimized.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use blockdev::BlockDevice;
+use meta::schema::OwnerRecord;
+use nvmf_host::RemoteNamespace;
+use nvmf_target::AnaState;
+use tokio::task::JoinHandle;
+use volume::Volume;
+
+use super::error::ProcessorError;
+use super::export_device::ExportDevice;
+use super::fence::{FenceOutcome, fence_member};
+use super::members::{FenceLatch, MemberDevice, open_member};
+use super::{Ctx, LeaseInfo, monitor};
+use crate::records::VolumeRecord;
+
+pub use crate::records::TakeoverReport;
+
+/// A volume this node owns.
+pub(crate) struct Owned {
+    pub volume: Arc<Volume>,
+    pub owner: OwnerRecord,
+    pub lease: LeaseInfo,
+    pub latch: Arc<FenceLatch>,
+    pub group: u32,
+    pub monitor: JoinHandle<()>,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.monitor.abort();
+    }
+}
+
+/// Opens and fences member `i`; `None` (logged) if it cannot be used now.
+async fn reach(
+    ctx: &Ctx,
+    volume: &str,
+    i: usize,
+    url: &str,
+) -> Option<(Arc<RemoteNamespace>, FenceOutcome)> {
+    let ns = match open_member(url, &ctx.host, &ctx.cfg.member_connect).await {
+        Ok(ns) => ns,
+        Err(e) => {
+            tracing::warn!(
+                volume,
+                member = i,
+                url,
+                "processor: member unreachable: {e}"
+            );
+            return None;
+        }
+    };
+    match fence_member(&ns, ctx.key).await {
+        Ok(FenceOutcome::Unsupported) => {
+            tracing::warn!(
+                volume,
+                member = i,
+                url,
+                "processor: member target has no reservations; only superblock generations fence the old owner there"
+            );
+            Some((ns, FenceOutcome::Unsupported))
+        }
+        Ok(o) => {
+            if let FenceOutcome::Reserved {
+                preempted: Some(key),
+            } = o
+            {
+                tracing::info!(
+                    volume,
+                    member = i,
+                    preempted_key = format_args!("{key:#x}"),
+                    "processor: previous owner fenced"
+                );
+            }
+            Some((ns, o))
+        }
+        Err(e) => {
+            tracing::warn!(
+                volume,
+                member = i,
+                url,
+                "processor: member not fenced, not used: {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Takes `rec` over under `owner`: returns the running volume, attached and optimized.
+pub(crate) async fn take_over(
+    ctx: &Arc<Ctx>,
+    rec: &VolumeRecord,
+    owner: OwnerRecord,
+    lease: LeaseInfo,
+    export: &ExportDevice,
+) -> Result<Owned, ProcessorError> {
+    let t0 = Instant::now();
+    let name = rec.name.as_str();
+    let fail = |reason: String| ProcessorError::Takeover {
+        volume: name.to_string(),
+        reason,
+    };
+    let latch = FenceLatch::new();
+    let reached = futures::future::join_all(
+        rec.members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| reach(ctx, name, i, &m.url)),
+    )
+    .await;
+    let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
+    let mut unfenceable = 0;
+    for (m, r) in rec.members.iter().zip(&reached) {
+        if let Some((ns, outcome)) = r {
+            if *outcome == FenceOutcome::Unsupported {
+                unfenceable += 1;
+            }
+            devices.push(Arc::new(MemberDevice::new(
+                ns.clone(),
+                &m.url,
+                latch.clone(),
+            )));
+        }
+    }
+    let fenced = devices.len();
+    for (j, s) in rec.spares.iter().enumerate() {
+        if let Some((ns, _)) = reach(ctx, name, rec.members.len() + j, &s.url).await {
+            devices.push(Arc::new(MemberDevice::new(ns, &s.url, latch.clone())));
+        }
+    }
+    if !ctx.cfg.ignore_ownership_loss && !lease.is_alive() {
+        return Err(fail("lease lost during takeover".into()));
+    }
+    let volume = Volume::assemble_with(devices, ctx.cfg.engine.clone()).await?;
+    let status = volume.status();
+    if status.uuid != rec.uuid {
+        latch.close("assembled another volume than the record names");
+        return Err(fail(format!(
+            "members hold volume {}, the record says {}",
+            status.uuid, rec.uuid
+        )));
+    }
+    if latch.is_closed() {
+        return Err(fail("fenced by another node during assembly".into()));
+    }
+    let volume = Arc::new(volume);
+    export.attach(volume.clone());
+    ctx.set_ana(rec.ana_group, AnaState::Optimized);
+    let report = TakeoverReport {
+        epoch: owner.epoch,
+        generation: status.generation,
+        took_ms: t0.elapsed().as_millis() as u64,
+        members_fenced: fenced,
+        members_total: rec.members.len(),
+        members_unfenceable: unfenceable,
+        resync_regions: status.dirty_regions,
+        resync_member_bytes: status.dirty_regions.saturating_mul(status.region_bytes),
+    };
+    tracing::info!(
+        node = %ctx.name,
+        volume = name,
+        epoch = owner.epoch,
+        generation = report.generation,
+        took_ms = report.took_ms,
+        resync_regions = report.resync_regions,
+        members = format_args!("{}/{}", fenced, rec.members.len()),
+        "processor: volume taken over"
+    );
+    ctx.owned_lock().insert(name.to_string(), report);
+    let slots = Arc::new(Mutex::new(
+        reached
+            .into_iter()
+            .map(|r| r.map(|(ns, _)| ns))
+            .collect::<Vec<_>>(),
+    ));
+    let own = monitor::Ownership {
+        owner: owner.clone(),
+        lease: lease.clone(),
+    };
+    let monitor = monitor::spawn(
+        ctx.clone(),
+        rec.clone(),
+        volume.clone(),
+        latch.clone(),
+        slots,
+        own,
+    );
+    Ok(Owned {
+        volume,
+        owner,
+        lease,
+        latch,
+        group: rec.ana_group,
+        monitor,
+    })
+}

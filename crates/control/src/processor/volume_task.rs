@@ -1,0 +1,276 @@
+//! The ownership loop of one volume on this node: standby until the volume is free and
+//! this node may claim it, take it over, serve it until it is lost, handed over or
+//! retired, and again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use meta::schema::{
+    OwnerRecord, OwnershipError, Versioned, acquire_ownership, current_owner, get_json, node_key,
+};
+use meta::wait_lost;
+use nvmf_target::AnaState;
+use tokio::sync::watch;
+
+use super::export_device::ExportDevice;
+use super::takeover::{Owned, take_over};
+use super::{Ctx, LeaseInfo, handoff, status};
+use crate::records::{HandoffRecord, NodeRecord, NodeRole, VolumeRecord, handoff_key};
+
+/// Wait after a failed takeover before trying again (the owner record is released, so
+/// another node may try meanwhile).
+const TAKEOVER_RETRY: Duration = Duration::from_secs(2);
+
+pub(crate) async fn run(
+    ctx: Arc<Ctx>,
+    name: String,
+    record: watch::Receiver<VolumeRecord>,
+    mut stop: watch::Receiver<bool>,
+    export: Arc<ExportDevice>,
+) {
+    loop {
+        let Some((owner, lease)) = standby(&ctx, &name, &record, &mut stop).await else {
+            return;
+        };
+        let rec = record.borrow().clone();
+        match take_over(&ctx, &rec, owner.clone(), lease, &export).await {
+            Ok(owned) => {
+                forget_handoff(&ctx, &name).await;
+                if !serve(&ctx, &name, owned, &mut stop, &export).await {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(node = %ctx.name, volume = %name, "processor: takeover failed: {e}");
+                ctx.set_ana(rec.ana_group, AnaState::Inaccessible);
+                export.detach();
+                let _ = meta::schema::release_ownership(ctx.store.as_ref(), &name, &owner).await;
+                tokio::select! {
+                    () = tokio::time::sleep(TAKEOVER_RETRY) => {}
+                    () = super::stopped(&mut stop) => return,
+                }
+            }
+        }
+    }
+}
+
+async fn node_live(ctx: &Ctx, node: &str) -> bool {
+    let Ok(key) = node_key(node) else {
+        return false;
+    };
+    matches!(
+        get_json::<NodeRecord, _>(ctx.store.as_ref(), &key).await,
+        Ok(Some(Versioned { value, .. })) if value.role == NodeRole::Processor
+    )
+}
+
+async fn handoff_request(ctx: &Ctx, name: &str) -> Option<Versioned<HandoffRecord>> {
+    let key = handoff_key(name).ok()?;
+    get_json::<HandoffRecord, _>(ctx.store.as_ref(), &key)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Deletes a handoff request addressed to this node (it owns the volume now).
+async fn forget_handoff(ctx: &Ctx, name: &str) {
+    if let Some(h) = handoff_request(ctx, name).await
+        && h.value.to == ctx.name
+        && let Ok(key) = handoff_key(name)
+    {
+        let _ = ctx.store.compare_and_delete(&key, h.revision).await;
+    }
+}
+
+/// How long to let others claim a free volume first: nothing for the handoff target or
+/// the preferred owner, the grace for the rest while those are live.
+async fn claim_delay(ctx: &Ctx, rec: &VolumeRecord) -> Duration {
+    let grace = Duration::from_millis(ctx.cfg.standby_grace_ms);
+    if let Some(h) = handoff_request(ctx, &rec.name).await {
+        if h.value.to == ctx.name {
+            return Duration::ZERO;
+        }
+        if node_live(ctx, &h.value.to).await {
+            return grace * 2;
+        }
+    }
+    match &rec.preferred_owner {
+        Some(p) if *p != ctx.name && node_live(ctx, p).await => grace,
+        _ => Duration::ZERO,
+    }
+}
+
+/// The current lease once there is a live one; `None` when told to stop.
+async fn live_lease(ctx: &Ctx, stop: &mut watch::Receiver<bool>) -> Option<LeaseInfo> {
+    let mut rx = ctx.lease.subscribe();
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        if let Some(l) = rx.borrow_and_update().clone()
+            && (l.is_alive() || ctx.cfg.ignore_ownership_loss)
+        {
+            return Some(l);
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return None },
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(ctx.poll()) => {}
+        }
+    }
+}
+
+/// Waits until this node owns the volume; `None` when told to stop.
+async fn standby(
+    ctx: &Ctx,
+    name: &str,
+    record: &watch::Receiver<VolumeRecord>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<(OwnerRecord, LeaseInfo)> {
+    loop {
+        let lease = live_lease(ctx, stop).await?;
+        if *ctx.shutting_down.borrow() {
+            // A node on its way out claims nothing.
+            super::stopped(stop).await;
+            return None;
+        }
+        match current_owner(ctx.store.as_ref(), name).await {
+            Ok(None) => {
+                let rec = record.borrow().clone();
+                let delay = claim_delay(ctx, &rec).await;
+                if !delay.is_zero() {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = super::stopped(stop) => return None,
+                    }
+                }
+                if matches!(current_owner(ctx.store.as_ref(), name).await, Ok(None))
+                    && !*stop.borrow()
+                {
+                    match acquire_ownership(ctx.store.as_ref(), name, &ctx.name, lease.id).await {
+                        Ok(owner) => return Some((owner, lease)),
+                        Err(OwnershipError::Conflict { current }) => {
+                            tracing::debug!(volume = name, owner = %current.node, "processor: someone else claimed it first");
+                        }
+                        Err(e) => tracing::warn!(volume = name, "processor: claim failed: {e}"),
+                    }
+                }
+            }
+            Ok(Some(_)) => {}
+            Err(e) => tracing::warn!(volume = name, "processor: owner unreadable: {e}"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(ctx.poll()) => {}
+            () = super::stopped(stop) => return None,
+        }
+    }
+}
+
+/// A live processor node other than this one, for a handoff at shutdown.
+async fn live_standby(ctx: &Ctx) -> Option<String> {
+    let listing = meta::schema::list_json::<NodeRecord, _>(ctx.store.as_ref(), meta::schema::NODES)
+        .await
+        .ok()?;
+    listing
+        .items
+        .into_iter()
+        .map(|(_, v)| v.value)
+        .find(|n| n.role == NodeRole::Processor && n.name != ctx.name)
+        .map(|n| n.name)
+}
+
+/// What ends (or continues) serving a volume.
+enum Event {
+    Continue,
+    Lose(String),
+    HandOver(String),
+    Stop,
+}
+
+/// One round of the owner's store work: status, owner record, handoff request. Runs
+/// inside the select of [`serve`], so a slow store never delays reacting to a lost lease.
+async fn periodic(
+    ctx: &Ctx,
+    name: &str,
+    owned: &Owned,
+    last_status: &mut Option<Instant>,
+) -> Event {
+    tokio::time::sleep(ctx.poll()).await;
+    if last_status.is_none_or(|t| t.elapsed() >= status::PERIOD) {
+        if let Err(e) = status::publish(ctx, name, owned).await {
+            tracing::debug!(volume = name, "processor: status not published: {e}");
+        }
+        *last_status = Some(Instant::now());
+    }
+    if !ctx.cfg.ignore_ownership_loss {
+        match current_owner(ctx.store.as_ref(), name).await {
+            Ok(Some(cur)) if cur.value == owned.owner && cur.lease == Some(owned.lease.id) => {}
+            Ok(_) => return Event::Lose("owner record gone or changed".into()),
+            Err(e) => tracing::debug!(volume = name, "processor: owner unreadable: {e}"),
+        }
+    }
+    if let Some(h) = handoff_request(ctx, name).await {
+        if h.value.to == ctx.name {
+            forget_handoff(ctx, name).await;
+        } else if node_live(ctx, &h.value.to).await {
+            return Event::HandOver(h.value.to);
+        }
+    }
+    Event::Continue
+}
+
+/// Serves an owned volume until it is lost or given up. `true`: back to standby;
+/// `false`: the task ends (stop).
+async fn serve(
+    ctx: &Ctx,
+    name: &str,
+    owned: Owned,
+    stop: &mut watch::Receiver<bool>,
+    export: &ExportDevice,
+) -> bool {
+    let ignore = ctx.cfg.ignore_ownership_loss;
+    let lease_lost = wait_lost(owned.lease.state.clone());
+    tokio::pin!(lease_lost);
+    let latch = owned.latch.clone();
+    let fenced = latch.closed();
+    tokio::pin!(fenced);
+    let mut volume_fenced = owned.volume.fenced();
+    let mut last_status: Option<Instant> = None;
+    loop {
+        let event = tokio::select! {
+            biased;
+            reason = &mut lease_lost, if !ignore => Event::Lose(format!("lease lost: {reason:?}")),
+            () = &mut fenced => Event::Lose("fenced by a member (Reservation Conflict)".into()),
+            alive = async { volume_fenced.wait_for(|f| *f).await.is_ok() } => Event::Lose(if alive {
+                owned.volume.fence_reason().unwrap_or_else(|| "volume fenced".into())
+            } else {
+                "volume engine gone".into()
+            }),
+            () = super::stopped(stop) => Event::Stop,
+            e = periodic(ctx, name, &owned, &mut last_status) => e,
+        };
+        match event {
+            Event::Continue => {}
+            Event::Lose(why) => {
+                handoff::lose(ctx, name, owned, export, &why);
+                return true;
+            }
+            Event::HandOver(to) => {
+                handoff::hand_over(ctx, name, owned, export, Some(&to)).await;
+                return true;
+            }
+            Event::Stop => {
+                let to = if *ctx.shutting_down.borrow() {
+                    tokio::time::timeout(Duration::from_secs(2), live_standby(ctx))
+                        .await
+                        .ok()
+                        .flatten()
+                } else {
+                    None
+                };
+                handoff::hand_over(ctx, name, owned, export, to.as_deref()).await;
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The volumes this node exports: one subsystem per volume record under
+//! `/ferrobay/volumes/`, added and removed as records come and go, each with its
+//! ownership task.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use meta::schema::{VOLUMES, list_json, name_in};
+use nvmf_target::{ANA_MAX_GROUPS, AnaState, NamespaceConfig, SubsystemConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::export_device::ExportDevice;
+use super::{Ctx, volume_task};
+use crate::records::{VolumeRecord, volume_nqn};
+
+/// Model number of every exported volume (identical on every processor node).
+pub(crate) const MODEL: &str = "Ferrobay Volume";
+
+struct Entry {
+    record: watch::Sender<VolumeRecord>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    export: Arc<ExportDevice>,
+}
+
+/// The exported volumes, by name.
+#[derive(Default)]
+pub(crate) struct Volumes {
+    entries: Mutex<BTreeMap<String, Entry>>,
+}
+
+impl Volumes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Follows the volume records until aborted.
+pub(crate) async fn run(ctx: Arc<Ctx>, vols: Arc<Volumes>) {
+    loop {
+        tokio::time::sleep(ctx.poll()).await;
+        sync(&ctx, &vols).await;
+    }
+}
+
+/// One pass: export new volumes, pass record changes on, retire removed volumes.
+pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
+    let listing = match list_json::<VolumeRecord, _>(ctx.store.as_ref(), VOLUMES).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(node = %ctx.name, "processor: volume records unreadable: {e}");
+            return;
+        }
+    };
+    let want: BTreeMap<String, VolumeRecord> = listing
+        .items
+        .into_iter()
+        .filter_map(|(key, v)| {
+            let name = name_in(VOLUMES, &key)?;
+            (name == v.value.name).then(|| (name.to_string(), v.value))
+        })
+        .collect();
+    let gone: Vec<(String, Entry)> = {
+        let mut entries = vols.lock();
+        let names: Vec<String> = entries
+            .keys()
+            .filter(|n| !want.contains_key(*n))
+            .cloned()
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|n| entries.remove(&n).map(|e| (n, e)))
+            .collect()
+    };
+    for (name, entry) in gone {
+        tracing::info!(node = %ctx.name, volume = %name, "processor: volume record removed");
+        retire(ctx, &name, entry).await;
+    }
+    for (name, rec) in want {
+        let replaced = {
+            let mut entries = vols.lock();
+            let other_volume = entries
+                .get(&name)
+                .map(|e| e.record.borrow().uuid != rec.uuid);
+            match other_volume {
+                // Same name, another volume (deleted and created again): retire the old
+                // one now, export the new one on the next pass.
+                Some(true) => entries.remove(&name),
+                Some(false) => {
+                    if let Some(e) = entries.get(&name) {
+                        e.record.send_if_modified(|r| {
+                            let changed = *r != rec;
+                            *r = rec.clone();
+                            changed
+                        });
+                    }
+                    None
+                }
+                None => {
+                    match add(ctx, &rec) {
+                        Ok(entry) => {
+                            entries.insert(name.clone(), entry);
+                        }
+                        Err(e) => tracing::warn!(
+                            node = %ctx.name, volume = %name,
+                            "processor: volume not exported: {e}"
+                        ),
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(old) = replaced {
+            retire(ctx, &name, old).await;
+        }
+    }
+}
+
+/// Serial number of a volume's subsystem: from its UUID, so every processor node
+/// reports the same one (hosts group paths by subsystem NQN and serial).
+fn serial_of(rec: &VolumeRecord) -> String {
+    let hex = rec.uuid.simple().to_string().to_ascii_uppercase();
+    format!("FBV{}", &hex[..17])
+}
+
+fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
+    if !(1..=ANA_MAX_GROUPS).contains(&rec.ana_group) {
+        return Err(format!(
+            "ANA group {} is not in 1..={ANA_MAX_GROUPS}",
+            rec.ana_group
+        ));
+    }
+    if !matches!(rec.block_size_bytes, 512 | 4096)
+        || rec.size_bytes == 0
+        || !rec
+            .size_bytes
+            .is_multiple_of(u64::from(rec.block_size_bytes))
+    {
+        return Err(format!(
+            "size {} / block size {} not exportable",
+            rec.size_bytes, rec.block_size_bytes
+        ));
+    }
+    let nqn = volume_nqn(&rec.name);
+    // Inaccessible before the namespace exists: no host ever sees it optimized here
+    // before this node owns it.
+    ctx.set_ana(rec.ana_group, AnaState::Inaccessible);
+    ctx.target
+        .add_subsystem(SubsystemConfig {
+            nqn: nqn.clone(),
+            serial: serial_of(rec),
+            model: MODEL.to_string(),
+            allow_any_host: true,
+            allowed_hosts: Vec::new(),
+        })
+        .map_err(|e| e.to_string())?;
+    let export = Arc::new(ExportDevice::new(
+        &rec.name,
+        rec.size_bytes,
+        rec.block_size_bytes,
+    ));
+    let nguid = *rec.uuid.as_bytes();
+    let mut eui64 = [0u8; 8];
+    eui64.copy_from_slice(&nguid[8..16]);
+    let ns = NamespaceConfig {
+        nsid: 1,
+        device: export.clone(),
+        offset_bytes: 0,
+        size_bytes: rec.size_bytes,
+        block_size_bytes: rec.block_size_bytes,
+        nguid,
+        eui64,
+        uuid: nguid,
+        attached: true,
+        reservations: None,
+        ana_group: rec.ana_group,
+    };
+    if let Err(e) = ctx.target.add_namespace(&nqn, ns) {
+        let _ = ctx.target.remove_subsystem(&nqn);
+        return Err(e.to_string());
+    }
+    let (record_tx, record_rx) = watch::channel(rec.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(volume_task::run(
+        ctx.clone(),
+        rec.name.clone(),
+        record_rx,
+        stop_rx,
+        export.clone(),
+    ));
+    tracing::info!(node = %ctx.name, volume = %rec.name, %nqn, group = rec.ana_group, "processor: volume exported");
+    Ok(Entry {
+        record: record_tx,
+        stop: stop_tx,
+        task,
+        export,
+    })
+}
+
+/// Stops a volume's task (an owner stops the volume clean and releases it) and removes
+/// its subsystem.
+async fn retire(ctx: &Ctx, name: &str, entry: Entry) {
+    entry.stop.send_replace(true);
+    let wait = Duration::from_millis(ctx.cfg.drain_timeout_ms) + Duration::from_secs(30);
+    let mut task = entry.task;
+    if tokio::time::timeout(wait, &mut task).await.is_err() {
+        tracing::warn!(volume = %name, "processor: volume task did not stop; aborted");
+        task.abort();
+        if let Some(v) = entry.export.detach() {
+            v.detach();
+        }
+    }
+    let _ = ctx.target.remove_subsystem(&volume_nqn(name));
+}
+
+/// Shutdown: every task stops (owners hand over or stop clean), all at once.
+pub(crate) async fn stop_all(ctx: &Ctx, vols: &Volumes) {
+    let entries: Vec<(String, Entry)> = std::mem::take(&mut *vols.lock()).into_iter().collect();
+    let waits = entries.into_iter().map(|(name, e)| async move {
+        retire(ctx, &name, e).await;
+    });
+    futures::future::join_all(waits).await;
+}
+
+/// Crash: tasks aborted, volumes dropped without a write.
+pub(crate) fn abort_all(ctx: &Ctx, vols: &Volumes) {
+    let entries = std::mem::take(&mut *vols.lock());
+    for (_, e) in entries {
+        e.task.abort();
+        if let Some(v) = e.export.detach() {
+            v.detach();
+        }
+    }
+    ctx.owned_lock().clear();
+}

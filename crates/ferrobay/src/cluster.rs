@@ -1,0 +1,129 @@
+//! What the cluster commands (`processor`, `node run --meta`, `volume --meta|--api`, `up`)
+//! share: usage errors, opening the metadata store, stop signals, endpoints files.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+
+/// Exit code of a bad command line (clap's).
+pub const USAGE_EXIT_CODE: u8 = 2;
+
+/// A bad command line found after parsing (a combination clap cannot express). `main`
+/// exits with [`USAGE_EXIT_CODE`] for it.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// A byte size argument (`1G`, `64k`); a bad one is a one-line usage error (exit 2).
+pub fn parse_size_arg(flag: &str, s: &str) -> anyhow::Result<u64> {
+    blockdev::parse_size_bytes(s).map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+/// A volume level argument (`raid5`, `4+2`), checked, kept as text.
+pub fn parse_level_arg(s: &str) -> anyhow::Result<String> {
+    s.parse::<volume::LevelSpec>()
+        .map(|_| s.to_string())
+        .map_err(|e| usage(format!("--level: {e}")))
+}
+
+/// Opens the store a `--meta` URL names (`etcd://H:P[,H:P]` or `embedded:DIR`).
+pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn meta::MetaStore>> {
+    // A URL that names no store is a bad command line.
+    control::metaurl::MetaUrl::parse(url).map_err(|e| usage(format!("--meta: {e}")))?;
+    control::metaurl::open_meta(url)
+        .await
+        .with_context(|| format!("metadata store {url}"))
+}
+
+/// Waits for Ctrl-C or SIGTERM. The handlers are installed by this call, not at the first
+/// poll, so a signal that arrives while a daemon is still starting ends it cleanly once
+/// it is up instead of killing it half-way.
+pub fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let int = signal(SignalKind::interrupt());
+    let term = signal(SignalKind::terminate());
+    async move {
+        match (int, term) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+}
+
+/// Writes JSON next to `path` and renames it into place, so a reader never sees half.
+pub fn write_json_file<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
+        .with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `1.00 GiB`, `64.0 KiB`, `512 B`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} B"),
+        _ if v >= 100.0 => format!("{v:.0} {}", UNITS[unit]),
+        _ if v >= 10.0 => format!("{v:.1} {}", UNITS[unit]),
+        _ => format!("{v:.2} {}", UNITS[unit]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1 << 30), "1.00 GiB");
+        assert_eq!(human_bytes(64 << 10), "64.0 KiB");
+        assert_eq!(human_bytes(300 << 20), "300 MiB");
+    }
+
+    #[test]
+    fn argument_parsers() {
+        assert_eq!(parse_size_arg("--size", "1G").unwrap(), 1 << 30);
+        let e = parse_size_arg("--size", "1GB").unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some());
+        assert!(e.to_string().starts_with("--size: "), "{e}");
+        assert_eq!(parse_level_arg("raid5").unwrap(), "raid5");
+        let e = parse_level_arg("raid7").unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("raid7"));
+    }
+}

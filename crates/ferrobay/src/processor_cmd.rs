@@ -1,0 +1,146 @@
+//! `ferrobay processor run`: a processor node (control::processor) until Ctrl-C / SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use control::api::{ApiConfig, ApiServer};
+use control::processor::{Processor, ProcessorConfig};
+
+use crate::cluster;
+
+#[derive(Args, Debug)]
+pub struct ProcessorArgs {
+    #[command(subcommand)]
+    pub command: ProcessorCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProcessorCommand {
+    /// Run a processor node: own volumes by lease, export them over NVMe/TCP with ANA,
+    /// take volumes over when their owner dies, until Ctrl-C / SIGTERM (then hand them over
+    /// to another live processor node, or stop them clean).
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Processor node name (unique in the cluster; fixes its controller ID range).
+    #[arg(long)]
+    pub name: String,
+    /// NVMe/TCP listen address for hosts (repeatable); port 0 picks a free port.
+    #[arg(long, required = true)]
+    pub listen: Vec<SocketAddr>,
+    /// Metadata store: etcd://HOST:PORT[,HOST:PORT] or embedded:DIR.
+    #[arg(long)]
+    pub meta: String,
+    /// HTTP API (volumes, nodes, /metrics); port 0 picks a free port. Default: none.
+    #[arg(long)]
+    pub api_listen: Option<SocketAddr>,
+    /// Lease TTL of the node's registration and its volume ownerships: a dead processor
+    /// node's volumes are taken over after about this long.
+    #[arg(long, default_value_t = 4000)]
+    pub lease_ttl_ms: u64,
+    /// Write `{"name", "nvme": [ADDR:PORT..], "api": ADDR:PORT}` here once serving.
+    #[arg(long)]
+    pub endpoints_file: Option<PathBuf>,
+}
+
+/// What `--endpoints-file` holds.
+#[derive(Debug, serde::Serialize)]
+struct Endpoints {
+    name: String,
+    nvme: Vec<String>,
+    api: Option<String>,
+}
+
+async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
+    if a.lease_ttl_ms < 1000 {
+        return Err(cluster::usage(format!(
+            "--lease-ttl-ms {}: at least 1000",
+            a.lease_ttl_ms
+        )));
+    }
+    meta::schema::validate_name(&a.name).map_err(|e| cluster::usage(format!("--name: {e}")))?;
+    let stop = cluster::stop_signal();
+    let store = cluster::open_store(&a.meta).await?;
+    let mut cfg = ProcessorConfig::new(a.name.clone());
+    cfg.listen = a.listen.clone();
+    cfg.api_listen = a.api_listen;
+    cfg.lease_ttl_ms = a.lease_ttl_ms;
+    let processor = Processor::start(store.clone(), cfg)
+        .await
+        .with_context(|| format!("start processor node {}", a.name))?;
+    // The HTTP API, unless the processor node serves it itself.
+    let mut api = None;
+    if let (Some(addr), None) = (a.api_listen, processor.api_addr()) {
+        match start_api(store, &a.name, addr).await {
+            Ok(s) => api = Some(s),
+            Err(e) => {
+                let _ = processor.shutdown().await;
+                return Err(e);
+            }
+        }
+    }
+    let api_addr = processor
+        .api_addr()
+        .or_else(|| api.as_ref().map(ApiServer::local_addr));
+    let endpoints = Endpoints {
+        name: a.name.clone(),
+        nvme: processor
+            .nvme_addrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        api: api_addr.map(|a| a.to_string()),
+    };
+    if let Some(path) = &a.endpoints_file
+        && let Err(e) = cluster::write_json_file(path, &endpoints)
+    {
+        if let Some(s) = api {
+            s.stop().await;
+        }
+        let _ = processor.shutdown().await;
+        return Err(e);
+    }
+    tracing::info!(nvme_tcp = ?endpoints.nvme, api = ?endpoints.api, "processor node {} ready", a.name);
+
+    stop.await;
+    tracing::info!("stopping processor node {}", a.name);
+    if let Some(path) = &a.endpoints_file {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(s) = api {
+        s.stop().await;
+    }
+    processor
+        .shutdown()
+        .await
+        .with_context(|| format!("stop processor node {}", a.name))?;
+    tracing::info!("processor node {} stopped", a.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn start_api(
+    store: std::sync::Arc<dyn meta::MetaStore>,
+    name: &str,
+    addr: SocketAddr,
+) -> anyhow::Result<ApiServer> {
+    let host = nvmf_host::HostIdentity::from_hostnqn(&control::records::processor_hostnqn(name))?;
+    let cfg = ApiConfig {
+        store,
+        host,
+        metrics: None,
+    };
+    ApiServer::start(addr, cfg)
+        .await
+        .with_context(|| format!("HTTP API on {addr}"))
+}
+
+pub async fn run(a: ProcessorArgs) -> anyhow::Result<ExitCode> {
+    match a.command {
+        ProcessorCommand::Run(r) => run_processor(r).await,
+    }
+}

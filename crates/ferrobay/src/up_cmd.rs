@@ -1,0 +1,87 @@
+//! `ferrobay up`: a whole cluster on this machine (control::devcluster), until Ctrl-C.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use control::devcluster::{self, DevCluster, DevClusterConfig};
+
+use crate::cluster;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where the cluster keeps everything (metadata, storage node state, drive files).
+    /// Run again with the same dir to get the same cluster and data back.
+    #[arg(long, default_value = "./ferrobay-data")]
+    pub data_dir: PathBuf,
+    /// Address hosts connect to (the processor node's NVMe/TCP port and HTTP API); the
+    /// storage nodes listen on loopback only.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub addr: IpAddr,
+    /// NVMe/TCP port hosts connect to.
+    #[arg(long, default_value_t = 4420)]
+    pub port: u16,
+    /// Size of the sample volume vol0 when it is created.
+    #[arg(long, default_value = "1G")]
+    pub volume_size: String,
+}
+
+fn progress(line: &str) {
+    eprintln!("ferrobay up: {line}");
+}
+
+fn print_ready(c: &DevCluster) {
+    // Listening on every address: show the one that works from this machine.
+    let api = c.api_addr().map_or_else(
+        || "-".to_string(),
+        |mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(match a {
+                    std::net::SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                    std::net::SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+                });
+            }
+            a.to_string()
+        },
+    );
+    let mut out = std::io::stdout().lock();
+    let what = if c.created_volume() {
+        "created"
+    } else {
+        "reused"
+    };
+    // stdout: what a person (or a script) needs; flushed at once so a pipe sees it now.
+    let _ = writeln!(
+        out,
+        "Ferrobay is up: volume {} ({what}) served on {}",
+        c.volume(),
+        c.nvme_addr()
+    );
+    let _ = writeln!(out, "Connect from a Linux host:");
+    let _ = writeln!(out, "  {}", c.connect_command());
+    let _ = writeln!(out, "API: http://{api}");
+    let _ = writeln!(
+        out,
+        "Status: ferrobay volume status {} --api {api}",
+        c.volume()
+    );
+    let _ = writeln!(out, "Press Ctrl-C to stop.");
+    let _ = out.flush();
+}
+
+pub async fn run(a: UpArgs) -> anyhow::Result<ExitCode> {
+    if a.port == 0 {
+        return Err(cluster::usage(
+            "--port 0: hosts need a known port; pick one, e.g. --port 4420",
+        ));
+    }
+    let volume_size_bytes = cluster::parse_size_arg("--volume-size", &a.volume_size)?;
+    let mut cfg = DevClusterConfig::new(a.data_dir);
+    cfg.addr = a.addr;
+    cfg.port = a.port;
+    cfg.volume_size_bytes = volume_size_bytes;
+    devcluster::run(cfg, &progress, print_ready, cluster::stop_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,508 @@
+//! A cluster driven through the CLI, as separate processes on 127.0.0.1: etcd, three
+//! `ferrobay node run --meta` storage nodes, two `ferrobay processor run` processor nodes.
+//! `volume create --storage-nodes`, `volume list/status --json` show the owner; a
+//! multipath initiator to both processor nodes writes; `volume move --to p2 --wait` hands
+//! the volume over; `kill -9` of the owner makes the other one take over with a higher
+//! epoch. The data stays intact throughout.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use common::{ferrobay_bin, scratch_dir};
+use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
+use serde_json::Value;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const OWNER_TIMEOUT: Duration = Duration::from_secs(30);
+const LEASE_TTL_MS: &str = "2000";
+
+/// A ferrobay daemon, stderr in `log`, killed on drop.
+struct Daemon {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn spawn(name: &str, dir: &Path, args: &[String]) -> Daemon {
+        std::fs::create_dir_all(dir).expect("dir");
+        let log = dir.join(format!("{name}.log"));
+        let err = std::fs::File::create(&log).expect("log");
+        let child = Command::new(ferrobay_bin())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("spawn ferrobay");
+        Daemon {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        format!(
+            "--- {} ---\n{}",
+            self.name,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+
+    /// Waits for a JSON file the daemon writes when it is ready.
+    fn wait_json(&mut self, path: &Path) -> Value {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(s) = std::fs::read_to_string(path)
+                && let Ok(v) = serde_json::from_str::<Value>(&s)
+            {
+                return v;
+            }
+            if let Ok(Some(s)) = self.child.try_wait() {
+                panic!("{} exited early ({s}):\n{}", self.name, self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                panic!("{} did not stop after SIGTERM:\n{}", self.name, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs a ferrobay command; returns (success, stdout, stderr).
+fn ferrobay(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(ferrobay_bin())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run ferrobay");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let (ok, out, err) = ferrobay(args);
+    assert!(ok, "ferrobay {args:?} failed:\n{out}{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+/// (owner, epoch) when the owner has published its status.
+fn owner_of(view: &Value) -> Option<(String, u64)> {
+    let owner = view.get("owner")?;
+    let node = owner.get("node")?.as_str()?.to_string();
+    let epoch = owner.get("epoch")?.as_u64()?;
+    let status_owner = view.get("status")?.get("owner")?.as_str()?;
+    (status_owner == node).then_some((node, epoch))
+}
+
+fn wait_owner(meta: &str, volume: &str, want: &str, logs: &dyn Fn() -> String) -> (String, u64) {
+    let deadline = Instant::now() + OWNER_TIMEOUT;
+    loop {
+        let v = json_of(&["volume", "status", volume, "--json", "--meta", meta]);
+        if let Some((node, epoch)) = owner_of(&v)
+            && node == want
+        {
+            return (node, epoch);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{want} does not own {volume}: {v:#}\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 10) as u8)
+        .collect()
+}
+
+const HOST_UUID: [u8; 16] = [
+    0x5e, 0x1f, 0x0a, 0x7c, 0x22, 0x41, 0x4d, 0x11, 0x9a, 0x3b, 0x70, 0x01, 0x55, 0x12, 0x9e, 0x02,
+];
+const CHUNK_BYTES: usize = 96 << 10;
+/// Offsets of the chunks written before the move, and after it.
+const BEFORE_MOVE: [u64; 3] = [0, 5 << 20, 17 << 20];
+const AFTER_MOVE: [u64; 2] = [3 << 20, 29 << 20];
+
+async fn write_chunks(dev: &Arc<dyn BlockDevice>, offsets: &[u64], seed: u8) {
+    for (i, &off) in offsets.iter().enumerate() {
+        let data = pattern(CHUNK_BYTES, seed.wrapping_add(i as u8));
+        dev.write(off, IoBuf::from_slice(&data), WriteFlags::default())
+            .await
+            .expect("write through multipath");
+    }
+    dev.flush().await.expect("flush");
+}
+
+async fn check_chunks(dev: &Arc<dyn BlockDevice>, offsets: &[u64], seed: u8, when: &str) {
+    for (i, &off) in offsets.iter().enumerate() {
+        let data = pattern(CHUNK_BYTES, seed.wrapping_add(i as u8));
+        let back = dev
+            .read(off, IoBuf::new_zeroed(CHUNK_BYTES))
+            .await
+            .unwrap_or_else(|e| panic!("{when}: read at {off}: {e}"));
+        assert!(
+            back.as_slice() == data.as_slice(),
+            "{when}: data at {off} differs"
+        );
+    }
+}
+
+#[test]
+fn volume_moves_and_fails_over_between_processor_nodes() {
+    let dir = scratch_dir("cluster-cli");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Started from this thread, which outlives it.
+    let etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2", "n3"] {
+        let d = dir.path().join(name);
+        let args: Vec<String> = [
+            "node",
+            "run",
+            "--name",
+            name,
+            "--listen",
+            "127.0.0.1:0",
+            "--discovery-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--meta",
+            &meta_url,
+            "--lease-ttl-ms",
+            LEASE_TTL_MS,
+            "--drive",
+            &format!("d0=file:{}:256M", d.join("d0.img").display()),
+            "--data-dir",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([d.display().to_string()])
+        .collect();
+        let mut n = Daemon::spawn(name, &d, &args);
+        let e = n.wait_json(&d.join("endpoints.json"));
+        // Free the drive for provisioning: a new drive comes with one namespace spanning it.
+        let http = e["http"].as_str().expect("node http addr");
+        let nqn = format!("nqn.2026-01.io.ferrobay:{name}:d0");
+        let (ok, out, err) = ferrobay(&["node", "ns", "delete", "--api", http, &nqn, "1"]);
+        assert!(ok, "ns delete on {name}: {out}{err}");
+        nodes.push(n);
+    }
+    let mut procs = Vec::new();
+    let mut nvme_addrs = Vec::new();
+    let mut apis = Vec::new();
+    for name in ["p1", "p2"] {
+        let d = dir.path().join(name);
+        let ep = d.join("endpoints.json");
+        let args: Vec<String> = [
+            "processor",
+            "run",
+            "--name",
+            name,
+            "--listen",
+            "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--meta",
+            &meta_url,
+            "--lease-ttl-ms",
+            LEASE_TTL_MS,
+            "--endpoints-file",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([ep.display().to_string()])
+        .collect();
+        let mut p = Daemon::spawn(name, &d, &args);
+        let e = p.wait_json(&ep);
+        assert_eq!(e["name"], name, "{e}");
+        nvme_addrs.push(e["nvme"][0].as_str().expect("nvme addr").to_string());
+        apis.push(e["api"].as_str().expect("api addr").to_string());
+        procs.push(p);
+    }
+    let log_files: Vec<(String, PathBuf)> = nodes
+        .iter()
+        .chain(procs.iter())
+        .map(|d| (d.name.clone(), d.log.clone()))
+        .collect();
+    let logs = || {
+        log_files
+            .iter()
+            .map(|(name, path)| {
+                format!(
+                    "--- {name} ---\n{}",
+                    std::fs::read_to_string(path).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    // Bad arguments: one line, usage exit code.
+    let out = Command::new(ferrobay_bin())
+        .args([
+            "volume",
+            "create",
+            "bad",
+            "--level",
+            "raid5",
+            "--storage-nodes",
+            "n1,n2,n3",
+        ])
+        .args(["--meta", &meta_url])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--size") && err.lines().count() == 1, "{err}");
+    let out = Command::new(ferrobay_bin())
+        .args([
+            "volume", "create", "bad", "--level", "raid7", "--size", "1G",
+        ])
+        .args(["--storage-nodes", "n1,n2,n3", "--meta", &meta_url])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("raid7") && err.lines().count() == 1, "{err}");
+
+    let (ok, out, err) = ferrobay(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid5",
+        "--size",
+        "64M",
+        "--storage-nodes",
+        "n1,n2,n3",
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        &meta_url,
+    ]);
+    assert!(ok, "create failed:\n{out}{err}\n{}", logs());
+    let nqn = "nqn.2026-01.io.ferrobay:vol:vol1";
+    assert!(
+        out.contains(&format!("-n {nqn}")),
+        "no connect hint:\n{out}"
+    );
+
+    let (_, epoch1) = wait_owner(&meta_url, "vol1", "p1", &logs);
+    // The same view through a processor node's API, and in the list.
+    let list = json_of(&["volume", "list", "--json", "--api", &apis[1]]);
+    let entry = list
+        .as_array()
+        .and_then(|l| l.iter().find(|v| v["record"]["name"] == "vol1"))
+        .unwrap_or_else(|| panic!("vol1 not listed: {list:#}"));
+    assert_eq!(entry["owner"]["node"], "p1", "{entry:#}");
+    let (ok, table, _) = ferrobay(&["volume", "status", "vol1", "--meta", &meta_url]);
+    assert!(ok && table.contains("p1 (epoch"), "{table}");
+
+    let url = format!("nvme+tcp://{},{}/{nqn}/1", nvme_addrs[0], nvme_addrs[1]);
+    rt.block_on(async {
+        let host = HostIdentity::from_uuid(HOST_UUID);
+        let dev = NvmeTcpUrl::parse(&url)
+            .expect("url")
+            .open_device(&host, &ConnectOptions::default())
+            .await
+            .expect("multipath device");
+        write_chunks(&dev, &BEFORE_MOVE, 1).await;
+        check_chunks(&dev, &BEFORE_MOVE, 1, "before the move").await;
+
+        // Clean handover.
+        let (ok, out, err) = ferrobay(&[
+            "volume", "move", "vol1", "--to", "p2", "--wait", "--meta", &meta_url,
+        ]);
+        assert!(ok, "move failed:\n{out}{err}\n{}", logs());
+        assert!(out.contains("owned by p2"), "{out}");
+        let (_, epoch2) = wait_owner(&meta_url, "vol1", "p2", &logs);
+        assert!(epoch2 > epoch1, "epoch {epoch2} after {epoch1}");
+        check_chunks(&dev, &BEFORE_MOVE, 1, "after the move").await;
+        write_chunks(&dev, &AFTER_MOVE, 50).await;
+
+        // The owner dies: p1 takes over.
+        procs[1].kill9();
+        let (_, epoch3) = wait_owner(&meta_url, "vol1", "p1", &logs);
+        assert!(epoch3 > epoch2, "epoch {epoch3} after {epoch2}");
+        check_chunks(&dev, &BEFORE_MOVE, 1, "after the takeover").await;
+        check_chunks(&dev, &AFTER_MOVE, 50, "after the takeover").await;
+        drop(dev);
+    });
+
+    let s = procs[0].terminate();
+    assert!(s.success(), "p1 exit {s}:\n{}", procs[0].log());
+    for n in &mut nodes {
+        let s = n.terminate();
+        assert!(s.success(), "{} exit {s}:\n{}", n.name, n.log());
+    }
+    drop(etcd);
+}
+
+/// A storage node whose store goes away for longer than its lease registers again once
+/// the store is back (its record had vanished with the lease).
+#[test]
+fn storage_node_registers_again_after_losing_its_lease() {
+    let dir = scratch_dir("cluster-rereg");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let d = dir.path().join("n1");
+    let args: Vec<String> = [
+        "node",
+        "run",
+        "--name",
+        "n1",
+        "--listen",
+        "127.0.0.1:0",
+        "--discovery-listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--meta",
+        &meta_url,
+        "--lease-ttl-ms",
+        "1000",
+        "--drive",
+        "ram:64M",
+        "--data-dir",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([d.display().to_string()])
+    .collect();
+    let mut node = Daemon::spawn("n1", &d, &args);
+    let e = node.wait_json(&d.join("endpoints.json"));
+    let nvme = e["nvme_tcp"][0].as_str().expect("nvme addr").to_string();
+
+    let registered = |etcd: &meta::testing::EtcdServer| -> Vec<String> {
+        rt.block_on(async {
+            let Ok(store) = etcd.store(meta::EtcdOptions::default()).await else {
+                return vec![];
+            };
+            control::registration::list_nodes(&store)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| n.name == "n1")
+                .flat_map(|n| n.nvme_addrs)
+                .map(|a| a.to_string())
+                .collect()
+        })
+    };
+    let wait_registered = |etcd: &meta::testing::EtcdServer, node: &Daemon, when: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if registered(etcd) == vec![nvme.clone()] {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "n1 not registered {when}:\n{}",
+                node.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_registered(&etcd, &node, "at start");
+
+    // Down for three TTLs: the node's keeper gives the lease up.
+    etcd.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    rt.block_on(etcd.restart()).expect("etcd restart");
+    // etcd brings the old lease back with a fresh TTL: its record shows until it expires,
+    // so wait for the new registration first.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node
+        .log()
+        .contains("registered again in the metadata store")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no re-registration:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_registered(&etcd, &node, "after the store came back");
+    // Past the old lease's expiry: the record is under the new lease.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        registered(&etcd),
+        vec![nvme.clone()],
+        "record gone with the old lease:\n{}",
+        node.log()
+    );
+
+    let s = node.terminate();
+    assert!(s.success(), "n1 exit {s}:\n{}", node.log());
+    // A clean stop revokes the lease: the record goes at once.
+    assert!(
+        registered(&etcd).is_empty(),
+        "n1 still registered after stop"
+    );
+}

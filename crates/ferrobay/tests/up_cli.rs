@@ -1,0 +1,280 @@
+//! `ferrobay up` as a user runs it: start, wait for the `nvme connect` line, connect with
+//! our own initiator to the printed NQN, write and read back, Ctrl-C (SIGINT): a clean
+//! exit. Start again on the same data dir: the volume is reused and the data is there.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use common::{ferrobay_bin, scratch_dir};
+use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(45);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `ferrobay up` child: stdout lines come through a channel, stderr goes to a file.
+struct Up {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stdout: Vec<String>,
+    log: std::path::PathBuf,
+}
+
+/// What the connect line says.
+struct Connect {
+    addr: String,
+    port: u16,
+    nqn: String,
+}
+
+impl Up {
+    fn start(data_dir: &Path, port: u16, log_name: &str) -> Up {
+        let log = data_dir.parent().expect("parent").join(log_name);
+        let err = std::fs::File::create(&log).expect("log");
+        let mut child = Command::new(ferrobay_bin())
+            .args(["up", "--data-dir"])
+            .arg(data_dir)
+            .args(["--port", &port.to_string(), "--volume-size", "64M"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .spawn()
+            .expect("spawn ferrobay up");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Up {
+            child,
+            lines,
+            stdout: Vec::new(),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        format!(
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout.join("\n"),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+
+    /// Waits for the `nvme connect ...` line and parses it (and for the rest of the
+    /// ready message, up to "Press Ctrl-C").
+    fn wait_connect_line(&mut self) -> Connect {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut connect = None;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    self.stdout.push(line.clone());
+                    if let Some(c) = parse_connect(&line) {
+                        connect = Some(c);
+                    }
+                    if line.contains("Ctrl-C") {
+                        return connect
+                            .unwrap_or_else(|| panic!("no connect line:\n{}", self.log()));
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().expect("wait");
+                    panic!(
+                        "ferrobay up exited ({status}) before ready:\n{}",
+                        self.log()
+                    );
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no connect line after {READY_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    /// Ctrl-C, as a person at the terminal would, and wait for the exit.
+    fn interrupt(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                while let Ok(l) = self.lines.try_recv() {
+                    self.stdout.push(l);
+                }
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("ferrobay up did not stop after SIGINT:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `nvme connect -t tcp -a ADDR -s PORT -n NQN`.
+fn parse_connect(line: &str) -> Option<Connect> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if words.first() != Some(&"nvme") || words.get(1) != Some(&"connect") {
+        return None;
+    }
+    let after = |flag: &str| {
+        words
+            .iter()
+            .position(|w| *w == flag)
+            .and_then(|i| words.get(i + 1))
+            .map(|s| s.to_string())
+    };
+    Some(Connect {
+        addr: after("-a")?,
+        port: after("-s")?.parse().ok()?,
+        nqn: after("-n")?,
+    })
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+const HOST_UUID: [u8; 16] = [
+    0x5e, 0x1f, 0x0a, 0x7c, 0x22, 0x41, 0x4d, 0x11, 0x9a, 0x3b, 0x70, 0x01, 0x55, 0x12, 0x9e, 0x01,
+];
+/// Spans a stripe boundary (64 KiB stripe unit): parity is computed from two members.
+const OFFSET_BYTES: u64 = 1 << 20;
+const LEN_BYTES: usize = 192 << 10;
+
+/// Connects to the volume, optionally writes the pattern, and reads it back.
+fn write_and_check(c: &Connect, write: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let url = NvmeTcpUrl::parse(&format!("nvme+tcp://{}:{}/{}/1", c.addr, c.port, c.nqn))
+            .expect("url");
+        let host = HostIdentity::from_uuid(HOST_UUID);
+        let ctrl = url
+            .connect(&host, &ConnectOptions::default())
+            .await
+            .expect("connect to the printed address and NQN");
+        let ns = ctrl.namespace(1).await.expect("namespace 1");
+        assert!(ns.info().size_bytes >= 64 << 20, "{:?}", ns.info());
+        let data = pattern(LEN_BYTES, 7);
+        if write {
+            ns.write(
+                OFFSET_BYTES,
+                IoBuf::from_slice(&data),
+                WriteFlags::default(),
+            )
+            .await
+            .expect("write");
+            ns.flush().await.expect("flush");
+        }
+        let back = ns
+            .read(OFFSET_BYTES, IoBuf::new_zeroed(LEN_BYTES))
+            .await
+            .expect("read");
+        assert!(back.as_slice() == data.as_slice(), "data read back differs");
+        ctrl.shutdown().await.expect("controller shutdown");
+    });
+}
+
+#[test]
+fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
+    let dir = scratch_dir("up-cli");
+    let data_dir = dir.path().join("data");
+
+    let port = free_port();
+    let mut up = Up::start(&data_dir, port, "up1.log");
+    let c = up.wait_connect_line();
+    assert_eq!(c.nqn, "nqn.2026-01.io.ferrobay:vol:vol0");
+    assert_eq!((c.addr.as_str(), c.port), ("127.0.0.1", port));
+    let out = up.stdout.join("\n");
+    assert!(out.contains("(created)"), "{out}");
+    write_and_check(&c, true);
+    // A second `up` on the same data dir is refused before it touches anything.
+    let out = Command::new(ferrobay_bin())
+        .args(["up", "--data-dir"])
+        .arg(&data_dir)
+        .args(["--port", &free_port().to_string()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run ferrobay up");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another process"), "{err}");
+    let status = up.interrupt();
+    assert!(status.success(), "exit {status}:\n{}", up.log());
+    let log = up.log();
+    assert!(log.contains("stopped cleanly"), "{log}");
+
+    // Again, on another port: same volume, same data, nothing created.
+    let port = free_port();
+    let mut up = Up::start(&data_dir, port, "up2.log");
+    let c = up.wait_connect_line();
+    let out = up.stdout.join("\n");
+    assert!(out.contains("(reused)"), "{out}\n{}", up.log());
+    assert!(out.contains("--api"), "status hint missing:\n{out}");
+    write_and_check(&c, false);
+    let status = up.interrupt();
+    assert!(status.success(), "exit {status}:\n{}", up.log());
+}
+
+#[test]
+fn up_on_a_taken_port_says_so_in_one_line() {
+    let dir = scratch_dir("up-port");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let out = Command::new(ferrobay_bin())
+        .args(["up", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--port", &port.to_string()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run ferrobay up");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("ferrobay:"))
+        .unwrap_or_else(|| panic!("no error line:\n{err}"));
+    assert!(
+        line.contains("already in use") && line.contains("--port"),
+        "{line}"
+    );
+    // Nothing was started, so nothing was created.
+    assert!(!dir.path().join("data").join("n1").exists());
+}
