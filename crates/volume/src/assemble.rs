@@ -292,7 +292,8 @@ impl Volume {
                     warn!(member = i, error = %f.err, "re-added member failed");
                 }
             }
-            inner.commit_locked(&mut meta, membership_changed).await?;
+            let bump = membership_changed || inner.opts.bump_generation_on_assemble;
+            inner.commit_locked(&mut meta, bump).await?;
         }
         {
             let mut t = inner.tasks();

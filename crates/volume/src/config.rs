@@ -49,6 +49,10 @@ pub struct EngineOptions {
     pub batch_bytes: u64,
     /// Rebuild/scrub/resync batches in flight at once (at least 1).
     pub inflight_batches: usize,
+    /// Assembly bumps the generation even when the membership did not change: set by a
+    /// new owner taking the volume over, so that every change of owner is a generation
+    /// in the superblocks. (It does not stop a stale owner: reservations and leases do.)
+    pub bump_generation_on_assemble: bool,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -62,6 +66,7 @@ impl Default for EngineOptions {
             auto_rebuild: true,
             batch_bytes: 1 << 20,
             inflight_batches: 4,
+            bump_generation_on_assemble: false,
             clock: Arc::new(TokioClock::new()),
         }
     }
@@ -77,6 +82,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("auto_rebuild", &self.auto_rebuild)
             .field("batch_bytes", &self.batch_bytes)
             .field("inflight_batches", &self.inflight_batches)
+            .field("bump_generation_on_assemble", &self.bump_generation_on_assemble)
             .finish_non_exhaustive()
     }
 }

@@ -479,3 +479,33 @@ async fn an_unavailable_member_is_failed_like_an_unreachable_one() {
     model[..data.len()].copy_from_slice(&data);
     check_all(&s.vol, &model).await;
 }
+
+/// A new owner assembles with `bump_generation_on_assemble`: every change of owner is a
+/// new generation in the superblocks; a plain assembly does not bump it.
+#[tokio::test]
+async fn takeover_bumps_the_generation() {
+    let rams: Vec<Arc<RamDevice>> = (0..3)
+        .map(|i| Arc::new(RamDevice::new(format!("g{i}"), 64 * MIB)))
+        .collect();
+    let devs = || -> Vec<Arc<dyn BlockDevice>> { rams.iter().map(|r| r.clone() as _).collect() };
+    let level: LevelSpec = "raid5".parse().unwrap();
+    let old = Volume::create("gen", volume::VolumeConfig::new(level), devs(), vec![])
+        .await
+        .unwrap();
+    let g0 = old.status().generation;
+    // The previous owner lets go without writing (lease lost), the new one takes over.
+    old.detach();
+    drop(old);
+    let opts = EngineOptions {
+        bump_generation_on_assemble: true,
+        ..EngineOptions::default()
+    };
+    let new = Volume::assemble_with(devs(), opts).await.unwrap();
+    let g1 = new.status().generation;
+    assert!(g1 > g0, "takeover generation {g1} must exceed {g0}");
+    new.stop().await.unwrap();
+    drop(new);
+    let plain = Volume::assemble(devs()).await.unwrap();
+    assert_eq!(plain.status().generation, g1, "a plain assembly keeps the generation");
+    plain.stop().await.unwrap();
+}

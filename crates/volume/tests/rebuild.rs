@@ -142,6 +142,8 @@ async fn fraction_throttle_keeps_members_mostly_idle() {
     let took = start.elapsed();
     let duty = busy.as_secs_f64() / took.as_secs_f64();
     assert!((duty - 0.2).abs() <= 0.02, "{took:?}, duty cycle {duty:.3}");
+    // The engine's own account agrees.
+    assert!((p.busy_fraction - duty).abs() <= 0.01, "{p:?}");
     m.faults[0].clear();
     check_all(&vol, &model).await;
 }
@@ -170,6 +172,7 @@ async fn batches_in_flight_overlap() {
         let p = vol.wait_rebuild().await.unwrap();
         assert_eq!(p.phase, TaskPhase::Done);
         assert_eq!(p.bytes_total.div_ceil(256 << 10), 16);
+        assert_eq!(p.busy_fraction, 1.0, "unthrottled: never rests");
         let took = start.elapsed();
         let want = Duration::from_millis(10) * waves;
         assert!(

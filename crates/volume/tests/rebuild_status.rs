@@ -60,6 +60,8 @@ async fn scrub_progress_shows_in_status() {
     assert_eq!(p.phase, TaskPhase::Done);
     assert_eq!(p.bytes_done, total);
     assert_eq!(report.bytes_checked, total);
+    // RAM members take no virtual time: all of it was throttle rest.
+    assert!(p.busy_fraction < 0.01, "{p:?}");
 }
 
 #[tokio::test]

@@ -136,7 +136,12 @@ pub(crate) async fn take_over(
     if !ctx.cfg.ignore_ownership_loss && !lease.is_alive() {
         return Err(fail("lease lost during takeover".into()));
     }
-    let volume = Volume::assemble_with(devices, ctx.cfg.engine.clone()).await?;
+    // A new owner outranks the previous one's superblocks (its generation is higher).
+    let engine = volume::EngineOptions {
+        bump_generation_on_assemble: true,
+        ..ctx.cfg.engine.clone()
+    };
+    let volume = Volume::assemble_with(devices, engine).await?;
     let status = volume.status();
     if status.uuid != rec.uuid {
         latch.close("assembled another volume than the record names");

@@ -275,5 +275,6 @@ async fn rebuild(vol: &Volume, throttle: &str, cap: Duration) -> Result<Rebuild,
         finished,
         phase: format!("{:?}", p.phase),
         cpu_s,
+        busy_fraction: p.busy_fraction,
     })
 }

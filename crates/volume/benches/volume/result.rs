@@ -42,6 +42,8 @@ pub struct Rebuild {
     pub finished: bool,
     pub phase: String,
     pub cpu_s: f64,
+    /// The engine's `RebuildProgress::busy_fraction`: the throttle's duty cycle.
+    pub busy_fraction: f64,
 }
 
 impl Rebuild {
@@ -56,6 +58,7 @@ impl Rebuild {
             "finished": self.finished,
             "phase": self.phase,
             "cpu_s": round(self.cpu_s),
+            "busy_fraction": round(self.busy_fraction),
         })
     }
 }
@@ -196,6 +199,12 @@ impl CaseResult {
                 key: "rebuild_default_vs_member_write",
                 what: "default-throttle rebuild / one member's seq write alone (issue: 0.2)".into(),
                 value: div(self.rebuild_default.mb_per_s, one_member_write),
+            },
+            Ratio {
+                key: "rebuild_default_busy_fraction",
+                what: "default-throttle rebuild: engine's busy share of its time (setting: 0.2)"
+                    .into(),
+                value: self.rebuild_default.busy_fraction,
             },
             Ratio {
                 key: "rebuild_default_vs_unlimited",

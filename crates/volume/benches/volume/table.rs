@@ -118,7 +118,10 @@ pub fn print(r: &CaseResult, st: &Settings) {
             what,
             rb.mb_per_s,
             "MB/s",
-            format!("cpu {:.2} s, {cores:.1} cores", rb.cpu_s),
+            format!(
+                "cpu {:.2} s, {cores:.1} cores, busy {:.2} of the time",
+                rb.cpu_s, rb.busy_fraction
+            ),
         );
     }
     eprintln!("  ratios:");
