@@ -553,6 +553,9 @@ async fn start_storage_node(
     // Not the default 8009: three nodes share one address.
     cfg.discovery_listen = Some(SocketAddr::new(ip, 0));
     cfg.http_listen = Some(SocketAddr::new(ip, 0));
+    // The drive stays whole and free for the volume's namespaces (Namespace Management
+    // over the fabric), as for any storage node in a cluster.
+    cfg.default_namespace = false;
     // A new node gets its drive; a known one brings back the drive of its state (so a
     // later --volume-size does not clash with the size the drive was made with).
     let fresh = !drive_path.exists();
@@ -565,28 +568,19 @@ async fn start_storage_node(
     let node = StorageNode::start(cfg)
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
-    if let Err(e) = first_start(&node, fresh, saved_addr, &addr_path).await {
+    if let Err(e) = remember_addr(&node, saved_addr, &addr_path) {
         let _ = node.shutdown().await;
         return Err(step(format!("prepare storage node {name}"))(&e));
     }
     Ok(node)
 }
 
-/// A new drive comes with one namespace spanning it: free the drive for the volume's
-/// namespaces (made by Namespace Management over the fabric). Remember the listener.
-async fn first_start(
+/// On the first start, keeps where the listener is (the volume record names it).
+fn remember_addr(
     node: &StorageNode,
-    fresh: bool,
     saved_addr: Option<SocketAddr>,
     addr_path: &Path,
 ) -> Result<(), String> {
-    if fresh {
-        for ns in node.list_namespaces() {
-            node.delete_namespace(&ns.subsystem_nqn, ns.nsid)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-    }
     if saved_addr.is_none() {
         let addr = node
             .nvme_addrs()

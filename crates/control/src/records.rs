@@ -170,8 +170,15 @@ pub struct TakeoverReport {
     pub members_unfenceable: usize,
     /// Dirty bitmap regions resynced by the assembly (0 after a clean stop).
     pub resync_regions: u64,
-    /// Their size in member bytes.
-    pub resync_member_bytes: u64,
+    /// Volume bytes in those regions (what was re-checked; a full resync would be the
+    /// whole volume).
+    #[serde(default)]
+    pub resync_bytes: u64,
+    /// Member bytes read to resync them.
+    #[serde(default)]
+    pub resync_member_bytes_read: u64,
+    #[serde(default)]
+    pub resync_ms: u64,
 }
 
 /// `/ferrobay/handoffs/<name>`: move the volume to `to` (`ferrobay volume move`). The

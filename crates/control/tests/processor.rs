@@ -133,6 +133,7 @@ async fn standby_takes_over_a_dead_owner_with_partial_resync() {
     let c = cluster().await;
     let p1 = Processor::start(c.store.clone(), pcfg("p1")).await.unwrap();
     wait_owner(&p1, Duration::from_secs(15)).await;
+    let first_generation = p1.takeover_report(VOLUME).unwrap().generation;
     let p2 = Processor::start(c.store.clone(), pcfg("p2")).await.unwrap();
     let addrs = [p1.nvme_addrs()[0], p2.nvme_addrs()[0]];
     let host = multipath_host(&addrs, "nqn.2026-01.io.ferrobay:test:host-b").await;
@@ -149,6 +150,11 @@ async fn standby_takes_over_a_dead_owner_with_partial_resync() {
     assert!(report.resync_regions >= 1, "{report:?}");
     assert!(report.resync_regions <= 4, "{report:?}");
     assert!(report.epoch >= 2);
+    assert!(
+        report.generation > first_generation,
+        "the takeover bumps the generation: {report:?}"
+    );
+    assert!(report.resync_bytes > 0, "{report:?}");
     verify(&host, &all_at(64, 1)).await;
     write_round(&host, 64, 2).await;
     verify(&host, &all_at(64, 2)).await;

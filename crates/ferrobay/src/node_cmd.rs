@@ -59,12 +59,35 @@ pub struct RunArgs {
     pub engine: String,
     /// Register in a cluster's metadata store (etcd://HOST:PORT[,HOST:PORT] or
     /// embedded:DIR) as a storage node, under a lease kept alive while the node runs, so
-    /// that `volume create --storage-nodes` finds it.
+    /// that `volume create --storage-nodes` finds it. Implies --no-default-namespace
+    /// unless --default-namespace is given.
     #[arg(long)]
     pub meta: Option<String>,
     /// TTL of that registration lease.
     #[arg(long, default_value_t = 4000, requires = "meta")]
     pub lease_ttl_ms: u64,
+    /// New drives come up with their subsystem but no namespace: the whole capacity stays
+    /// free for `ns create` and for `volume create --storage-nodes`. The default with
+    /// --meta. Drives already in the data dir keep their namespaces.
+    #[arg(long, overrides_with = "default_namespace")]
+    pub no_default_namespace: bool,
+    /// New drives get one namespace spanning them (nsid 1, attached to every host), ready
+    /// for `nvme connect`. The default without --meta; give it to have it with --meta too.
+    #[arg(long, overrides_with = "no_default_namespace")]
+    pub default_namespace: bool,
+}
+
+impl RunArgs {
+    /// Whether new drives get a namespace spanning them: as asked (the last of
+    /// --default-namespace / --no-default-namespace wins), else only outside a cluster,
+    /// where provisioning carves the drives itself.
+    pub fn wants_default_namespace(&self) -> bool {
+        match (self.default_namespace, self.no_default_namespace) {
+            (true, _) => true,
+            (_, true) => false,
+            (false, false) => self.meta.is_none(),
+        }
+    }
 }
 
 /// Where to reach a running node's control API.
@@ -212,6 +235,7 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.target.cntlid_min = min;
     cfg.target.cntlid_max = max;
     cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
+    cfg.default_namespace = a.wants_default_namespace();
     if a.lease_ttl_ms < 1000 {
         return Err(crate::cluster::usage(format!(
             "--lease-ttl-ms {}: at least 1000",
@@ -442,5 +466,44 @@ mod tests {
         assert!(parse_cntlid_range("0-5").is_err());
         assert!(parse_cntlid_range("9-5").is_err());
         assert!(parse_cntlid_range("x").is_err());
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct RunOnly {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn default_namespace(extra: &[&str]) -> bool {
+        use clap::Parser;
+        let args = ["x", "--name", "n1", "--data-dir", "/d"];
+        RunOnly::try_parse_from(args.iter().chain(extra))
+            .unwrap()
+            .run
+            .wants_default_namespace()
+    }
+
+    #[test]
+    fn default_namespace_follows_meta_unless_told() {
+        let meta = ["--meta", "etcd://h:1"];
+        assert!(default_namespace(&[]));
+        assert!(!default_namespace(&meta));
+        assert!(!default_namespace(&["--no-default-namespace"]));
+        assert!(default_namespace(&[
+            "--default-namespace",
+            "--meta",
+            "etcd://h:1"
+        ]));
+        // The last one given wins, as with any on/off pair.
+        assert!(default_namespace(&[
+            "--no-default-namespace",
+            "--default-namespace"
+        ]));
+        assert!(!default_namespace(&[
+            "--default-namespace",
+            "--no-default-namespace",
+            "--meta",
+            "etcd://h:1"
+        ]));
     }
 }

@@ -484,14 +484,13 @@ impl Cluster {
                 let ns = net.add(n).expect("netns");
                 let node = NsNode::start(&net, &ns, n, &dir.path().join(n), Some(512), Some(&meta));
                 {
-                    // A new drive comes with one namespace spanning it: free the drive for
-                    // the namespaces `volume create --storage-nodes` makes.
-                    let nqn = format!("nqn.2026-01.io.ferrobay:{n}:d0");
+                    // With --meta a new drive comes up without a namespace: all of it is
+                    // free for the namespaces `volume create --storage-nodes` makes.
                     let api = ns.sock(HTTP_PORT);
-                    let out = net.ferrobay(&["node", "ns", "delete", "--api", &api, &nqn, "1"]);
+                    let out = net.ferrobay(&["node", "ns", "list", "--api", &api, "--json"]);
                     assert!(
-                        out.status.success(),
-                        "ns delete on {n}: {out:?}\n{}",
+                        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "[]",
+                        "namespaces on {n}: {out:?}\n{}",
                         node.proc.log_tail(20)
                     );
                 }

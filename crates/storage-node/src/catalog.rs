@@ -189,6 +189,30 @@ impl Catalog {
         size_bytes: u64,
         drive_block_bytes: u32,
     ) -> Result<String, CatalogError> {
+        self.add_drive_with(name, spec, size_bytes, drive_block_bytes, true)
+    }
+
+    /// Adds a drive with its default subsystem (any host allowed) and no namespace: the
+    /// whole capacity stays free for `create_namespace` (e.g. Namespace Management from a
+    /// cluster's provisioning). Returns the subsystem NQN.
+    pub fn add_bare_drive(
+        &mut self,
+        name: &str,
+        spec: &str,
+        size_bytes: u64,
+        drive_block_bytes: u32,
+    ) -> Result<String, CatalogError> {
+        self.add_drive_with(name, spec, size_bytes, drive_block_bytes, false)
+    }
+
+    fn add_drive_with(
+        &mut self,
+        name: &str,
+        spec: &str,
+        size_bytes: u64,
+        drive_block_bytes: u32,
+        whole_namespace: bool,
+    ) -> Result<String, CatalogError> {
         naming::validate_name(name)?;
         if self.state.drive_by_name(name).is_some() {
             return Err(CatalogError::DriveExists(name.into()));
@@ -219,6 +243,10 @@ impl Catalog {
             allow_any_host: true,
             allowed_hosts: Vec::new(),
         });
+        if !whole_namespace {
+            self.commit(next)?;
+            return Ok(nqn);
+        }
         let block_size_bytes = default_block_size(drive_block_bytes);
         let mut alloc = ExtentAllocator::new(size_bytes);
         let capacity_bytes = alloc.capacity_bytes();
@@ -550,6 +578,30 @@ mod tests {
             nsid: None,
             attachment: Attachment::All,
         }
+    }
+
+    #[test]
+    fn bare_drive_has_no_namespace_and_all_space_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut c, _) = open(dir.path(), "n1").unwrap();
+        c.record_start().unwrap();
+        let nqn = c
+            .add_bare_drive("d0", "ram:8M", 8 * MIB + 512, 512)
+            .unwrap();
+        assert_eq!(nqn, "nqn.2026-01.io.ferrobay:n1:d0");
+        assert!(c.state().subsystem(&nqn).unwrap().allow_any_host);
+        assert!(c.state().namespaces.is_empty());
+        let uuid = c.state().drive_by_name("d0").unwrap().uuid;
+        assert_eq!(c.allocator(uuid).unwrap().free_bytes(), 8 * MIB);
+        let e = c.add_bare_drive("d0", "ram:8M", 8 * MIB, 512).unwrap_err();
+        assert!(matches!(e, CatalogError::DriveExists(_)), "{e}");
+        let a = c.create_namespace(&new_ns(&nqn, 8 * MIB)).unwrap();
+        assert_eq!((a.nsid, a.size_bytes), (1, 8 * MIB));
+        // Persisted like any drive.
+        let before = c.state().clone();
+        drop(c);
+        let (c2, _) = open(dir.path(), "n1").unwrap();
+        assert_eq!(c2.state(), &before);
     }
 
     #[test]

@@ -253,6 +253,75 @@ async fn bring_up_restart_and_control_api() {
     node.shutdown().await.unwrap();
 }
 
+/// `default_namespace: false` (what `ferrobay node run --meta` uses): new drives come up
+/// with their subsystem and no namespace, the whole capacity free; drives already in the
+/// state keep what they have whichever way the option is set on a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_drives_without_a_default_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(NodeConfig::new("n1", dir.path()).default_namespace);
+    let mut cfg = config(dir.path(), &drives(dir.path()));
+    cfg.default_namespace = false;
+    let node = StorageNode::start(cfg).await.unwrap();
+    let c = client(&node);
+    let subs = c.subsystems().await.unwrap();
+    assert_eq!(subs.len(), 2);
+    assert!(
+        subs.iter()
+            .all(|s| s.namespaces.is_empty() && s.allow_any_host),
+        "{subs:?}"
+    );
+    assert!(c.list_namespaces().await.unwrap().is_empty());
+    for s in &subs {
+        assert!(node.target().namespaces(&s.nqn).unwrap().is_empty());
+    }
+    let health = c.health().await.unwrap();
+    let space: Vec<(u64, u64, u32)> = health
+        .drives
+        .iter()
+        .map(|d| (d.allocated_bytes, d.free_bytes, d.namespaces))
+        .collect();
+    assert_eq!(space, [(0, 64 * MIB, 0), (0, 32 * MIB, 0)]);
+    // All of it is there to carve: one namespace of the whole drive fits.
+    let d0 = subs[0].nqn.clone();
+    let whole = c
+        .create_namespace(&CreateNamespaceRequest {
+            subsystem_nqn: Some(d0.clone()),
+            size_bytes: 64 * MIB,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((whole.nsid, whole.size_bytes), (1, 64 * MIB));
+    node.shutdown().await.unwrap();
+
+    // Restart with the default and a new drive: only the new drive gets a namespace.
+    let mut more = drives(dir.path());
+    more.push("ram:16M".into());
+    let node = StorageNode::start(config(dir.path(), &more)).await.unwrap();
+    let c = client(&node);
+    let subs = c.subsystems().await.unwrap();
+    let per_sub: Vec<(&str, &[u32])> = subs
+        .iter()
+        .map(|s| (s.drive.as_str(), s.namespaces.as_slice()))
+        .collect();
+    assert_eq!(
+        per_sub,
+        [("d0", &[1][..]), ("d1", &[][..]), ("d2", &[1][..])]
+    );
+    let nss = c.list_namespaces().await.unwrap();
+    assert_eq!(nss[0].nguid, whole.nguid);
+    assert_eq!((nss[1].drive.as_str(), nss[1].size_bytes), ("d2", 16 * MIB));
+    node.shutdown().await.unwrap();
+
+    // And without it again: the namespaces of known drives stay.
+    let mut cfg = config(dir.path(), &more);
+    cfg.default_namespace = false;
+    let node = StorageNode::start(cfg).await.unwrap();
+    assert_eq!(client(&node).list_namespaces().await.unwrap(), nss);
+    node.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_changed_or_vanished_drives_and_a_second_node() {
     let dir = tempfile::tempdir().unwrap();

@@ -82,7 +82,10 @@ impl std::fmt::Debug for EngineOptions {
             .field("auto_rebuild", &self.auto_rebuild)
             .field("batch_bytes", &self.batch_bytes)
             .field("inflight_batches", &self.inflight_batches)
-            .field("bump_generation_on_assemble", &self.bump_generation_on_assemble)
+            .field(
+                "bump_generation_on_assemble",
+                &self.bump_generation_on_assemble,
+            )
             .finish_non_exhaustive()
     }
 }

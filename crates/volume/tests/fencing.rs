@@ -506,6 +506,10 @@ async fn takeover_bumps_the_generation() {
     new.stop().await.unwrap();
     drop(new);
     let plain = Volume::assemble(devs()).await.unwrap();
-    assert_eq!(plain.status().generation, g1, "a plain assembly keeps the generation");
+    assert_eq!(
+        plain.status().generation,
+        g1,
+        "a plain assembly keeps the generation"
+    );
     plain.stop().await.unwrap();
 }

@@ -452,7 +452,7 @@ fn metrics_fn(
             let _ = writeln!(
                 out,
                 "ferrobay_processor_takeover_resync_bytes{{node=\"{node}\",volume=\"{v}\"}} {}",
-                r.resync_member_bytes
+                r.resync_bytes
             );
         }
         out

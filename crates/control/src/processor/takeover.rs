@@ -163,8 +163,16 @@ pub(crate) async fn take_over(
         members_fenced: fenced,
         members_total: rec.members.len(),
         members_unfenceable: unfenceable,
-        resync_regions: status.dirty_regions,
-        resync_member_bytes: status.dirty_regions.saturating_mul(status.region_bytes),
+        resync_regions: status.last_resync.as_ref().map_or(0, |r| r.regions),
+        resync_bytes: status.last_resync.as_ref().map_or(0, |r| r.bytes_resynced),
+        resync_member_bytes_read: status
+            .last_resync
+            .as_ref()
+            .map_or(0, |r| r.member_bytes_read),
+        resync_ms: status
+            .last_resync
+            .as_ref()
+            .map_or(0, |r| (r.duration_secs * 1000.0) as u64),
     };
     tracing::info!(
         node = %ctx.name,

@@ -50,10 +50,16 @@ pub struct NodeConfig {
     /// Target tuning, including the controller ID range (`cntlid_min..=cntlid_max`).
     pub target: TargetConfig,
     pub engine: IoEngine,
+    /// A drive new to the state gets one namespace spanning it (nsid 1, attached to every
+    /// host), ready for `nvme connect`. `false`: it comes up with its subsystem and no
+    /// namespace, the whole capacity free for Namespace Management (what a cluster's
+    /// provisioning wants). Drives already in the state keep their namespaces either way.
+    pub default_namespace: bool,
 }
 
 impl NodeConfig {
-    /// Defaults: no listeners, no HTTP, the state's drives, default target settings.
+    /// Defaults: no listeners, no HTTP, the state's drives, default target settings, a
+    /// namespace spanning each new drive.
     pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> NodeConfig {
         NodeConfig {
             name: name.into(),
@@ -64,6 +70,7 @@ impl NodeConfig {
             drives: Vec::new(),
             target: TargetConfig::default(),
             engine: IoEngine::Auto,
+            default_namespace: true,
         }
     }
 }
@@ -273,13 +280,24 @@ impl StorageNode {
                 Some(k) => k.uuid,
                 None => {
                     let info = d.device.info();
-                    let nqn = catalog.add_drive(
+                    let add = if cfg.default_namespace {
+                        Catalog::add_drive
+                    } else {
+                        Catalog::add_bare_drive
+                    };
+                    let nqn = add(
+                        &mut catalog,
                         &d.plan.name,
                         &d.plan.spec.to_string(),
                         info.size_bytes,
                         info.logical_block_bytes,
                     )?;
-                    tracing::info!(drive = %d.plan.name, %nqn, "new drive");
+                    let namespaces = if cfg.default_namespace {
+                        "one spanning the drive"
+                    } else {
+                        "none (all capacity free)"
+                    };
+                    tracing::info!(drive = %d.plan.name, %nqn, namespaces, "new drive");
                     catalog
                         .state()
                         .drive_by_name(&d.plan.name)
