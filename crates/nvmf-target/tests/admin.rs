@@ -40,6 +40,23 @@ async fn connect_statuses() {
     // Host not allowed.
     let r = c.fabrics_connect(0, 31, 0, other, HOSTNQN, 0xFFFF).await;
     assert_eq!(r.status, Status::CONNECT_INVALID_HOST.dnr());
+    // An empty host NQN (SPDK's perf sends one) is no host on an access list...
+    let r = c.fabrics_connect(0, 31, 0, other, "", 0xFFFF).await;
+    assert_eq!(r.status, Status::CONNECT_INVALID_HOST.dnr());
+    // ...a malformed one is an invalid parameter (HOSTNQN at data offset 512)...
+    let r = c
+        .fabrics_connect(0, 31, 0, SUBNQN, "not-an-nqn", 0xFFFF)
+        .await;
+    assert_eq!(r.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
+    assert_eq!(
+        InvalidParameter::from_dw0(r.dw0),
+        InvalidParameter::data(512)
+    );
+    // ...and a subsystem open to any host admits it, like the Linux and SPDK targets.
+    let mut e = Client::tcp(t.addr).await;
+    e.icreq(false, false).await;
+    let r = e.fabrics_connect(0, 31, 0, SUBNQN, "", 0xFFFF).await;
+    assert_eq!(r.status, Status::SUCCESS);
     // Unknown subsystem: invalid parameters pointing at SUBNQN in the data.
     let r = c
         .fabrics_connect(0, 31, 0, "nqn.2026-01.io.ferrobay:nope", HOSTNQN, 0xFFFF)
@@ -967,5 +984,55 @@ async fn discovery_only_listener() {
                 c.send_raw(&[0u8; 128]).await;
                 c.recv_pdu().await.is_none()
             }
+    );
+}
+
+/// SPDK cancels its outstanding AERs locally at detach and reuses their CIDs for the
+/// shutdown Property Set: the target forgets the AER and serves the new command instead
+/// of killing the admin connection. A CID reused while a non-AER command runs is still a
+/// fatal error (tests/bad_input.rs).
+#[tokio::test]
+async fn reusing_the_cid_of_an_outstanding_aer_retires_it() {
+    let t = start_target(TargetConfig::default()).await;
+    let mut a = Client::admin(t.addr, SUBNQN, 0).await;
+    let aer_cid = a
+        .submit(
+            Command::new(admin::ASYNC_EVENT_REQUEST, 0, 0),
+            None,
+            0,
+            true,
+        )
+        .await;
+    // Same CID again, now an Identify Controller.
+    let mut id = identify_cmd(cns::CONTROLLER, 0);
+    id.set_cid(aer_cid);
+    id.set_sgl1(nvme_proto::sgl::SglDescriptor::transport(4096));
+    a.submit_raw(id, &[]).await;
+    let (c, data) = tokio::time::timeout(io_timeout(), a.wait_done(aer_cid))
+        .await
+        .expect("the reused CID got no answer");
+    assert_eq!(c.status, Status::SUCCESS);
+    assert_eq!(data.len(), 4096);
+    // The connection is alive and the retired AER gave its place back: AERL + 1 = 4
+    // new AERs wait (none completes), the fifth is refused.
+    for _ in 0..4 {
+        a.submit(
+            Command::new(admin::ASYNC_EVENT_REQUEST, 0, 0),
+            None,
+            0,
+            true,
+        )
+        .await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), a.next_event())
+            .await
+            .is_err(),
+        "an AER completed: the retired one still held a place"
+    );
+    assert_eq!(
+        a.expect_status(Command::new(admin::ASYNC_EVENT_REQUEST, 0, 0), None, 0)
+            .await,
+        Status::ASYNC_EVENT_LIMIT_EXCEEDED.dnr()
     );
 }

@@ -72,7 +72,9 @@ impl Core {
         if self.listener.opts.discovery_only && subsys.kind != SubsysKind::Discovery {
             return invalid_param(InvalidParameter::data(connect_data_off::SUBNQN));
         }
-        if validate_nqn(&cd.hostnqn).is_err() {
+        // An empty HOSTNQN is let through like the Linux and SPDK targets do (SPDK's perf
+        // sends one unless told a host NQN); only subsystems open to any host admit it.
+        if !cd.hostnqn.is_empty() && validate_nqn(&cd.hostnqn).is_err() {
             return invalid_param(InvalidParameter::data(connect_data_off::HOSTNQN));
         }
         if !subsys.host_allowed(&cd.hostnqn) {

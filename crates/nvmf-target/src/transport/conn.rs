@@ -86,6 +86,10 @@ enum SlotState {
     Free,
     AwaitData(Incoming),
     Running,
+    /// An Asynchronous Event Request the host gave up on: it sent a new command with the
+    /// same CID (SPDK cancels its AERs locally at detach and reuses their CIDs for the
+    /// shutdown). Its completion, if it ever comes, is dropped.
+    Retired,
 }
 
 struct Slot {
@@ -93,6 +97,8 @@ struct Slot {
     /// Transfer length the host's SGL asks for (C2H) or sends (H2C).
     xfer_len: u32,
     state: SlotState,
+    /// Ends a running AER early (see [`SlotState::Retired`]).
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// A command future tagged with its slot, so completions find their command.
@@ -464,6 +470,33 @@ impl Core {
         }
     }
 
+    /// The host reused the CID of an outstanding AER on the admin queue: the AER is
+    /// forgotten (as the host already did) and the CID is free again. `false` if `cid`
+    /// belongs to anything else.
+    fn retire_aer(&mut self, cid: u16) -> bool {
+        let admin_queue = self.q.as_ref().is_some_and(|q| q.qid == 0);
+        if !admin_queue {
+            return false;
+        }
+        let Some(s) = self.slots.iter_mut().find(|s| {
+            matches!(s.state, SlotState::Running) && s.cmd.cid() == cid && is_aer(&s.cmd)
+        }) else {
+            return false;
+        };
+        s.state = SlotState::Retired;
+        if let Some(c) = s.cancel.take() {
+            let _ = c.send(());
+        }
+        self.set_cid(cid, false);
+        self.outstanding = self.outstanding.saturating_sub(1);
+        tracing::debug!(
+            conn = self.handle.id,
+            cid,
+            "AER retired: the host reused its CID"
+        );
+        true
+    }
+
     fn cid_in_use(&self, cid: u16) -> bool {
         self.cids[usize::from(cid >> 6)] & (1u64 << (cid & 63)) != 0
     }
@@ -482,6 +515,7 @@ impl Core {
             cmd,
             xfer_len,
             state: SlotState::Running,
+            cancel: None,
         };
         match self.free_slots.pop() {
             Some(i) => {
@@ -511,7 +545,7 @@ impl Core {
                 hlen,
             ));
         }
-        if self.cid_in_use(cid) {
+        if self.cid_in_use(cid) && !self.retire_aer(cid) {
             return Err(Stop::fatal(
                 FatalError::header_field(CH_BYTES as u32 + 2, "command identifier already in use"),
                 pdu,
@@ -770,9 +804,21 @@ impl Core {
         };
         match d {
             Dispatch::Now(o) => self.finish_now(slot, o),
-            Dispatch::Later(fut) => {
+            Dispatch::Later(mut fut) => {
                 if is_aer(&cmd) {
                     self.aers_running += 1;
+                    // Retiring the AER (its CID reused) ends it, giving its event slot
+                    // back to the controller.
+                    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                    if let Some(s) = self.slots.get_mut(usize::from(slot)) {
+                        s.cancel = Some(tx);
+                    }
+                    fut = Box::pin(async move {
+                        tokio::select! {
+                            o = fut => o,
+                            Ok(()) = rx => Outcome::status(Status::ABORT_REQUESTED),
+                        }
+                    });
                 }
                 self.inflight.push(Tagged { slot, fut })
             }
@@ -790,6 +836,18 @@ impl Core {
         };
         let cmd = s.cmd;
         let xfer_len = s.xfer_len as usize;
+        if matches!(s.state, SlotState::Retired) {
+            // Its CID and queue-depth share went back to the host when it was retired.
+            s.state = SlotState::Free;
+            self.free_slots.push(slot);
+            if let Some(b) = o.spare.take() {
+                self.tx.pool.put(b);
+            }
+            if let Some(b) = o.data.take() {
+                self.tx.pool.put(b);
+            }
+            return;
+        }
         if let SlotState::AwaitData(inc) = std::mem::replace(&mut s.state, SlotState::Free) {
             // Completed before its data arrived (cannot happen today; keep the budget right).
             if inc.r2t_sent {
