@@ -413,6 +413,26 @@ fn status_text(v: &VolumeView) -> String {
                     ),
                 );
             }
+            if let Some(t) = &s.takeover {
+                line(
+                    "Takeover",
+                    format!(
+                        "epoch {} in {} ms, resynced {} regions ({}) in {} ms, {}/{} members fenced{}",
+                        t.epoch,
+                        t.took_ms,
+                        t.resync_regions,
+                        human_bytes(t.resync_bytes),
+                        t.resync_ms,
+                        t.members_fenced,
+                        t.members_total,
+                        if t.members_unfenceable > 0 {
+                            format!(" ({} without reservations)", t.members_unfenceable)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
+            }
         }
         None => line(
             "State",

@@ -238,6 +238,24 @@ fn status_text(s: &VolumeStatus) -> String {
             }
         );
     }
+    if let Some(p) = &s.scrub {
+        out += &format!(
+            "  scrub: {:?} {}/{} bytes, {:.0} MB/s{}\n",
+            p.phase,
+            p.bytes_done,
+            p.bytes_total,
+            p.rate_bytes_per_sec / 1e6,
+            p.eta_secs
+                .map(|e| format!(", ETA {e:.0} s"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(r) = &s.last_resync {
+        out += &format!(
+            "  last resync: {} regions, {} bytes checked, {} stripes rewritten, {:.2} s\n",
+            r.regions, r.bytes_resynced, r.stripes_rewritten, r.duration_secs
+        );
+    }
     for n in &s.notes {
         out += &format!("  note: {n}\n");
     }
