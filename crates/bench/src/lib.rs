@@ -6,6 +6,7 @@ mod cpu;
 mod progress;
 mod report;
 mod run;
+mod slots;
 mod stamp;
 
 pub use config::{BenchConfig, ConfigError, Pattern};

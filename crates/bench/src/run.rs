@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
-use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
+
+use crate::slots::IoSlots;
 
 use crate::config::{BenchConfig, ConfigError, Pattern};
 use crate::cpu::CpuTime;
@@ -66,9 +67,10 @@ pub async fn run(
         let cfg = cfg.clone();
         let shared = shared.clone();
         let slice_start = start + u64::from(j) * per_job;
-        handles.push(spawn_job_thread(j, async move {
-            job(dev, cfg, j, slice_start, per_job, shared).await
-        })?);
+        // Jobs are tasks on the caller's runtime, where the device's own tasks (an
+        // NVMe/TCP queue's socket driver) run too: a job on a thread of its own paid two
+        // cross-thread wakeups per I/O (measured: 2x the CPU per I/O, -30% IOPS at QD32).
+        handles.push(tokio::spawn(job(dev, cfg, j, slice_start, per_job, shared)));
     }
     let deadline = (cfg.runtime_ms > 0).then(|| t0 + Duration::from_millis(cfg.runtime_ms));
     let mut tick = tokio::time::interval(progress.interval());
@@ -143,26 +145,6 @@ pub async fn run(
     Ok(rep)
 }
 
-/// Runs one job on its own OS thread with its own single-threaded runtime, so that each
-/// job keeps to one thread (and an NVMe/TCP initiator's per-thread queue), like fio's jobs.
-fn spawn_job_thread(
-    index: u32,
-    fut: impl std::future::Future<Output = JobResult> + Send + 'static,
-) -> Result<tokio::sync::oneshot::Receiver<JobResult>, BenchError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| BenchError::Worker(format!("job {index}: runtime: {e}")))?;
-    std::thread::Builder::new()
-        .name(format!("bench-job-{index}"))
-        .spawn(move || {
-            let _ = tx.send(rt.block_on(fut));
-        })
-        .map_err(|e| BenchError::Worker(format!("job {index}: thread: {e}")))?;
-    Ok(rx)
-}
-
 async fn sleep_until_opt(d: Option<Instant>) {
     match d {
         Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -204,6 +186,7 @@ impl Rng {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Op {
     Read,
     Write,
@@ -215,6 +198,29 @@ struct Done {
     started: Instant,
     result: Result<IoBuf, blockdev::BlockError>,
     write_id: u32,
+}
+
+/// One I/O, as the single future type a job's slots hold.
+async fn one_io(
+    dev: &dyn BlockDevice,
+    op: Op,
+    block: u64,
+    offset: u64,
+    buf: IoBuf,
+    write_id: u32,
+    started: Instant,
+) -> Done {
+    let result = match op {
+        Op::Read => dev.read(offset, buf).await,
+        Op::Write => dev.write(offset, buf, WriteFlags::default()).await,
+    };
+    Done {
+        block,
+        op,
+        started,
+        result,
+        write_id,
+    }
 }
 
 async fn job(
@@ -260,13 +266,11 @@ async fn job(
     let mut issued_bytes = 0u64;
     let mut seq_next = 0u64;
     let mut write_counter = 0u32;
-    let mut pending = FuturesUnordered::new();
     let dev_ref: &dyn BlockDevice = &*dev;
+    // A fixed slot per I/O in flight, reused: nothing is allocated per I/O.
+    let mut ios = IoSlots::new(cfg.iodepth as usize);
     loop {
-        while pending.len() < cfg.iodepth as usize
-            && issued_bytes < byte_limit
-            && !shared.stop.load(Ordering::Relaxed)
-        {
+        while ios.has_free() && issued_bytes < byte_limit && !shared.stop.load(Ordering::Relaxed) {
             let Some(block) = pick_block(&cfg, &mut rng, blocks, &mut seq_next, &in_flight) else {
                 break;
             };
@@ -285,41 +289,24 @@ async fn job(
             let offset = slice_start + block * bs;
             in_flight.insert(block);
             issued_bytes += bs;
-            let started = Instant::now();
-            match op {
-                Op::Read => pending.push(Box::pin(async move {
-                    let result = dev_ref.read(offset, buf).await;
-                    Done {
-                        block,
-                        op: Op::Read,
-                        started,
-                        result,
-                        write_id: 0,
-                    }
-                })
-                    as std::pin::Pin<Box<dyn std::future::Future<Output = Done> + Send + '_>>),
+            let write_id = match op {
+                Op::Read => 0,
                 Op::Write => {
                     write_counter = write_counter.wrapping_add(1);
                     let write_id = ((job_index << 24) | (write_counter & 0x00FF_FFFF)).max(1);
                     if cfg.verify {
                         stamp_block(&mut buf, offset, cfg.generation, write_id);
                     }
-                    pending.push(Box::pin(async move {
-                        let result = dev_ref.write(offset, buf, WriteFlags::default()).await;
-                        Done {
-                            block,
-                            op: Op::Write,
-                            started,
-                            result,
-                            write_id,
-                        }
-                    }));
+                    write_id
                 }
-            }
+            };
+            let started = Instant::now();
+            ios.start(one_io(dev_ref, op, block, offset, buf, write_id, started));
         }
-        let Some(done) = pending.next().await else {
+        if ios.is_empty() {
             break;
-        };
+        }
+        let done = ios.next().await;
         let lat_ns = (done.started.elapsed().as_nanos() as u64).clamp(1, MAX_LATENCY_NS);
         in_flight.remove(&done.block);
         shared.ios.fetch_add(1, Ordering::Relaxed);

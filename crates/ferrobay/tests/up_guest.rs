@@ -46,7 +46,8 @@ impl Up {
         let mut child = Command::new(ferrobay_bin())
             .args(["up", "--data-dir"])
             .arg(data_dir)
-            // A small volume: creating it zeroes the members' data areas.
+            // A small volume: creating it writes zeros over the members' data areas (the
+            // 1G default leaves 1.6 GB of drive files in the scratch dir).
             .args(["--port", &port.to_string(), "--volume-size", "64M"])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
