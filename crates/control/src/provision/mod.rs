@@ -214,6 +214,20 @@ pub async fn create_volume(
                     })
                 })
                 .collect::<Result<Vec<_>, ControlError>>()?;
+            let mut domains: Vec<&str> =
+                members.iter().map(|m| m.failure_domain.as_str()).collect();
+            domains.sort_unstable();
+            domains.dedup();
+            if domains.len() < members.len() {
+                // Allowed (tests, one JBOF with several ports), but the layout's
+                // tolerance then does not cover the loss of that target.
+                tracing::warn!(
+                    volume = %req.name,
+                    members = members.len(),
+                    failure_domains = domains.len(),
+                    "several members share a target: losing it loses more than one member"
+                );
+            }
             format_and_record(store, req, &plan, members, host).await
         }
         Placement::StorageNodes(names) => {
