@@ -307,6 +307,9 @@ async fn job(
             break;
         }
         let done = ios.next().await;
+        // Jobs share the runtime's workers: a device whose I/Os complete at once (RAM)
+        // must not keep a worker from its other tasks (timers, the run's deadline).
+        tokio::task::consume_budget().await;
         let lat_ns = (done.started.elapsed().as_nanos() as u64).clamp(1, MAX_LATENCY_NS);
         in_flight.remove(&done.block);
         shared.ios.fetch_add(1, Ordering::Relaxed);
@@ -528,6 +531,37 @@ mod tests {
             bad.verify.unwrap().lost > 0,
             "dropped writes must show up as lost"
         );
+    }
+
+    /// Jobs on a device that completes every I/O at once, more jobs than workers: the
+    /// run still ends at its deadline (jobs yield to the runtime's other tasks).
+    #[test]
+    fn jobs_on_an_instant_device_stop_at_the_deadline() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let r = rt.block_on(async {
+                let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 4 << 20));
+                let mut c = cfg(Pattern::RandRead);
+                c.verify = false;
+                c.jobs = 4;
+                c.runtime_ms = 200;
+                tokio::spawn(async move { run(dev, &c, "ram", &Progress::Silent).await })
+                    .await
+                    .unwrap()
+                    .unwrap()
+            });
+            let _ = tx.send(r);
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the run did not end at its deadline");
+        assert!(r.read_ios > 0 && r.errors == 0, "{r:?}");
+        assert!(r.elapsed_s < 5.0, "{}", r.elapsed_s);
     }
 
     #[tokio::test]
