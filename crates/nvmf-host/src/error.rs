@@ -210,6 +210,13 @@ impl HostError {
         }
     }
 
+    /// True for "Asymmetric Access Transition" (SCT 3h, SC 03h): the path is changing
+    /// its ANA state; the command may succeed if sent again within ANATT.
+    pub fn is_ana_transition(&self) -> bool {
+        matches!(self, HostError::Status { status, .. }
+            if status.sct == Status::ANA_TRANSITION.sct && status.sc == Status::ANA_TRANSITION.sc)
+    }
+
     /// True when the queue's connection is gone (reconnect needed), as opposed to a
     /// command-level failure.
     pub fn is_transport(&self) -> bool {

@@ -532,3 +532,48 @@ async fn verify_with_sq_flow_control_disabled() {
     .await
     .unwrap();
 }
+
+/// A single path in ANA transition: reads and writes wait it out (re-sent until ANATT)
+/// instead of failing, and go through once the target settles on an accessible state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_path_waits_out_an_ana_transition() {
+    tokio::time::timeout(LIMIT, async {
+        let s = start(TargetConfig::default(), &[(1, 1 << 20, 512)]).await;
+        let ctrl = Controller::connect(s.listener.local_addr(), NQN, &host(), &opts(0))
+            .await
+            .unwrap();
+        let ns = Arc::new(RemoteNamespace::open(&ctrl, 1).await.unwrap());
+        s.listener
+            .set_ana_state(
+                nvmf_target::DEFAULT_ANA_GROUP,
+                nvmf_target::AnaState::Change,
+            )
+            .unwrap();
+        let data = pattern(4096, 77);
+        let writer = {
+            let ns = ns.clone();
+            let data = data.clone();
+            tokio::spawn(async move {
+                ns.write(8192, IoBuf::from_slice(&data), WriteFlags::default())
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            !writer.is_finished(),
+            "the write did not wait for the transition"
+        );
+        s.listener
+            .set_ana_state(
+                nvmf_target::DEFAULT_ANA_GROUP,
+                nvmf_target::AnaState::Optimized,
+            )
+            .unwrap();
+        writer.await.unwrap().expect("write after the transition");
+        let back = ns.read(8192, IoBuf::new_zeroed(4096)).await.unwrap();
+        assert_eq!(&back[..], &data[..]);
+        let _ = s.target;
+    })
+    .await
+    .expect("test timed out");
+}

@@ -11,6 +11,11 @@ use super::{RemoteNamespace, SPLIT_PARALLELISM};
 use crate::error::{HostError, Result};
 use crate::queue::{Data, DataBuf, Dir, Outcome, Payload, QueuePair, SplitBuf, SubmitOptions};
 
+/// First pause before re-sending a command that met an ANA transition; doubles up to
+/// [`ANA_TRANSITION_MAX_RETRY`].
+const ANA_TRANSITION_FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+const ANA_TRANSITION_MAX_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A Read, Write or Compare SQE (CID and SGL are set by the queue). Read and Write share
 /// Compare's SLBA/NLB/FUA layout (NVM command set: CDW10..11 SLBA, CDW12 NLB and FUA).
 pub(crate) fn rw_command(opcode: u8, nsid: u32, slba: u64, blocks: u32, fua: bool) -> Command {
@@ -32,18 +37,35 @@ impl RemoteNamespace {
     }
 
     /// Moves `buf` to or from the namespace at `offset_bytes`; waits through reconnects
-    /// (reads and writes of the same data are idempotent, see the crate docs).
+    /// (reads and writes of the same data are idempotent, see the crate docs) and through
+    /// ANA transitions of this single path, re-sending until the controller's ANATT has
+    /// passed (as the Linux host does without multipath).
     async fn transfer(
         &self,
         opcode: u8,
         offset_bytes: u64,
-        buf: IoBuf,
+        mut buf: IoBuf,
         fua: bool,
     ) -> Result<IoBuf> {
-        let (r, buf) = self
-            .transfer_raw(opcode, offset_bytes, buf, fua, SubmitOptions::RETRY)
-            .await;
-        r.map(|()| buf)
+        let mut waited: Option<(tokio::time::Instant, std::time::Duration)> = None;
+        loop {
+            let (r, back) = self
+                .transfer_raw(opcode, offset_bytes, buf, fua, SubmitOptions::RETRY)
+                .await;
+            match r {
+                Err(e) if e.is_ana_transition() => {
+                    let (since, delay) = *waited
+                        .get_or_insert((tokio::time::Instant::now(), ANA_TRANSITION_FIRST_RETRY));
+                    if since.elapsed() >= self.ctrl.anatt() {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(delay).await;
+                    waited = Some((since, (delay * 2).min(ANA_TRANSITION_MAX_RETRY)));
+                    buf = back;
+                }
+                r => return r.map(|()| back),
+            }
+        }
     }
 
     /// The transfer with per-command options, giving the buffer back also on failure so
