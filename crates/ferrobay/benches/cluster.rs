@@ -34,15 +34,20 @@
 //! `FERROBAY_BIN` (binary to measure). Without `--bench` (`cargo test --benches`) it runs
 //! a short smoke pass and writes no file.
 
+#[allow(dead_code)] // the tests use more of it
+#[path = "../tests/common/cluster.rs"]
+mod cluster;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bench::{BenchConfig, CpuTime, Pattern, Progress, Report, StampCheck, VerifyReport};
 use blockdev::{BlockDevice, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
+use cluster::{Daemon, node_run_args, processor_run_args};
 use control::provision::VolumeView;
 use control::records::{TakeoverReport, VolumeRecord};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
@@ -132,91 +137,38 @@ fn env_f64(name: &str) -> Option<f64> {
 // Processes
 
 /// A ferrobay daemon (stderr in `log`), killed on drop and when this process dies.
-struct Daemon {
-    name: String,
-    child: Child,
-    log: PathBuf,
+fn spawn_daemon(binary: &Path, name: &str, dir: &Path, args: &[String]) -> anyhow::Result<Daemon> {
+    // Processor nodes log takeovers and handoffs at info; storage nodes only problems.
+    let level = if name.starts_with('p') {
+        "info"
+    } else {
+        "warn"
+    };
+    Daemon::spawn(binary, name, dir, args, level, die_with_parent)
+        .with_context(|| format!("start {} ({}) in {}", name, binary.display(), dir.display()))
 }
 
 impl Daemon {
-    fn spawn(binary: &Path, name: &str, dir: &Path, args: &[String]) -> anyhow::Result<Daemon> {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
-        let log = dir.join(format!("{name}.log"));
-        let err = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        // Processor nodes log takeovers and handoffs at info; storage nodes only problems.
-        let level = if name.starts_with('p') {
-            "info"
-        } else {
-            "warn"
-        };
-        let mut cmd = Command::new(binary);
-        cmd.args(args)
-            .env("RUST_LOG", level)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err);
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("start {} ({})", name, binary.display()))?;
-        Ok(Daemon {
-            name: name.to_string(),
-            child,
-            log,
-        })
-    }
-
     fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for the JSON file the daemon writes once it serves.
-    fn wait_json(&mut self, path: &Path) -> anyhow::Result<serde_json::Value> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(s) = std::fs::read_to_string(path)
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&s)
-            {
-                return Ok(v);
-            }
-            if let Ok(Some(s)) = self.child.try_wait() {
-                bail!("{} exited at start ({s})\n{}", self.name, self.log_tail());
-            }
-            if Instant::now() > deadline {
-                bail!("{} not ready\n{}", self.name, self.log_tail());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    fn wait_ready(&mut self, path: &Path) -> anyhow::Result<serde_json::Value> {
+        self.wait_json(path, READY_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", self.log_tail()))
     }
 
     fn cpu_s(&self) -> f64 {
         CpuTime::of_pid(self.pid()).map_or(0.0, |c| c.total().as_secs_f64())
     }
 
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
     /// SIGTERM, then SIGKILL after 10 s.
-    fn terminate(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
+    fn stop(&mut self) {
+        if self.terminate(Duration::from_secs(10)).is_none() {
+            eprintln!("cluster bench: {} ignored SIGTERM, killing it", self.name);
+            self.kill9();
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid().to_string())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cluster bench: {} ignored SIGTERM, killing it", self.name);
-        self.kill9();
     }
 
     fn log_tail(&self) -> String {
@@ -228,15 +180,6 @@ impl Daemon {
             self.log.display(),
             lines[lines.len().saturating_sub(20)..].join("\n")
         )
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -309,29 +252,9 @@ impl Cluster {
         };
         for name in STORAGE_NODES {
             let d = c.dir.path().join(name);
-            let args: Vec<String> = [
-                "node",
-                "run",
-                "--name",
-                name,
-                "--listen",
-                "127.0.0.1:0",
-                "--discovery-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--meta",
-                &c.meta_url,
-                "--drive",
-                &s.drive,
-                "--data-dir",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([d.display().to_string()])
-            .collect();
-            let mut daemon = Daemon::spawn(&c.binary, name, &d, &args)?;
-            let e = daemon.wait_json(&d.join("endpoints.json"))?;
+            let args = node_run_args(name, &c.meta_url, None, &s.drive, &d);
+            let mut daemon = spawn_daemon(&c.binary, name, &d, &args)?;
+            let e = daemon.wait_ready(&d.join("endpoints.json"))?;
             let nvme = e["nvme_tcp"][0]
                 .as_str()
                 .context("node endpoints: no nvme_tcp")?
@@ -372,27 +295,10 @@ impl Cluster {
         let d = self.dir.path().join(name);
         let ep = d.join("endpoints.json");
         let _ = std::fs::remove_file(&ep);
-        let args: Vec<String> = [
-            "processor",
-            "run",
-            "--name",
-            name,
-            "--listen",
-            "127.0.0.1:0",
-            "--api-listen",
-            "127.0.0.1:0",
-            "--meta",
-            &self.meta_url,
-            "--lease-ttl-ms",
-            &self.lease_ttl_ms.to_string(),
-            "--endpoints-file",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([ep.display().to_string()])
-        .collect();
-        let mut daemon = Daemon::spawn(&self.binary, name, &d, &args)?;
-        let e = daemon.wait_json(&ep)?;
+        let ttl = self.lease_ttl_ms.to_string();
+        let args = processor_run_args(name, &self.meta_url, &ttl, &ep);
+        let mut daemon = spawn_daemon(&self.binary, name, &d, &args)?;
+        let e = daemon.wait_ready(&ep)?;
         let nvme = e["nvme"][0]
             .as_str()
             .context("processor endpoints: no nvme")?
@@ -531,10 +437,10 @@ impl Cluster {
 
     fn stop(mut self) {
         for p in &mut self.procs {
-            p.d.terminate();
+            p.d.stop();
         }
         for n in &mut self.nodes {
-            n.d.terminate();
+            n.d.stop();
         }
     }
 }

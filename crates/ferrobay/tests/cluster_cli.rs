@@ -8,106 +8,39 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use common::cluster::{Daemon, node_run_args, processor_run_args};
 use common::{ferrobay_bin, scratch_dir};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use serde_json::Value;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const OWNER_TIMEOUT: Duration = Duration::from_secs(30);
 const LEASE_TTL_MS: &str = "2000";
 
-/// A ferrobay daemon, stderr in `log`, killed on drop.
-struct Daemon {
-    name: String,
-    child: Child,
-    log: PathBuf,
+/// Starts a ferrobay daemon (see [`Daemon::spawn`]).
+fn spawn(name: &str, dir: &Path, args: &[String]) -> Daemon {
+    Daemon::spawn(Path::new(ferrobay_bin()), name, dir, args, "info", |_| {})
+        .expect("spawn ferrobay")
 }
 
-impl Daemon {
-    fn spawn(name: &str, dir: &Path, args: &[String]) -> Daemon {
-        std::fs::create_dir_all(dir).expect("dir");
-        let log = dir.join(format!("{name}.log"));
-        let err = std::fs::File::create(&log).expect("log");
-        let child = Command::new(ferrobay_bin())
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("spawn ferrobay");
-        Daemon {
-            name: name.to_string(),
-            child,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        format!(
-            "--- {} ---\n{}",
-            self.name,
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        )
-    }
-
-    /// Waits for a JSON file the daemon writes when it is ready.
-    fn wait_json(&mut self, path: &Path) -> Value {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(s) = std::fs::read_to_string(path)
-                && let Ok(v) = serde_json::from_str::<Value>(&s)
-            {
-                return v;
-            }
-            if let Ok(Some(s)) = self.child.try_wait() {
-                panic!("{} exited early ({s}):\n{}", self.name, self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} not ready:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s;
-            }
-            if Instant::now() > deadline {
-                self.kill9();
-                panic!("{} did not stop after SIGTERM:\n{}", self.name, self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// Waits for the JSON file the daemon writes when it is ready.
+fn wait_json(d: &mut Daemon, path: &Path) -> Value {
+    d.wait_json(path, READY_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}:\n{}", d.log()))
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// SIGTERM and wait for the exit.
+fn terminate(d: &mut Daemon) -> ExitStatus {
+    d.terminate(STOP_TIMEOUT).unwrap_or_else(|| {
+        d.kill9();
+        panic!("{} did not stop after SIGTERM:\n{}", d.name, d.log())
+    })
 }
 
 /// Runs a ferrobay command; returns (success, stdout, stderr).
@@ -212,31 +145,10 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
     let mut nodes = Vec::new();
     for name in ["n1", "n2", "n3"] {
         let d = dir.path().join(name);
-        let args: Vec<String> = [
-            "node",
-            "run",
-            "--name",
-            name,
-            "--listen",
-            "127.0.0.1:0",
-            "--discovery-listen",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_url,
-            "--lease-ttl-ms",
-            LEASE_TTL_MS,
-            "--drive",
-            &format!("d0=file:{}:256M", d.join("d0.img").display()),
-            "--data-dir",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([d.display().to_string()])
-        .collect();
-        let mut n = Daemon::spawn(name, &d, &args);
-        let e = n.wait_json(&d.join("endpoints.json"));
+        let drive = format!("d0=file:{}:256M", d.join("d0.img").display());
+        let args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), &drive, &d);
+        let mut n = spawn(name, &d, &args);
+        let e = wait_json(&mut n, &d.join("endpoints.json"));
         // With --meta a new drive comes up without a namespace, all of it free for
         // provisioning.
         let http = e["http"].as_str().expect("node http addr");
@@ -250,27 +162,9 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
     for name in ["p1", "p2"] {
         let d = dir.path().join(name);
         let ep = d.join("endpoints.json");
-        let args: Vec<String> = [
-            "processor",
-            "run",
-            "--name",
-            name,
-            "--listen",
-            "127.0.0.1:0",
-            "--api-listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_url,
-            "--lease-ttl-ms",
-            LEASE_TTL_MS,
-            "--endpoints-file",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([ep.display().to_string()])
-        .collect();
-        let mut p = Daemon::spawn(name, &d, &args);
-        let e = p.wait_json(&ep);
+        let args = processor_run_args(name, &meta_url, LEASE_TTL_MS, &ep);
+        let mut p = spawn(name, &d, &args);
+        let e = wait_json(&mut p, &ep);
         assert_eq!(e["name"], name, "{e}");
         nvme_addrs.push(e["nvme"][0].as_str().expect("nvme addr").to_string());
         apis.push(e["api"].as_str().expect("api addr").to_string());
@@ -388,10 +282,10 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         drop(dev);
     });
 
-    let s = procs[0].terminate();
+    let s = terminate(&mut procs[0]);
     assert!(s.success(), "p1 exit {s}:\n{}", procs[0].log());
     for n in &mut nodes {
-        let s = n.terminate();
+        let s = terminate(n);
         assert!(s.success(), "{} exit {s}:\n{}", n.name, n.log());
     }
     drop(etcd);
@@ -412,31 +306,9 @@ fn storage_node_registers_again_after_losing_its_lease() {
         .expect("etcd server");
     let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
     let d = dir.path().join("n1");
-    let args: Vec<String> = [
-        "node",
-        "run",
-        "--name",
-        "n1",
-        "--listen",
-        "127.0.0.1:0",
-        "--discovery-listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--meta",
-        &meta_url,
-        "--lease-ttl-ms",
-        "1000",
-        "--drive",
-        "ram:64M",
-        "--data-dir",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([d.display().to_string()])
-    .collect();
-    let mut node = Daemon::spawn("n1", &d, &args);
-    let e = node.wait_json(&d.join("endpoints.json"));
+    let args = node_run_args("n1", &meta_url, Some("1000"), "ram:64M", &d);
+    let mut node = spawn("n1", &d, &args);
+    let e = wait_json(&mut node, &d.join("endpoints.json"));
     let nvme = e["nvme_tcp"][0].as_str().expect("nvme addr").to_string();
 
     let registered = |etcd: &meta::testing::EtcdServer| -> Vec<String> {
@@ -498,7 +370,7 @@ fn storage_node_registers_again_after_losing_its_lease() {
         node.log()
     );
 
-    let s = node.terminate();
+    let s = terminate(&mut node);
     assert!(s.success(), "n1 exit {s}:\n{}", node.log());
     // A clean stop revokes the lease: the record goes at once.
     assert!(

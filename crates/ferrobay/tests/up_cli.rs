@@ -4,26 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use common::up::{Up, arg_after};
 use common::{ferrobay_bin, scratch_dir};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
-
-const READY_TIMEOUT: Duration = Duration::from_secs(45);
-const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A `ferrobay up` child: stdout lines come through a channel, stderr goes to a file.
-struct Up {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stdout: Vec<String>,
-    log: std::path::PathBuf,
-}
 
 /// What the connect line says.
 struct Connect {
@@ -32,129 +18,15 @@ struct Connect {
     nqn: String,
 }
 
-impl Up {
-    fn start(data_dir: &Path, port: u16, log_name: &str) -> Up {
-        let log = data_dir.parent().expect("parent").join(log_name);
-        let err = std::fs::File::create(&log).expect("log");
-        let mut child = Command::new(ferrobay_bin())
-            .args(["up", "--data-dir"])
-            .arg(data_dir)
-            .args(["--port", &port.to_string(), "--volume-size", "64M"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(err)
-            .spawn()
-            .expect("spawn ferrobay up");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Up {
-            child,
-            lines,
-            stdout: Vec::new(),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        format!(
-            "stdout:\n{}\nstderr:\n{}",
-            self.stdout.join("\n"),
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        )
-    }
-
-    /// Waits for the `nvme connect ...` line and parses it (and for the rest of the
-    /// ready message, up to "Press Ctrl-C").
-    fn wait_connect_line(&mut self) -> Connect {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let mut connect = None;
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    self.stdout.push(line.clone());
-                    if let Some(c) = parse_connect(&line) {
-                        connect = Some(c);
-                    }
-                    if line.contains("Ctrl-C") {
-                        return connect
-                            .unwrap_or_else(|| panic!("no connect line:\n{}", self.log()));
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().expect("wait");
-                    panic!(
-                        "ferrobay up exited ({status}) before ready:\n{}",
-                        self.log()
-                    );
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no connect line after {READY_TIMEOUT:?}:\n{}",
-                self.log()
-            );
-        }
-    }
-
-    /// Ctrl-C, as a person at the terminal would, and wait for the exit.
-    fn interrupt(&mut self) -> ExitStatus {
-        let _ = Command::new("kill")
-            .arg("-INT")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                while let Ok(l) = self.lines.try_recv() {
-                    self.stdout.push(l);
-                }
-                return s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("ferrobay up did not stop after SIGINT:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// `nvme connect -t tcp -a ADDR -s PORT -n NQN`.
-fn parse_connect(line: &str) -> Option<Connect> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    if words.first() != Some(&"nvme") || words.get(1) != Some(&"connect") {
-        return None;
+fn parse_connect(words: &[String]) -> Connect {
+    let line = words.join(" ");
+    let after = |flag| arg_after(words, flag).unwrap_or_else(|| panic!("no {flag}: {line}"));
+    Connect {
+        addr: after("-a").to_string(),
+        port: after("-s").parse().expect("port in connect line"),
+        nqn: after("-n").to_string(),
     }
-    let after = |flag: &str| {
-        words
-            .iter()
-            .position(|w| *w == flag)
-            .and_then(|i| words.get(i + 1))
-            .map(|s| s.to_string())
-    };
-    Some(Connect {
-        addr: after("-a")?,
-        port: after("-s")?.parse().ok()?,
-        nqn: after("-n")?,
-    })
 }
 
 fn free_port() -> u16 {
@@ -218,8 +90,8 @@ fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
     let data_dir = dir.path().join("data");
 
     let port = free_port();
-    let mut up = Up::start(&data_dir, port, "up1.log");
-    let c = up.wait_connect_line();
+    let mut up = Up::start(&data_dir, port, dir.path().join("up1.log"));
+    let c = parse_connect(&up.wait_connect_line());
     assert_eq!(c.nqn, "nqn.2026-01.io.ferrobay:vol:vol0");
     assert_eq!((c.addr.as_str(), c.port), ("127.0.0.1", port));
     let out = up.stdout.join("\n");
@@ -243,8 +115,8 @@ fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
 
     // Again, on another port: same volume, same data, nothing created.
     let port = free_port();
-    let mut up = Up::start(&data_dir, port, "up2.log");
-    let c = up.wait_connect_line();
+    let mut up = Up::start(&data_dir, port, dir.path().join("up2.log"));
+    let c = parse_connect(&up.wait_connect_line());
     let out = up.stdout.join("\n");
     assert!(out.contains("(reused)"), "{out}\n{}", up.log());
     assert!(out.contains("--api"), "status hint missing:\n{out}");

@@ -11,7 +11,7 @@
 //! getrusage of the reaped child), and the node's CPU over the same window.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use crate::Settings;
 use crate::native::{NODE_NAME, NodeChild, die_with_parent, per_million};
-use crate::workload::Workload;
+use crate::spdk::median;
+use crate::spdk_target::use_spdk_libs;
+use crate::workload::{WORKLOADS, Workload, env_string};
 
 /// What the issue asks for, in the order they run.
 pub const INITIATOR_WORKLOADS: [Workload; 5] = [
@@ -31,30 +33,17 @@ pub const INITIATOR_WORKLOADS: [Workload; 5] = [
         block_size_bytes: 4096,
         iodepth: 1,
     },
-    Workload {
-        name: "randread_4k_qd32",
-        rw: "randread",
-        block_size_bytes: 4096,
-        iodepth: 32,
-    },
+    // randread_4k_qd32
+    WORKLOADS[0],
     Workload {
         name: "randread_4k_qd128",
         rw: "randread",
         block_size_bytes: 4096,
         iodepth: 128,
     },
-    Workload {
-        name: "randwrite_4k_qd32",
-        rw: "randwrite",
-        block_size_bytes: 4096,
-        iodepth: 32,
-    },
-    Workload {
-        name: "seqread_128k_qd8",
-        rw: "read",
-        block_size_bytes: 128 << 10,
-        iodepth: 8,
-    },
+    // randwrite_4k_qd32, seqread_128k_qd8
+    WORKLOADS[1],
+    WORKLOADS[2],
 ];
 
 /// DPDK memory for `spdk_nvme_perf --no-huge` (I/O buffers, PDU pools).
@@ -515,14 +504,7 @@ fn perf_run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(lib) = shared_lib_dir(ctx.perf) {
-        let mut path = lib.into_os_string();
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
-            path.push(":");
-            path.push(old);
-        }
-        cmd.env("LD_LIBRARY_PATH", path);
-    }
+    use_spdk_libs(&mut cmd, ctx.perf);
     die_with_parent(&mut cmd);
     let rusage0 = children_cpu_s();
     let mut child = cmd
@@ -737,17 +719,6 @@ fn last_fatal_line(ctx: &Ctx<'_>) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A shared SPDK build keeps its libspdk_*.so in build/lib beside build/bin.
-fn shared_lib_dir(binary: &Path) -> Option<PathBuf> {
-    let lib = binary.parent()?.parent()?.join("lib");
-    let has_spdk = std::fs::read_dir(&lib).ok()?.flatten().any(|e| {
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        n.starts_with("libspdk_") && n.contains(".so")
-    });
-    has_spdk.then_some(lib)
-}
-
 fn shell_words(args: &[String]) -> String {
     args.iter()
         .map(|a| {
@@ -759,13 +730,6 @@ fn shell_words(args: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn env_string(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
 }
 
 fn compare(runs: &[InitiatorRun]) -> Vec<InitiatorComparison> {
@@ -820,16 +784,6 @@ fn median_side(runs: &[&InitiatorRun]) -> Option<InitiatorSide> {
         node_cpu_s_per_million_ios: med(&|r| r.node_cpu_s_per_million_ios),
         other_cores_max: runs.iter().filter_map(|r| r.other_cores).reduce(f64::max),
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// The human summary of this section (stderr).

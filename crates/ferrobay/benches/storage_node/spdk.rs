@@ -494,7 +494,7 @@ fn median_side(runs: &[&Run]) -> Option<Side> {
 }
 
 /// The middle value (the mean of the two middle ones for an even count); 0 for none.
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     match n {

@@ -134,16 +134,7 @@ impl SpdkChild {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err_log);
-        if let Some(lib) = shared_lib_dir(binary) {
-            // A build against a packaged DPDK is a shared build: its libspdk_*.so live in
-            // build/lib beside build/bin.
-            let mut path = lib.into_os_string();
-            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
-                path.push(":");
-                path.push(old);
-            }
-            cmd.env("LD_LIBRARY_PATH", path);
-        }
+        use_spdk_libs(&mut cmd, binary);
         die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
@@ -360,6 +351,20 @@ fn rpc_socket_path(dir: &Path, attempt: u32) -> PathBuf {
         "ferrobay-bench-spdk-{}-{attempt}.sock",
         std::process::id()
     ))
+}
+
+/// Lets `cmd` (an SPDK tool) find SPDK's shared libraries beside `binary`: a build
+/// against a packaged DPDK is a shared build, its libspdk_*.so live in build/lib beside
+/// build/bin.
+pub fn use_spdk_libs(cmd: &mut Command, binary: &Path) {
+    if let Some(lib) = shared_lib_dir(binary) {
+        let mut path = lib.into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path);
+    }
 }
 
 /// `<bin>/../lib` when it holds SPDK's shared libraries.

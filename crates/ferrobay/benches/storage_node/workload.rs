@@ -148,7 +148,7 @@ fn env_f64(name: &str) -> Option<f64> {
 }
 
 /// A non-blank variable, trimmed.
-fn env_string(name: &str) -> Option<String> {
+pub fn env_string(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()
         .map(|v| v.trim().to_string())

@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod netns;
+pub mod up;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -131,34 +133,19 @@ impl NodeProcess {
 
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
-        // The `kill` command sends SIGTERM to our own child, by pid.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s;
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                panic!(
-                    "node did not stop within 20 s after SIGTERM:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        cluster::terminate_child(&mut self.child, Duration::from_secs(20)).unwrap_or_else(|| {
+            self.kill();
+            panic!(
+                "node did not stop within 20 s after SIGTERM:\n{}",
+                self.log()
+            )
+        })
     }
 }
 
 impl Drop for NodeProcess {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        cluster::kill_if_running(&mut self.child);
     }
 }
 

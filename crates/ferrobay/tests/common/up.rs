@@ -1,0 +1,136 @@
+//! A `ferrobay up` child process as a user runs it: stdout lines come through a channel,
+//! stderr goes to a file. Killed on drop (a test that panics leaves nothing running).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::cluster::kill_if_running;
+use super::ferrobay_bin;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(45);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Up {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// The stdout lines read so far.
+    pub stdout: Vec<String>,
+    log: PathBuf,
+}
+
+impl Up {
+    /// Starts `ferrobay up` on `data_dir` and `port`, stderr into `log`.
+    pub fn start(data_dir: &Path, port: u16, log: PathBuf) -> Up {
+        let err = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new(ferrobay_bin())
+            .args(["up", "--data-dir"])
+            .arg(data_dir)
+            // A small volume: creating it writes zeros over the members' data areas (the
+            // 1G default leaves 1.6 GB of drive files in the scratch dir).
+            .args(["--port", &port.to_string(), "--volume-size", "64M"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .spawn()
+            .expect("spawn ferrobay up");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Up {
+            child,
+            lines,
+            stdout: Vec::new(),
+            log,
+        }
+    }
+
+    /// Stdout so far and the whole stderr file, for failure messages.
+    pub fn log(&self) -> String {
+        format!(
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout.join("\n"),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+
+    /// The words of the `nvme connect ...` line, once the ready message is complete
+    /// (up to "Press Ctrl-C").
+    pub fn wait_connect_line(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut connect = None;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    if line.trim_start().starts_with("nvme connect ") {
+                        connect = Some(line.split_whitespace().map(String::from).collect());
+                    }
+                    let done = line.contains("Ctrl-C");
+                    self.stdout.push(line);
+                    if done {
+                        return connect
+                            .unwrap_or_else(|| panic!("no connect line:\n{}", self.log()));
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().expect("wait");
+                    panic!(
+                        "ferrobay up exited ({status}) before ready:\n{}",
+                        self.log()
+                    );
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no connect line after {READY_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    /// Ctrl-C, as a person at the terminal would, and wait for the exit.
+    pub fn interrupt(&mut self) -> ExitStatus {
+        // The `kill` command signals our own child, by pid.
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                while let Ok(l) = self.lines.try_recv() {
+                    self.stdout.push(l);
+                }
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("ferrobay up did not stop after SIGINT:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        kill_if_running(&mut self.child);
+    }
+}
+
+/// The value after `flag` in the connect line's words.
+pub fn arg_after<'a>(words: &'a [String], flag: &str) -> Option<&'a str> {
+    let i = words.iter().position(|w| w == flag)?;
+    words.get(i + 1).map(String::as_str)
+}
