@@ -303,7 +303,14 @@ impl Volume {
             inner.note(n);
         }
         let journaled: std::collections::HashSet<u64> = journaled.into_iter().collect();
-        inner.resync_dirty(&journaled).await?;
+        if inner.opts.background_resync {
+            if !inner.spawn_resync(journaled) {
+                // Nothing dirty: the (empty) report at once.
+                inner.resync_dirty(&Default::default()).await?;
+            }
+        } else {
+            inner.resync_dirty(&journaled).await?;
+        }
         Ok(Volume::start(inner))
     }
 }

@@ -53,6 +53,10 @@ pub struct EngineOptions {
     /// new owner taking the volume over, so that every change of owner is a generation
     /// in the superblocks. (It does not stop a stale owner: reservations and leases do.)
     pub bump_generation_on_assemble: bool,
+    /// Assembly starts serving I/O before the dirty-region resync and runs the resync in
+    /// the background (a node taking a volume over, so hosts wait only for assembly).
+    /// Off: the resync finishes before assembly returns (local assembly, like mdadm).
+    pub background_resync: bool,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -67,6 +71,7 @@ impl Default for EngineOptions {
             batch_bytes: 1 << 20,
             inflight_batches: 4,
             bump_generation_on_assemble: false,
+            background_resync: false,
             clock: Arc::new(TokioClock::new()),
         }
     }
@@ -86,6 +91,7 @@ impl std::fmt::Debug for EngineOptions {
                 "bump_generation_on_assemble",
                 &self.bump_generation_on_assemble,
             )
+            .field("background_resync", &self.background_resync)
             .finish_non_exhaustive()
     }
 }

@@ -29,6 +29,10 @@ struct State {
     written: Vec<u64>,
     /// No clearing (some slot is not active).
     keep: bool,
+    /// Dirty regions a background resync has not finished yet: never cleared, so a
+    /// crash meanwhile still finds them dirty.
+    pending: Vec<bool>,
+    pending_count: usize,
 }
 
 /// In-memory side of the bitmap. Member I/O is done by the caller (see `engine`).
@@ -76,6 +80,8 @@ impl WriteIntent {
                 durable: vec![0; words],
                 written: vec![0; words],
                 keep,
+                pending: vec![false; regions],
+                pending_count: 0,
             }),
             io: tokio::sync::Mutex::new(()),
         }
@@ -180,6 +186,41 @@ impl WriteIntent {
         self.lock().keep = keep;
     }
 
+    /// Marks regions as waiting for the background resync (the sweeper skips them).
+    pub fn set_pending(&self, regions: &[usize]) {
+        let mut st = self.lock();
+        for &r in regions {
+            if let Some(p) = st.pending.get_mut(r)
+                && !*p
+            {
+                *p = true;
+                st.pending_count += 1;
+            }
+        }
+    }
+
+    /// The resync of `region` is done: the sweeper may clear it again.
+    pub fn clear_pending(&self, region: usize) {
+        let mut st = self.lock();
+        if let Some(p) = st.pending.get_mut(region)
+            && *p
+        {
+            *p = false;
+            st.pending_count -= 1;
+        }
+    }
+
+    /// Regions still waiting for the background resync.
+    pub fn pending_count(&self) -> usize {
+        self.lock().pending_count
+    }
+
+    /// Whether `region` still waits for the background resync.
+    pub fn is_pending(&self, region: usize) -> bool {
+        let st = self.lock();
+        st.pending_count > 0 && st.pending.get(region).copied().unwrap_or(false)
+    }
+
     pub fn is_dirty(&self, region: usize) -> bool {
         bit(&self.lock().want, region)
     }
@@ -257,7 +298,7 @@ impl WriteIntent {
             if !bit(&st.want, r) {
                 continue;
             }
-            let quiet = st.inflight[r] == 0 && (force || !st.touched[r]);
+            let quiet = st.inflight[r] == 0 && (force || !st.touched[r]) && !st.pending[r];
             if quiet {
                 set_bit(&mut st.want, r, false);
                 set_bit(&mut st.durable, r, false);
@@ -375,6 +416,24 @@ mod tests {
         wi.remark(&[2]);
         assert_eq!(wi.dirty_regions(), vec![2]);
         assert_eq!(wi.set_images().len(), 1);
+    }
+
+    #[test]
+    fn pending_regions_are_never_swept() {
+        let wi = WriteIntent::new(geom(10), true, false);
+        wi.load(&[0b1011]);
+        wi.set_pending(&[1, 3]);
+        assert_eq!(wi.pending_count(), 2);
+        assert!(wi.is_pending(3));
+        assert_eq!(wi.sweep_select(true), vec![0]);
+        wi.clear_pending(1);
+        wi.clear_pending(1);
+        assert_eq!(wi.pending_count(), 1);
+        assert_eq!(wi.sweep_select(true), vec![1]);
+        assert_eq!(wi.dirty_regions(), vec![3]);
+        wi.clear_pending(3);
+        assert_eq!(wi.sweep_select(true), vec![3]);
+        assert!(!wi.is_pending(3));
     }
 
     #[test]

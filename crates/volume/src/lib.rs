@@ -104,7 +104,7 @@ pub use format::MemberState;
 pub use layout::{LayoutParams, Level, LevelSpec};
 pub use probe::{ProbeInfo, probe_device};
 pub use status::{
-    MemberStatus, RebuildProgress, ResyncReport, ScrubProgress, ScrubReport, TaskPhase,
-    VolumeState, VolumeStatus,
+    MemberStatus, RebuildProgress, ResyncProgress, ResyncReport, ScrubProgress, ScrubReport,
+    TaskPhase, VolumeState, VolumeStatus,
 };
 pub use volume::Volume;

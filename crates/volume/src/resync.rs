@@ -1,13 +1,18 @@
 //! Resync after an unclean stop: make parity (or copies) agree with the data in every
 //! dirty bitmap region, and only there.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use blockdev::IoBuf;
+use tokio::task::JoinHandle;
 
 use crate::chunks::{Window, chunks, merge_ranges, near_chunk_span};
 use crate::engine::{Faults, Inner};
 use crate::error::Result;
 use crate::layout::Family;
-use crate::status::ResyncReport;
+use crate::status::{ResyncProgress, ResyncReport, TaskPhase};
 use crate::topology::Topology;
 
 /// What one batch did.
@@ -20,37 +25,144 @@ struct Outcome {
     /// Member bytes read and written.
     read_bytes: u64,
     written_bytes: u64,
+    /// End row of the batch and its row count.
+    r1: u64,
+    rows: u64,
+}
+
+/// What to resync: the dirty regions (ascending) and their rows, merged.
+pub(crate) struct Plan {
+    regions: Vec<usize>,
+    ranges: Vec<(u64, u64)>,
+    data_rows: u64,
+}
+
+/// A resync running in the background after assembly.
+pub(crate) struct ResyncTask {
+    pub handle: JoinHandle<()>,
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl Inner {
-    /// Resyncs every dirty region (called by assembly before the volume is handed out),
-    /// a few batches in flight, unthrottled (the volume is not serving yet). The regions
-    /// stay dirty until the bitmap sweeper clears them after a flush. What it did is kept
-    /// for `status().last_resync`.
-    pub async fn resync_dirty(
-        &self,
-        journaled_rows: &std::collections::HashSet<u64>,
-    ) -> Result<()> {
-        let clock = self.opts.clock.clone();
-        let started = clock.now();
+    fn resync_plan(&self) -> Plan {
         let regions = if self.intent.enabled() {
             self.intent.dirty_regions()
         } else {
             Vec::new()
         };
-        let su = self.su();
+        let ranges = merge_ranges(regions.iter().map(|&r| self.region_rows(r)));
+        let data_rows = ranges.iter().map(|(a, b)| b - a).sum();
+        Plan {
+            regions,
+            ranges,
+            data_rows,
+        }
+    }
+
+    /// Rows `[first, end)` of a region.
+    fn region_rows(&self, region: usize) -> (u64, u64) {
+        let (su, rows) = (self.su(), self.geo.rows());
+        let (s, e) = self.intent.region_range(region);
+        ((s / su).min(rows), (e / su).min(rows))
+    }
+
+    /// Resyncs every dirty region (called by assembly before the volume is handed out),
+    /// a few batches in flight, unthrottled (the volume is not serving yet). The regions
+    /// stay dirty until the bitmap sweeper clears them after a flush. What it did is kept
+    /// for `status().last_resync`.
+    pub async fn resync_dirty(&self, journaled_rows: &HashSet<u64>) -> Result<()> {
+        let plan = self.resync_plan();
+        self.run_resync(plan, journaled_rows, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts the resync of the dirty regions in the background (the volume serves I/O
+    /// meanwhile; writes and resync batches take the same row locks). The regions are
+    /// marked pending so the sweeper keeps them dirty until their batch is done, and the
+    /// rebuild waits for the resync (as it would for a resync at assembly). Returns false
+    /// (and does nothing) when there is nothing to resync.
+    pub(crate) fn spawn_resync(self: &Arc<Self>, journaled_rows: HashSet<u64>) -> bool {
+        let plan = self.resync_plan();
+        if plan.regions.is_empty() {
+            return false;
+        }
+        self.intent.set_pending(&plan.regions);
+        let cancel = Arc::new(AtomicBool::new(false));
+        {
+            let mut t = self.tasks();
+            t.resync_running = true;
+            t.resync_progress = Some(ResyncProgress {
+                regions: plan.regions.len() as u64,
+                regions_pending: plan.regions.len() as u64,
+                bytes_total: self.data_bytes_of_rows(plan.data_rows),
+                bytes_done: 0,
+                phase: Some(TaskPhase::Running),
+            });
+        }
+        let inner = self.clone();
+        let c = cancel.clone();
+        let handle = tokio::spawn(async move {
+            let result = inner.run_resync(plan, &journaled_rows, Some(&c)).await;
+            let phase = match &result {
+                Ok(true) => TaskPhase::Done,
+                Ok(false) => TaskPhase::Stopped,
+                Err(e) => TaskPhase::Failed(e.to_string()),
+            };
+            if !matches!(phase, TaskPhase::Done) {
+                inner.note(format!(
+                    "resync: background resync ended early ({phase:?}): {} regions stay dirty \
+                     for the next assembly",
+                    inner.intent.pending_count()
+                ));
+            }
+            {
+                let mut t = inner.tasks();
+                t.resync_running = false;
+                if let Some(p) = t.resync_progress.as_mut() {
+                    p.phase = Some(phase);
+                    p.regions_pending = inner.intent.pending_count() as u64;
+                }
+            }
+            inner.kick_rebuild();
+        });
+        self.tasks().resync = Some(ResyncTask { handle, cancel });
+        true
+    }
+
+    /// Runs the resync of `plan`. In the background (`cancel` given) it publishes its
+    /// progress, clears each region's pending mark once every batch up to its end is done,
+    /// and stops issuing batches when cancelled (returns `Ok(false)`; the regions not
+    /// finished stay pending, hence dirty).
+    async fn run_resync(
+        &self,
+        plan: Plan,
+        journaled_rows: &HashSet<u64>,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<bool> {
+        let clock = self.opts.clock.clone();
+        let started = clock.now();
+        let Plan {
+            regions,
+            ranges,
+            data_rows,
+        } = plan;
         let rows = self.geo.rows();
-        let ranges = merge_ranges(regions.iter().map(|&region| {
-            let (s, e) = self.intent.region_range(region);
-            ((s / su).min(rows), (e / su).min(rows))
-        }));
-        let data_rows: u64 = ranges.iter().map(|(a, b)| b - a).sum();
+        let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Acquire));
         let mut total = Outcome::default();
         let mut todo = chunks(ranges, self.batch_rows(), rows);
         let mut window = Window::new(self.opts.inflight_batches);
         let mut failure = None;
+        let mut stopped = false;
+        // Regions are ascending and batches complete in order: index of the first region
+        // not finished yet.
+        let mut next_region = 0;
         loop {
             while failure.is_none() && window.has_room() {
+                if cancelled() {
+                    stopped = true;
+                    break;
+                }
                 let Some(c) = todo.next() else { break };
                 window.push(async move {
                     let _locks = self.lock_rows(c.r0, c.r1).await;
@@ -58,6 +170,11 @@ impl Inner {
                         self.resync_batch(&topo, c.r0, c.r1, journaled_rows).await
                     })
                     .await
+                    .map(|o| Outcome {
+                        r1: c.r1,
+                        rows: c.r1 - c.r0,
+                        ..o
+                    })
                 });
             }
             match window.next().await {
@@ -67,6 +184,20 @@ impl Inner {
                     total.unverifiable += o.unverifiable;
                     total.read_bytes += o.read_bytes;
                     total.written_bytes += o.written_bytes;
+                    if cancel.is_some() && failure.is_none() {
+                        while let Some(&r) = regions.get(next_region)
+                            && self.region_rows(r).1 <= o.r1
+                        {
+                            self.intent.clear_pending(r);
+                            next_region += 1;
+                        }
+                        let done = self.data_bytes_of_rows(o.rows);
+                        let pending = self.intent.pending_count() as u64;
+                        if let Some(p) = self.tasks().resync_progress.as_mut() {
+                            p.bytes_done = (p.bytes_done + done).min(p.bytes_total);
+                            p.regions_pending = pending;
+                        }
+                    }
                 }
                 Some(Err(e)) => {
                     failure.get_or_insert(e);
@@ -75,6 +206,12 @@ impl Inner {
         }
         if let Some(e) = failure {
             return Err(e);
+        }
+        if stopped {
+            return Ok(false);
+        }
+        for &r in &regions[next_region.min(regions.len())..] {
+            self.intent.clear_pending(r);
         }
         let report = ResyncReport {
             regions: regions.len() as u64,
@@ -87,12 +224,17 @@ impl Inner {
         };
         self.tasks().last_resync = Some(report);
         if regions.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         self.note(format!(
-            "resync: {} dirty regions, {} stripes rewritten",
+            "resync: {} dirty regions, {} stripes rewritten{}",
             regions.len(),
-            total.fixed
+            total.fixed,
+            if cancel.is_some() {
+                " (in the background)"
+            } else {
+                ""
+            }
         ));
         if total.unverifiable > 0 {
             self.note(format!(
@@ -103,7 +245,7 @@ impl Inner {
                 total.unverifiable
             ));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Volume data bytes held by `rows` rows.
@@ -121,7 +263,7 @@ impl Inner {
         topo: &Topology,
         r0: u64,
         r1: u64,
-        journaled_rows: &std::collections::HashSet<u64>,
+        journaled_rows: &HashSet<u64>,
     ) -> std::result::Result<Outcome, Faults> {
         match self.geo.family() {
             Family::Rotating { k, m } => {
@@ -139,7 +281,7 @@ impl Inner {
         r1: u64,
         k: usize,
         m: usize,
-        journaled_rows: &std::collections::HashSet<u64>,
+        journaled_rows: &HashSet<u64>,
     ) -> std::result::Result<Outcome, Faults> {
         let su = self.su();
         let batch = self

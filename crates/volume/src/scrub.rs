@@ -26,6 +26,13 @@ impl Volume {
     /// runs. `stop()` interrupts it.
     pub async fn scrub(&self) -> Result<ScrubReport> {
         self.inner.check_usable()?;
+        if self.inner.tasks().resync_running {
+            // Torn rows are the resync's to fix (parity from data); a scrub could pick
+            // another shard as the bad one.
+            return Err(crate::error::VolumeError::Invalid(
+                "a background resync is running: scrub once it is done".into(),
+            ));
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         self.inner.tasks().scrub_cancel = Some(cancel.clone());
         let mut report = ScrubReport::default();

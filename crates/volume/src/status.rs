@@ -122,6 +122,20 @@ pub struct ResyncReport {
     pub duration_secs: f64,
 }
 
+/// A background resync after assembly (`EngineOptions::background_resync`), published
+/// after every batch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResyncProgress {
+    /// Dirty regions to resync, and how many of them are still pending (the sweeper
+    /// keeps them dirty until their resync is done).
+    pub regions: u64,
+    pub regions_pending: u64,
+    /// Volume data bytes in those regions, and done so far.
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub phase: Option<TaskPhase>,
+}
+
 /// Everything `volume status` shows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VolumeStatus {
@@ -148,6 +162,10 @@ pub struct VolumeStatus {
     /// What the resync at assembly did (`None` for a volume just created).
     #[serde(default)]
     pub last_resync: Option<ResyncReport>,
+    /// The background resync's progress (or the last one's, once it ended); `None`
+    /// when the resync ran during assembly.
+    #[serde(default)]
+    pub resync: Option<ResyncProgress>,
     /// Things assembly and failure handling want an operator to know.
     pub notes: Vec<String>,
     pub read_bytes: u64,

@@ -34,6 +34,11 @@ pub(crate) struct TaskState {
     pub last_scrub: Option<ScrubReport>,
     pub scrub_progress: Option<crate::status::ScrubProgress>,
     pub last_resync: Option<crate::status::ResyncReport>,
+    /// The background resync (`EngineOptions::background_resync`) and its progress.
+    pub resync: Option<crate::resync::ResyncTask>,
+    pub resync_progress: Option<crate::status::ResyncProgress>,
+    /// The background resync has not ended yet (the rebuild waits for it).
+    pub resync_running: bool,
     pub scrub_cancel: Option<Arc<AtomicBool>>,
     pub notes: Vec<String>,
     pub cleaner: Option<JoinHandle<()>>,
@@ -166,6 +171,7 @@ impl Volume {
             last_scrub: tasks.last_scrub.clone(),
             scrub: tasks.scrub_progress.clone(),
             last_resync: tasks.last_resync.clone(),
+            resync: tasks.resync_progress.clone(),
             notes: tasks.notes.clone(),
             read_bytes: stats.read_bytes,
             write_bytes: stats.write_bytes,
@@ -185,7 +191,9 @@ impl Volume {
 
     /// Clean shutdown: stops background work, flushes every member, clears the bitmap
     /// (unless degraded) and writes the superblocks with the clean flag. Later I/O fails
-    /// with `Closed`.
+    /// with `Closed`. A background resync is stopped after the batches in flight: the
+    /// regions it did not finish stay dirty and the clean flag is not set, so the next
+    /// assembly resyncs them.
     pub async fn stop(&self) -> Result<()> {
         if self.inner.stopped.load(Ordering::Acquire) {
             return Ok(());
@@ -205,18 +213,33 @@ impl Volume {
         }
         inner.stopped.store(true, Ordering::Release);
         let degraded = !inner.topo().all_active();
-        inner.commit(|sb| sb.clean = !degraded).await?;
+        let resync_pending = inner.intent.pending_count() > 0;
+        inner
+            .commit(|sb| sb.clean = !degraded && !resync_pending)
+            .await?;
         info!(volume = %inner.name, "stopped");
         Ok(())
     }
 
     async fn cancel_tasks(&self) {
-        let (rebuild, cleaner, scrub) = {
+        let (rebuild, cleaner, scrub, resync) = {
             let mut t = self.inner.tasks();
-            (t.rebuild.take(), t.cleaner.take(), t.scrub_cancel.take())
+            (
+                t.rebuild.take(),
+                t.cleaner.take(),
+                t.scrub_cancel.take(),
+                t.resync.take(),
+            )
         };
         if let Some(c) = scrub {
             c.store(true, Ordering::Release);
+        }
+        if let Some(r) = resync {
+            // The resync ends after its batches in flight (their rows are locked).
+            r.cancel.store(true, Ordering::Release);
+            if !r.handle.is_finished() {
+                let _ = r.handle.await;
+            }
         }
         if let Some(r) = rebuild {
             r.cancel.store(true, Ordering::Release);
@@ -270,9 +293,24 @@ impl Volume {
     /// I/O already issued is not waited for. The state is `Fenced`; `stop()` then fails.
     pub fn detach(&self) {
         self.inner.halt("detached by its owner".to_string(), true);
-        let cleaner = self.inner.tasks().cleaner.take();
+        let (cleaner, resync) = {
+            let mut t = self.inner.tasks();
+            (t.cleaner.take(), t.resync.take())
+        };
         if let Some(c) = cleaner {
             c.abort();
+        }
+        if let Some(r) = resync {
+            // Member I/O is refused already; dropping the batches releases their locks.
+            r.cancel.store(true, Ordering::Release);
+            r.handle.abort();
+            let mut t = self.inner.tasks();
+            t.resync_running = false;
+            if let Some(p) = t.resync_progress.as_mut()
+                && p.phase == Some(crate::status::TaskPhase::Running)
+            {
+                p.phase = Some(crate::status::TaskPhase::Stopped);
+            }
         }
     }
 }
@@ -288,6 +326,10 @@ impl Drop for Volume {
             c.abort();
         }
         if let Some(r) = t.rebuild.take() {
+            r.cancel.store(true, Ordering::Release);
+            r.handle.abort();
+        }
+        if let Some(r) = t.resync.take() {
             r.cancel.store(true, Ordering::Release);
             r.handle.abort();
         }

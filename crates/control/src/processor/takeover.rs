@@ -137,8 +137,10 @@ pub(crate) async fn take_over(
         return Err(fail("lease lost during takeover".into()));
     }
     // A new owner outranks the previous one's superblocks (its generation is higher).
+    // Hosts wait only for assembly: the dirty-region resync runs in the background.
     let engine = volume::EngineOptions {
         bump_generation_on_assemble: true,
+        background_resync: true,
         ..ctx.cfg.engine.clone()
     };
     let volume = Volume::assemble_with(devices, engine).await?;
@@ -163,8 +165,20 @@ pub(crate) async fn take_over(
         members_fenced: fenced,
         members_total: rec.members.len(),
         members_unfenceable: unfenceable,
-        resync_regions: status.last_resync.as_ref().map_or(0, |r| r.regions),
-        resync_bytes: status.last_resync.as_ref().map_or(0, |r| r.bytes_resynced),
+        // A background resync may still run: then what it has to do (its read bytes and
+        // duration are in the volume status once it is done).
+        resync_regions: status
+            .last_resync
+            .as_ref()
+            .map(|r| r.regions)
+            .or(status.resync.as_ref().map(|r| r.regions))
+            .unwrap_or(0),
+        resync_bytes: status
+            .last_resync
+            .as_ref()
+            .map(|r| r.bytes_resynced)
+            .or(status.resync.as_ref().map(|r| r.bytes_total))
+            .unwrap_or(0),
         resync_member_bytes_read: status
             .last_resync
             .as_ref()

@@ -85,6 +85,14 @@ impl Inner {
         Self::mark_failed(&mut sb, &mut t, member);
         self.take_spare(&mut sb, &mut t).await;
         self.set_topo(t);
+        let pending = self.intent.pending_count();
+        if pending > 0 {
+            self.note(format!(
+                "member {member} failed while the background resync still had {pending} dirty \
+                 regions pending: stripes there torn by the earlier crash cannot be \
+                 reconstructed correctly (crash + member loss, a double fault)"
+            ));
+        }
         self.commit_locked(&mut sb, true).await
     }
 
@@ -156,8 +164,16 @@ impl Inner {
 
     /// Starts a rebuild in the background if one is wanted and allowed.
     pub fn kick_rebuild(&self) {
-        if self.is_halted() || !self.opts.auto_rebuild || !self.tasks().rebuild_wanted {
+        if self.is_halted() || !self.opts.auto_rebuild {
             return;
+        }
+        {
+            // A background resync first makes the dirty rows consistent (the resync task
+            // kicks the rebuild when it ends), as a resync at assembly would.
+            let t = self.tasks();
+            if !t.rebuild_wanted || t.resync_running {
+                return;
+            }
         }
         if let Some(me) = self.me.get().and_then(|w| w.upgrade())
             && let Err(e) = me.spawn_rebuild()

@@ -24,6 +24,17 @@ struct Direct {
 }
 
 impl Inner {
+    /// Near layouts: some copy of `chunk` lies in a region the background resync has not
+    /// finished.
+    fn chunk_resync_pending(&self, chunk: u64, copies: usize) -> bool {
+        let su = self.su();
+        (0..copies).any(|j| {
+            let (_, row) = self.geo.chunk_location(chunk, j);
+            self.intent
+                .is_pending(*self.intent.regions_of(row * su, row * su + 1).start())
+        })
+    }
+
     pub async fn read_volume(&self, offset_bytes: u64, buf: IoBuf) -> Result<IoBuf> {
         check_range(&self.info, offset_bytes, buf.len() as u64)?;
         if buf.is_empty() {
@@ -64,8 +75,16 @@ impl Inner {
                 // One preferred copy per request: big reads stay on one member per chunk
                 // set, small random reads spread over the copies.
                 let pref = ((offset_bytes / su) % copies as u64) as usize;
+                let resync_pending = self.intent.pending_count() > 0;
                 for p in self.geo.pieces(offset_bytes, buf.len() as u64) {
                     let dst = (p.vol_offset_bytes - offset_bytes) as usize;
+                    // Copies the background resync has not made equal yet may differ: read
+                    // the first readable one, the one the resync will copy (as md does).
+                    let pref = if resync_pending && self.chunk_resync_pending(p.chunk, copies) {
+                        0
+                    } else {
+                        pref
+                    };
                     let found = (0..copies).map(|t| (pref + t) % copies).find_map(|j| {
                         let (member, row) = self.geo.chunk_location(p.chunk, j);
                         let moff = row * su + p.col_bytes;

@@ -220,7 +220,14 @@ impl Inner {
         // Data shard contents over [lo, hi) for encoding (RCW / full / degraded).
         let mut data: Vec<IoBuf>;
         let mut parity: Vec<IoBuf>;
-        if rmw_ok && (!rcw_ok || rmw_cost < rcw_cost) {
+        // A row the background resync has not reached may be torn (parity not matching
+        // the data): reconstruct-write makes it consistent at once, where read-modify-write
+        // would carry the old mismatch over (until the resync gets there).
+        let torn = rcw_ok
+            && self
+                .intent
+                .is_pending(*self.intent.regions_of(mbase, mbase + 1).start());
+        if rmw_ok && !torn && (!rcw_ok || rmw_cost < rcw_cost) {
             // Read-modify-write: old data of the written chunks and old parity.
             let reads = (0..k + m)
                 .filter(|&s| {
