@@ -156,6 +156,19 @@ async fn standby_takes_over_a_dead_owner_with_partial_resync() {
     );
     assert!(report.resync_bytes > 0, "{report:?}");
     verify(&host, &all_at(64, 1)).await;
+    // The resync ran behind the serving volume; its final figures reach the report.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = p2.takeover_report(VOLUME).unwrap();
+        if r.resync_member_bytes_read > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "resync figures never arrived: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     write_round(&host, 64, 2).await;
     verify(&host, &all_at(64, 2)).await;
     assert_eq!(p2.ana_states(GROUP), vec![AnaState::Optimized]);

@@ -14,12 +14,28 @@ use crate::records::{VolumeStatusRecord, volume_status_key};
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);
 
 pub(crate) async fn publish(ctx: &Ctx, name: &str, owned: &Owned) -> Result<(), ProcessorError> {
+    let status = owned.volume.status();
+    let takeover = {
+        let mut owned_lock = ctx.owned_lock();
+        let report = owned_lock.get_mut(name);
+        // A resync that ran in the background after the takeover: its figures are final
+        // now, so the report (and /metrics) carry them from here on.
+        if let (Some(t), Some(r)) = (report, status.last_resync.as_ref())
+            && t.resync_ms == 0
+        {
+            t.resync_regions = r.regions;
+            t.resync_bytes = r.bytes_resynced;
+            t.resync_member_bytes_read = r.member_bytes_read;
+            t.resync_ms = (r.duration_secs * 1000.0).round() as u64;
+        }
+        owned_lock.get(name).cloned()
+    };
     let rec = VolumeStatusRecord {
         owner: ctx.name.clone(),
         epoch: owned.owner.epoch,
-        status: owned.volume.status(),
+        status,
         updated_unix_ms: now_unix_ms(),
-        takeover: ctx.owned_lock().get(name).cloned(),
+        takeover,
     };
     put_json(
         ctx.store.as_ref(),
