@@ -16,8 +16,6 @@ use blockdev::{
 use tokio::sync::Notify;
 use volume::Volume;
 
-use super::compat::unavailable;
-
 /// The exported face of one volume.
 pub struct ExportDevice {
     info: DeviceInfo,
@@ -25,6 +23,12 @@ pub struct ExportDevice {
     inflight: AtomicUsize,
     idle: Notify,
     stats: StatsCounters,
+}
+
+/// What host I/O to a volume that is not served here fails with (the target turns it
+/// into the ANA Inaccessible path status, so multipath hosts retry on another path).
+fn unavailable(why: &str) -> BlockError {
+    BlockError::Unavailable(format!("not served here: {why}"))
 }
 
 /// A volume error as hosts should see it: a fenced or stopped volume is "not served

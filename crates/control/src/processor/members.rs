@@ -7,15 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use blockdev::{BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
-use nvme_proto::status::sct;
-use nvmf_host::namespace::host_error;
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl, RemoteNamespace};
 use tokio::sync::watch;
 
 use super::error::ProcessorError;
-
-/// NVMe status code Reservation Conflict (generic status type).
-const SC_RESERVATION_CONFLICT: u8 = 0x83;
 
 /// Member connections of a processor node: short timeouts so that a dead storage node
 /// is noticed in seconds (its member fails and the volume goes on degraded) instead of
@@ -68,18 +63,6 @@ impl FenceLatch {
     }
 }
 
-/// Whether a member error means "another host holds the reservation".
-pub(crate) fn is_reservation_conflict(e: &BlockError) -> bool {
-    host_error(e)
-        .and_then(|h| h.nvme_status())
-        .is_some_and(|s| s.sct == sct::GENERIC && s.sc == SC_RESERVATION_CONFLICT)
-        || super::compat::is_conflict_variant(e)
-}
-
-fn fenced_error() -> BlockError {
-    super::compat::fenced_error()
-}
-
 /// One member namespace behind the fence latch. Its name is the member URL, so the
 /// volume's status names members the way the volume record does.
 pub(crate) struct MemberDevice {
@@ -97,16 +80,15 @@ impl MemberDevice {
 
     fn check(&self) -> Result<(), BlockError> {
         if self.latch.is_closed() {
-            Err(fenced_error())
+            Err(BlockError::ReservationConflict)
         } else {
             Ok(())
         }
     }
 
     fn seen<T>(&self, r: Result<T, BlockError>) -> Result<T, BlockError> {
-        if let Err(e) = &r
-            && is_reservation_conflict(e)
-        {
+        // nvmf-host reports NVMe Reservation Conflict (and preempt-and-abort) as this.
+        if let Err(BlockError::ReservationConflict) = &r {
             self.latch.close(&format!(
                 "{}: reservation conflict (fenced)",
                 self.info.name

@@ -20,7 +20,6 @@
 //!
 //! See the "Processor nodes" section of `docs/cluster.md`.
 
-mod compat;
 mod error;
 mod export_device;
 mod fence;
