@@ -28,7 +28,7 @@ pub use path::PathInfo;
 use crate::controller::{ConnectOptions, Controller, thread_slot};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
-use crate::namespace::{IoRange, RemoteNamespace, to_block_error};
+use crate::namespace::RemoteNamespace;
 use crate::queue::SubmitOptions;
 use path::{Path, Usable, should_failover};
 
@@ -355,14 +355,13 @@ impl MultipathNamespace {
     }
 
     fn fail(&self, e: HostError, offset_bytes: u64, len_bytes: u64) -> BlockError {
-        self.stats.note_error(to_block_error(
+        crate::namespace::device_error(
+            &self.stats,
+            self.info.size_bytes,
             e,
-            IoRange {
-                offset_bytes,
-                len_bytes,
-                size_bytes: self.info.size_bytes,
-            },
-        ))
+            offset_bytes,
+            len_bytes,
+        )
     }
 }
 
@@ -420,18 +419,7 @@ impl BlockDevice for MultipathNamespace {
                 return Ok(());
             }
             if !self.info.supports_write_zeroes {
-                let chunk = u64::from(self.info.max_io_bytes).min(1 << 20);
-                let mut buf = IoBuf::new_zeroed(chunk as usize);
-                let mut done = 0u64;
-                while done < len_bytes {
-                    let n = chunk.min(len_bytes - done);
-                    buf.set_len(n as usize);
-                    buf = self
-                        .write(offset_bytes + done, buf, WriteFlags::default())
-                        .await?;
-                    done += n;
-                }
-                return Ok(());
+                return crate::namespace::write_zero_buffers(self, offset_bytes, len_bytes).await;
             }
             self.each_path(|p| async move {
                 p.ns.write_zeroes_with(offset_bytes, len_bytes, PATH_IO)

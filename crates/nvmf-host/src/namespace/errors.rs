@@ -13,6 +13,25 @@ pub struct IoRange {
     pub size_bytes: u64,
 }
 
+/// A failed `BlockDevice` operation of a device of `size_bytes`: the mapped error, counted
+/// in the device's error statistics (single- and multipath devices alike).
+pub(crate) fn device_error(
+    stats: &blockdev::StatsCounters,
+    size_bytes: u64,
+    e: HostError,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> BlockError {
+    stats.note_error(to_block_error(
+        e,
+        IoRange {
+            offset_bytes,
+            len_bytes,
+            size_bytes,
+        },
+    ))
+}
+
 /// Maps `e` to the `BlockError` callers of `BlockDevice` act on:
 /// - Reservation Conflict, and Command Aborted due to Preempt and Abort (another host
 ///   took the reservation over), become `BlockError::ReservationConflict`: this host is

@@ -246,27 +246,27 @@ impl RemoteNamespace {
         }
         first_err.map_or(Ok(()), Err)
     }
+}
 
-    /// The fallback for targets without Write Zeroes: plain writes of a zeroed buffer.
-    pub(crate) async fn write_zero_buffers(
-        &self,
-        offset_bytes: u64,
-        len_bytes: u64,
-    ) -> Result<(), BlockError> {
-        use blockdev::BlockDevice;
-        let chunk = u64::from(self.info.max_io_bytes).min(1 << 20);
-        let mut buf = IoBuf::new_zeroed(chunk as usize);
-        let mut done = 0u64;
-        while done < len_bytes {
-            let n = chunk.min(len_bytes - done);
-            buf.set_len(n as usize);
-            buf = self
-                .write(offset_bytes + done, buf, WriteFlags::default())
-                .await?;
-            done += n;
-        }
-        Ok(())
+/// The fallback for targets without Write Zeroes (single- and multipath devices): plain
+/// writes of one zeroed buffer of up to `max_io_bytes` (at most 1 MiB), as the kernel does.
+pub(crate) async fn write_zero_buffers(
+    dev: &impl blockdev::BlockDevice,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> Result<(), BlockError> {
+    let chunk = u64::from(dev.info().max_io_bytes).min(1 << 20);
+    let mut buf = IoBuf::new_zeroed(chunk as usize);
+    let mut done = 0u64;
+    while done < len_bytes {
+        let n = chunk.min(len_bytes - done);
+        buf.set_len(n as usize);
+        buf = dev
+            .write(offset_bytes + done, buf, WriteFlags::default())
+            .await?;
+        done += n;
     }
+    Ok(())
 }
 
 fn keep_first(

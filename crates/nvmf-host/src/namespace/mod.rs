@@ -18,7 +18,9 @@ use nvme_proto::identify::controller::bits as cbits;
 use nvme_proto::identify::namespace::bits as nbits;
 
 pub use dsm::DSM_MAX_RANGES;
+pub(crate) use errors::device_error;
 pub use errors::{IoRange, host_error, to_block_error};
+pub(crate) use io::write_zero_buffers;
 
 use crate::controller::Controller;
 use crate::error::{HostError, Result};
@@ -128,17 +130,14 @@ impl RemoteNamespace {
         1 << self.lba_shift
     }
 
-    fn range(&self, offset_bytes: u64, len_bytes: u64) -> IoRange {
-        IoRange {
+    fn fail(&self, e: HostError, offset_bytes: u64, len_bytes: u64) -> BlockError {
+        device_error(
+            &self.stats,
+            self.info.size_bytes,
+            e,
             offset_bytes,
             len_bytes,
-            size_bytes: self.info.size_bytes,
-        }
-    }
-
-    fn fail(&self, e: HostError, offset_bytes: u64, len_bytes: u64) -> BlockError {
-        self.stats
-            .note_error(to_block_error(e, self.range(offset_bytes, len_bytes)))
+        )
     }
 }
 
@@ -195,7 +194,7 @@ impl BlockDevice for RemoteNamespace {
             }
             if !self.info.supports_write_zeroes {
                 // Emulate with plain writes of zeroes, as the kernel does.
-                return self.write_zero_buffers(offset_bytes, len_bytes).await;
+                return write_zero_buffers(self, offset_bytes, len_bytes).await;
             }
             self.write_zeroes_at(offset_bytes, len_bytes)
                 .await
