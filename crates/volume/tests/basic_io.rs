@@ -71,14 +71,7 @@ async fn every_layout_reads_back_random_io() {
 #[tokio::test]
 async fn full_stripe_write_reads_nothing() {
     let m = ram_members(6, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid6, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid6, SU).await;
     let before: Vec<u64> = m.ram.iter().map(|r| r.stats().read_ops).collect();
     let mut r = rng(1);
     let data = random_bytes(&mut r, (4 * SU * 8) as usize);
@@ -92,14 +85,7 @@ async fn full_stripe_write_reads_nothing() {
 async fn small_write_uses_cheaper_strategy() {
     // 8+1: a 4 KiB write must read 2 shards (old data + parity), not 7.
     let m = ram_members(9, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid5, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid5, SU).await;
     let before: u64 = m.ram.iter().map(|r| r.stats().read_ops).sum();
     write(&vol, 8192, &[7u8; 4096]).await;
     let after: u64 = m.ram.iter().map(|r| r.stats().read_ops).sum();
@@ -110,14 +96,7 @@ async fn small_write_uses_cheaper_strategy() {
     );
     // 3+1 with a write covering 2 of 3 chunks fully: reconstruct-write reads 1.
     let m = ram_members(4, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid5, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid5, SU).await;
     let before: u64 = m.ram.iter().map(|r| r.stats().read_ops).sum();
     write(&vol, 0, &vec![9u8; 2 * SU as usize]).await;
     let after: u64 = m.ram.iter().map(|r| r.stats().read_ops).sum();

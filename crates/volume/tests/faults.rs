@@ -25,14 +25,7 @@ fn superblock_of(ram: &RamDevice) -> Superblock {
 #[tokio::test]
 async fn write_error_fails_member_in_every_surviving_superblock() {
     let m = ram_members(4, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid5, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid5, SU).await;
     let mut r = rng(1);
     let mut model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
@@ -118,14 +111,7 @@ async fn hung_member_times_out_and_is_failed() {
 #[tokio::test]
 async fn beyond_tolerance_io_fails_with_a_clear_error() {
     let m = ram_members(3, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid5, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid5, SU).await;
     write(&vol, 0, &[1u8; 4096]).await;
     vol.fail_member(0).await.unwrap();
     // Failing a second one by hand is refused...
@@ -158,14 +144,7 @@ async fn beyond_tolerance_io_fails_with_a_clear_error() {
 async fn scrub_repairs_media_corruption_and_ignores_transient_flips() {
     // raid6: a corrupted data chunk is located and rewritten from the others.
     let m = ram_members(5, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid6, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid6, SU).await;
     let mut r = rng(3);
     let model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
@@ -193,14 +172,7 @@ async fn scrub_repairs_media_corruption_and_ignores_transient_flips() {
 
     // raid5: parity is recomputed from data.
     let m = ram_members(3, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid5, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid5, SU).await;
     let model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
     // Row 0's parity lives on member 2 (left-symmetric).
@@ -212,14 +184,7 @@ async fn scrub_repairs_media_corruption_and_ignores_transient_flips() {
 
     // raid1: the majority of three copies wins.
     let m = ram_members(3, 4 * MIB);
-    let vol = Volume::create(
-        "t",
-        config(LevelSpec::Raid1, SU, MIB),
-        m.devs.clone(),
-        vec![],
-    )
-    .await
-    .unwrap();
+    let vol = create_on(&m, LevelSpec::Raid1, SU).await;
     let model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
     m.ram[0].write_at(data_offset + 4096, &[0xEE; 512]).unwrap();

@@ -52,6 +52,13 @@ pub fn ram_members(count: usize, size: u64) -> Members {
     Members { ram, faults, devs }
 }
 
+/// A volume named "t" over `m` with stripe unit `su` and 1 MiB bitmap regions.
+pub async fn create_on(m: &Members, level: LevelSpec, su: u64) -> Volume {
+    Volume::create("t", config(level, su, MIB), m.devs.clone(), vec![])
+        .await
+        .unwrap()
+}
+
 pub fn random_bytes(rng: &mut StdRng, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     rng.fill(&mut v[..]);
