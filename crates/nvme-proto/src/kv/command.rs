@@ -14,10 +14,12 @@
 //!
 //! [`KvCommand::decode`] checks, in this order, and answers each failure with DNR set:
 //! 1. the opcode is one of the five: else Invalid Command Opcode (byte 0);
-//! 2. KL ≤ 16: else Invalid Field in Command (byte 44) — KL is defined for 1..16 only;
-//! 3. KL ≠ 0 except for List: else Invalid Key Size (byte 44);
-//! 4. no reserved option bit, and not both SIKE and SINKE: else Invalid Field (byte 45);
-//! 5. CDW11 bits 31:16 clear: else Invalid Field (byte 46).
+//! 2. FUSE (byte 1, bits 1:0) is 0, as the KV command set has no fused operations: else
+//!    Invalid Field in Command (byte 1);
+//! 3. KL ≤ 16: else Invalid Field in Command (byte 44) — KL is defined for 1..16 only;
+//! 4. KL ≠ 0 except for List: else Invalid Key Size (byte 44);
+//! 5. not both SIKE and SINKE, no reserved option bit: else Invalid Field (byte 45);
+//! 6. CDW11 bits 31:16 clear: else Invalid Field (byte 46).
 //!
 //! Limits that depend on the namespace (KVKML, KVVML) are checked with
 //! [`super::KvFormat::check`].
@@ -29,6 +31,8 @@ use crate::status::Status;
 
 use super::key::{KL_SQE_BYTE, KvKey};
 
+/// SQE byte of FUSE (bits 1:0) and PSDT.
+pub const FUSE_SQE_BYTE: usize = 1;
 /// SQE byte of the store / retrieve option (CDW11 bits 15:8).
 pub const OPTION_SQE_BYTE: usize = 45;
 /// First SQE byte of CDW11 bits 31:16 (reserved).
@@ -155,6 +159,13 @@ impl KvCommand {
                 Status::INVALID_OPCODE,
                 0,
                 "not a Key Value command opcode",
+            ));
+        }
+        if c.fuse() != 0 {
+            return Err(KvCommandError::new(
+                Status::INVALID_FIELD,
+                FUSE_SQE_BYTE,
+                "fused operation on a Key Value command",
             ));
         }
         let cdw10 = c.cdw10();
@@ -467,6 +478,19 @@ mod tests {
                 no_compression: true
             })
         );
+    }
+
+    #[test]
+    fn fused_kv_commands_are_rejected() {
+        for fuse in 1..4u8 {
+            let mut b = sqe(kv::EXIST, 1, 1, 0, 1, b"a");
+            b[1] = fuse | (1 << 6); // PSDT (SGL) stays legal
+            let e = KvCommand::decode(&Command(b)).unwrap_err();
+            assert_eq!((e.status, e.sqe_byte), (Status::INVALID_FIELD.dnr(), 1));
+        }
+        let mut b = sqe(kv::EXIST, 1, 1, 0, 1, b"a");
+        b[1] = 1 << 6;
+        assert!(KvCommand::decode(&Command(b)).is_ok());
     }
 
     #[test]
