@@ -9,6 +9,7 @@
 use crate::command::Command;
 use crate::log::lid;
 use crate::opcode::admin;
+use crate::status::Status;
 
 /// Feature identifiers (FID).
 pub mod fid {
@@ -27,6 +28,10 @@ pub mod fid {
     pub const TIMESTAMP: u8 = 0x0E;
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     pub const HOST_BEHAVIOR: u8 = 0x16;
+    /// I/O Command Set Profile: CDW11 bits 8:0 IOCSCI ([`super::IoCommandSetProfile`]).
+    pub const IO_COMMAND_SET_PROFILE: u8 = 0x19;
+    /// Key Value Configuration: CDW11 bit 0 EDNEK ([`super::KvConfig`]).
+    pub const KEY_VALUE_CONFIG: u8 = 0x20;
     pub const HOST_IDENTIFIER: u8 = 0x81;
     pub const RESERVATION_NOTIFICATION_MASK: u8 = 0x82;
     pub const RESERVATION_PERSISTENCE: u8 = 0x83;
@@ -154,6 +159,67 @@ impl NumberOfQueues {
     /// What a controller grants for this request when it has `max` I/O queues.
     pub fn grant(&self, max: u32) -> Self {
         Self::from_counts(self.sq_count().min(max), self.cq_count().min(max))
+    }
+}
+
+/// I/O Command Set Profile (FID 0x19; NVMe Base 2.0 "I/O Command Set Profile"): Set
+/// Features CDW11 and Get Features DW0 bits 8:0 hold IOCSCI, the index of the I/O Command
+/// Set Combination (Identify CNS 1Ch) in force while CC.CSS = 110b. Bits 31:9 reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoCommandSetProfile {
+    /// IOCSCI, 0..=511.
+    pub iocsci: u16,
+}
+
+impl IoCommandSetProfile {
+    const IOCSCI_MASK: u32 = 0x1FF;
+
+    pub const fn from_dw(v: u32) -> Self {
+        IoCommandSetProfile {
+            iocsci: (v & Self::IOCSCI_MASK) as u16,
+        }
+    }
+    pub const fn to_dw(&self) -> u32 {
+        (self.iocsci as u32) & Self::IOCSCI_MASK
+    }
+    /// Set Features CDW11 with reserved bits checked: Invalid Field in Command (DNR) if
+    /// any of bits 31:9 is set. Whether the index names an offered combination is the
+    /// controller's check (I/O Command Set Combination Rejected otherwise).
+    pub fn from_cdw11(v: u32) -> Result<Self, Status> {
+        if v & !Self::IOCSCI_MASK != 0 {
+            return Err(Status::INVALID_FIELD.dnr());
+        }
+        Ok(Self::from_dw(v))
+    }
+}
+
+/// Key Value Configuration (FID 0x20; KV Command Set 1.0 "Key Value Configuration"):
+/// CDW11 / DW0 bit 0 EDNEK, "error on delete of non-existent key". When set, Delete of an
+/// absent key fails with KV Key Does Not Exist; when clear (the default) it succeeds.
+/// Namespace specific. Bits 31:1 reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KvConfig {
+    pub ednek: bool,
+}
+
+impl KvConfig {
+    const EDNEK: u32 = 1 << 0;
+
+    pub const fn from_dw(v: u32) -> Self {
+        KvConfig {
+            ednek: v & Self::EDNEK != 0,
+        }
+    }
+    pub const fn to_dw(&self) -> u32 {
+        self.ednek as u32
+    }
+    /// Set Features CDW11 with reserved bits checked: Invalid Field in Command (DNR) if
+    /// any of bits 31:1 is set.
+    pub fn from_cdw11(v: u32) -> Result<Self, Status> {
+        if v & !Self::EDNEK != 0 {
+            return Err(Status::INVALID_FIELD.dnr());
+        }
+        Ok(Self::from_dw(v))
     }
 }
 
@@ -327,7 +393,49 @@ mod tests {
         assert_eq!(host_id_bytes(true), 16);
     }
 
+    #[test]
+    fn command_set_profile_and_kv_config() {
+        // Set Features 19h selecting combination 1: CDW10 = 0x19, CDW11 = 1.
+        let s = SetFeatures {
+            nsid: 0,
+            fid: fid::IO_COMMAND_SET_PROFILE,
+            sv: false,
+            cdw11: IoCommandSetProfile { iocsci: 1 }.to_dw(),
+            cdw12: 0,
+            uuid_index: 0,
+        };
+        let c = s.to_command(3);
+        assert_eq!(&c.0[40..48], &[0x19, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(IoCommandSetProfile::from_cdw11(511).unwrap().iocsci, 511);
+        assert_eq!(
+            IoCommandSetProfile::from_cdw11(512),
+            Err(Status::INVALID_FIELD.dnr())
+        );
+        // Key Value Configuration, EDNEK set on namespace 1.
+        let s = SetFeatures {
+            nsid: 1,
+            fid: fid::KEY_VALUE_CONFIG,
+            cdw11: KvConfig { ednek: true }.to_dw(),
+            ..s
+        };
+        assert_eq!(&s.to_command(4).0[40..48], &[0x20, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(KvConfig::from_cdw11(1), Ok(KvConfig { ednek: true }));
+        assert_eq!(KvConfig::from_cdw11(2), Err(Status::INVALID_FIELD.dnr()));
+        assert_eq!(KvConfig::default().to_dw(), 0);
+    }
+
     proptest! {
+        #[test]
+        fn kv_features_roundtrip(i in 0u16..512, e: bool, v: u32) {
+            let p = IoCommandSetProfile { iocsci: i };
+            prop_assert_eq!(IoCommandSetProfile::from_cdw11(p.to_dw()), Ok(p));
+            let k = KvConfig { ednek: e };
+            prop_assert_eq!(KvConfig::from_cdw11(k.to_dw()), Ok(k));
+            // Checked decoding accepts exactly the values without reserved bits.
+            prop_assert_eq!(IoCommandSetProfile::from_cdw11(v).is_ok(), v < 512);
+            prop_assert_eq!(KvConfig::from_cdw11(v).is_ok(), v < 2);
+        }
+
         #[test]
         fn roundtrips(nsid: u32, fid: u8, s in 0u8..8, sv: bool, cdw11: u32, cdw12: u32, u in 0u8..128, dw: u32, cid: u16) {
             let g = GetFeatures { nsid, fid, sel: s, cdw11, uuid_index: u };

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fabrics;
 pub mod features;
 pub mod identify;
+pub mod kv;
 pub mod log;
 pub mod opcode;
 pub mod reservation;

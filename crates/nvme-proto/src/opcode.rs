@@ -1,4 +1,5 @@
-//! Command opcodes (NVMe base 2.0, NVM command set 1.0, NVMe-oF 1.1).
+//! Command opcodes (NVMe base 2.0, NVM command set 1.0, Key Value command set 1.0,
+//! NVMe-oF 1.1).
 
 /// Admin command set opcodes.
 pub mod admin {
@@ -43,6 +44,23 @@ pub mod io {
     pub const FABRICS: u8 = 0x7F;
 }
 
+/// Key Value command set (CSI 01h) I/O opcodes (KV Command Set 1.0 "Opcodes for Key Value
+/// Commands"; libnvme `enum nvme_kv_opcode`). Flush and the reservation commands share
+/// the NVM opcodes ([`io::FLUSH`], [`io::RESERVATION_REGISTER`], ...).
+pub mod kv {
+    pub const FLUSH: u8 = 0x00;
+    /// Store a value under a key (host to controller).
+    pub const STORE: u8 = 0x01;
+    /// Read a value back (controller to host).
+    pub const RETRIEVE: u8 = 0x02;
+    /// List keys from a starting key (controller to host).
+    pub const LIST: u8 = 0x06;
+    /// Remove a key and its value (no data).
+    pub const DELETE: u8 = 0x10;
+    /// Ask whether a key exists (no data).
+    pub const EXIST: u8 = 0x14;
+}
+
 /// Fabrics command types (FCTYPE, SQE byte 4) of opcode 0x7F.
 pub mod fctype {
     pub const PROPERTY_SET: u8 = 0x00;
@@ -76,4 +94,19 @@ pub const fn direction(opcode: u8) -> DataDirection {
 /// The direction of a fabrics command, from its FCTYPE.
 pub const fn fabrics_direction(fctype: u8) -> DataDirection {
     direction(fctype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_opcode_directions() {
+        // The low two bits give the data direction, as for every NVMe opcode.
+        assert_eq!(direction(kv::STORE), DataDirection::HostToController);
+        assert_eq!(direction(kv::RETRIEVE), DataDirection::ControllerToHost);
+        assert_eq!(direction(kv::LIST), DataDirection::ControllerToHost);
+        assert_eq!(direction(kv::DELETE), DataDirection::None);
+        assert_eq!(direction(kv::EXIST), DataDirection::None);
+    }
 }

@@ -81,6 +81,24 @@ impl Status {
     pub const CAPACITY_EXCEEDED: Status = Status::new(sct::GENERIC, 0x81);
     pub const NAMESPACE_NOT_READY: Status = Status::new(sct::GENERIC, 0x82);
     pub const RESERVATION_CONFLICT: Status = Status::new(sct::GENERIC, 0x83);
+    pub const FORMAT_IN_PROGRESS: Status = Status::new(sct::GENERIC, 0x84);
+
+    // Key Value command set (SCT 0, values 80h..BFh are I/O command set specific; KV
+    // Command Set 1.0 "Generic Command Status Values"; libnvme NVME_SC_INVALID_VALUE_SIZE
+    // ..NVME_SC_KEY_EXISTS). Capacity Exceeded (81h) is shared with the NVM command set.
+    /// Invalid Value Size: the value size of a Store exceeds the namespace's maximum
+    /// value length (KVVML), or is otherwise not valid.
+    pub const KV_INVALID_VALUE_SIZE: Status = Status::new(sct::GENERIC, 0x85);
+    /// Invalid Key Size: the key length is 0 (where a key is required) or exceeds the
+    /// namespace's maximum key length (KVKML).
+    pub const KV_INVALID_KEY_SIZE: Status = Status::new(sct::GENERIC, 0x86);
+    /// KV Key Does Not Exist: Retrieve, Exist or Delete of an absent key, or a Store
+    /// with "only if the key exists" (SIKE) of an absent key.
+    pub const KV_KEY_DOES_NOT_EXIST: Status = Status::new(sct::GENERIC, 0x87);
+    /// Unrecovered Error: the value could not be read back from the medium.
+    pub const KV_UNRECOVERED_ERROR: Status = Status::new(sct::GENERIC, 0x88);
+    /// Key Exists: a Store with "only if the key does not exist" (SINKE) of a present key.
+    pub const KV_KEY_EXISTS: Status = Status::new(sct::GENERIC, 0x89);
 
     // Command specific status (SCT 1).
     pub const INVALID_QUEUE_IDENTIFIER: Status = Status::new(sct::COMMAND_SPECIFIC, 0x01);
@@ -99,6 +117,21 @@ impl Status {
     pub const NS_IS_PRIVATE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x19);
     pub const NS_NOT_ATTACHED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x1A);
     pub const CONTROLLER_LIST_INVALID: Status = Status::new(sct::COMMAND_SPECIFIC, 0x1C);
+    /// I/O Command Set Not Supported: the CSI of an Identify, Get Log Page or Namespace
+    /// Management command names a command set the controller does not implement.
+    pub const IO_COMMAND_SET_NOT_SUPPORTED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x29);
+    /// I/O Command Set Not Enabled: the command set is implemented but not enabled by
+    /// CC.CSS and the I/O Command Set Profile.
+    pub const IO_COMMAND_SET_NOT_ENABLED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x2A);
+    /// I/O Command Set Combination Rejected: Set Features I/O Command Set Profile named an
+    /// index the controller does not offer.
+    pub const IO_COMMAND_SET_COMBINATION_REJECTED: Status =
+        Status::new(sct::COMMAND_SPECIFIC, 0x2B);
+    /// Invalid I/O Command Set: the command does not apply to the namespace's command set
+    /// (e.g. an NVM-only Identify of a KV namespace).
+    pub const INVALID_IO_COMMAND_SET: Status = Status::new(sct::COMMAND_SPECIFIC, 0x2C);
+    /// Identifier Unavailable.
+    pub const IDENTIFIER_UNAVAILABLE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x2D);
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(sct::COMMAND_SPECIFIC, 0x80);
     pub const INVALID_PROTECTION_INFO: Status = Status::new(sct::COMMAND_SPECIFIC, 0x81);
     pub const WRITE_TO_READ_ONLY_RANGE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x82);
@@ -153,6 +186,33 @@ mod tests {
         assert_eq!(Status::LBA_OUT_OF_RANGE.to_field() << 1, 0x0100);
         // Connect invalid host: SCT 1, SC 0x84, DNR: 0x4000 | 0x100 | 0x84.
         assert_eq!(Status::CONNECT_INVALID_HOST.dnr().to_field(), 0x4184);
+    }
+
+    #[test]
+    fn kv_and_command_set_values() {
+        // KV Command Set 1.0 generic status values 85h..89h (libnvme, smartmontools).
+        let kv = [
+            (Status::KV_INVALID_VALUE_SIZE, 0x85),
+            (Status::KV_INVALID_KEY_SIZE, 0x86),
+            (Status::KV_KEY_DOES_NOT_EXIST, 0x87),
+            (Status::KV_UNRECOVERED_ERROR, 0x88),
+            (Status::KV_KEY_EXISTS, 0x89),
+        ];
+        for (s, sc) in kv {
+            assert_eq!((s.sct, s.sc), (sct::GENERIC, sc));
+        }
+        // Key Exists with DNR in the CQE status word: DNR (bit 15) | SC 0x89 << 1.
+        assert_eq!(
+            Status::KV_KEY_EXISTS.dnr().to_field() << 1,
+            0x8000 | (0x89 << 1)
+        );
+        assert_eq!(Status::CAPACITY_EXCEEDED.to_field(), 0x0081);
+        // Base 2.0 command specific 29h..2Dh (libnvme NVME_SC_IOCS_*).
+        assert_eq!(
+            Status::IO_COMMAND_SET_COMBINATION_REJECTED.to_field(),
+            0x012B
+        );
+        assert_eq!(Status::INVALID_IO_COMMAND_SET.to_field(), 0x012C);
     }
 
     proptest! {

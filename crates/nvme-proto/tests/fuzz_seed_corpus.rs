@@ -13,8 +13,12 @@ use nvme_proto::fabrics::{
     PropertySize, reg,
 };
 use nvme_proto::identify::{
-    IdentifyCommand, IdentifyController, IdentifyNamespace, LbaFormat, NsIdDescriptor,
-    NsIdDescriptorList, cns,
+    IdentifyCommand, IdentifyController, IdentifyNamespace, IdentifyNsIndependent,
+    IoCommandSetCombinations, LbaFormat, NsIdDescriptor, NsIdDescriptorList, cns, csi,
+};
+use nvme_proto::kv::{
+    KvCommand, KvFormat, KvIdentifyNamespace, KvKey, StoreMode, encode_list,
+    identify::KV_FORMAT_COUNT,
 };
 use nvme_proto::log::{
     AnaGroupDescriptor, AnaLog, DiscoveryLog, DiscoveryLogEntry, GetLogPageCommand, SmartLog,
@@ -232,6 +236,55 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Option<Digests>)> {
         .to_u64(),
     );
 
+    let key = |b: &[u8]| KvKey::new(b).expect("seed keys are 1..=16 bytes");
+    let mut kv_store = KvCommand::Store {
+        key: key(b"bucket/obj-0001"),
+        value_size_bytes: 64,
+        mode: StoreMode::OnlyIfAbsent,
+        no_compression: false,
+    }
+    .to_command(20, 2);
+    kv_store.set_sgl1(SglDescriptor::in_capsule(0, 64));
+    let kv_retrieve = KvCommand::Retrieve {
+        key: key(b"bucket/obj-0001"),
+        host_buffer_bytes: 4096,
+        raw: false,
+    }
+    .to_command(21, 2);
+    let kv_list = KvCommand::List {
+        start: Some(key(b"bucket/")),
+        host_buffer_bytes: 4096,
+    }
+    .to_command(22, 2);
+    let kv_exist = KvCommand::Exist {
+        key: key(&[0x00, 0xFF, 0x10]),
+    }
+    .to_command(23, 2);
+    let kv_list_data = encode_list(&[key(b"a"), key(b"bucket/obj-0001"), key(&[0xEE; 16])], 128);
+    let mut kvf = [KvFormat::default(); KV_FORMAT_COUNT];
+    kvf[0] = KvFormat {
+        max_key_bytes: 16,
+        afo: 0,
+        max_value_bytes: 2 << 20,
+        max_keys: 0,
+    };
+    let kv_ns = KvIdentifyNamespace {
+        nsze_bytes: 1 << 30,
+        nuse_bytes: 4096,
+        nmic: 1,
+        anagrpid: 1,
+        nguid: [0x4B; 16],
+        kvf,
+        ..Default::default()
+    };
+    let ns_indep = IdentifyNsIndependent {
+        nmic: 1,
+        anagrpid: 1,
+        nstat: 1,
+        ..Default::default()
+    };
+    let iocs = IoCommandSetCombinations::single(&[csi::NVM, csi::KEY_VALUE]);
+
     vec![
         (
             "seed-icreq",
@@ -394,6 +447,38 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, Option<Digests>)> {
             Some(both),
         ),
         (
+            "seed-kv-store",
+            capsule(kv_store, &[0x5A; 64], none),
+            Some(none),
+        ),
+        (
+            "seed-kv-retrieve",
+            capsule(kv_retrieve, &[], none),
+            Some(none),
+        ),
+        ("seed-kv-list-cmd", capsule(kv_list, &[], both), Some(both)),
+        ("seed-kv-exist", capsule(kv_exist, &[], none), Some(none)),
+        (
+            "seed-kv-list-data",
+            c2h(22, &kv_list_data, none),
+            Some(none),
+        ),
+        (
+            "seed-kv-identify-ns",
+            c2h(24, &kv_ns.to_bytes()[..], none),
+            Some(none),
+        ),
+        (
+            "seed-identify-ns-independent",
+            c2h(25, &ns_indep.to_bytes()[..], none),
+            Some(none),
+        ),
+        (
+            "seed-identify-io-command-sets",
+            c2h(26, &iocs.to_bytes()[..], none),
+            Some(none),
+        ),
+        (
             "seed-c2h-term-req",
             encode_term_req(true, &FatalError::header_digest(), &[0x04, 0x01, 72, 0]),
             None,
@@ -426,6 +511,69 @@ fn seeds_frame_and_decode() {
             );
         }
     }
+}
+
+/// The KV seeds carry what their names say: the capsules decode as KV commands and the
+/// data decodes with the KV decoders.
+#[test]
+fn kv_seeds_decode_as_kv() {
+    let seeds = seeds();
+    let get = |name: &str| {
+        let (_, bytes, digests) = seeds
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .unwrap_or_else(|| panic!("no seed {name}"));
+        let mut a = [0u8; CH_BYTES];
+        a.copy_from_slice(&bytes[..CH_BYTES]);
+        let ch = CommonHeader::decode(&a);
+        let l = layout(&ch, *digests, 1 << 20).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let h = PduHeader::decode(&ch, bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        (h, bytes[l.data_offset..l.data_offset + l.data_len].to_vec())
+    };
+    for name in [
+        "seed-kv-store",
+        "seed-kv-retrieve",
+        "seed-kv-list-cmd",
+        "seed-kv-exist",
+    ] {
+        let (PduHeader::CapsuleCmd(c), data) = get(name) else {
+            panic!("{name} is not a capsule");
+        };
+        let cmd = KvCommand::decode(&c).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let KvCommand::Store {
+            value_size_bytes, ..
+        } = cmd
+        {
+            assert_eq!(value_size_bytes as usize, data.len(), "{name}");
+        }
+    }
+    let (_, list) = get("seed-kv-list-data");
+    let keys = nvme_proto::kv::KvListData::parse(&list)
+        .expect("list seed parses")
+        .to_vec();
+    assert_eq!(keys.len(), 3);
+    let (_, ns) = get("seed-kv-identify-ns");
+    assert_eq!(
+        KvIdentifyNamespace::decode(&ns)
+            .expect("KV identify seed")
+            .kvf[0]
+            .max_key_bytes,
+        16
+    );
+    let (_, iocs) = get("seed-identify-io-command-sets");
+    assert_eq!(
+        IoCommandSetCombinations::decode(&iocs)
+            .expect("CNS 1Ch seed")
+            .get(0),
+        0b11
+    );
+    let (_, ind) = get("seed-identify-ns-independent");
+    assert_eq!(
+        IdentifyNsIndependent::decode(&ind)
+            .expect("CNS 08h seed")
+            .nstat,
+        1
+    );
 }
 
 #[test]

@@ -88,6 +88,18 @@ impl Cap {
     /// CAP.CRMS bit: Controller Ready Independent of Media Support.
     pub const CRMS_CRIMS: u8 = 1 << 1;
 
+    /// Whether a controller with this CAP accepts `cc_css` in CC.CSS (NVMe Base 2.0
+    /// "Controller Configuration"): 000b needs CAP.CSS bit 0 (NVM), 110b bit 6 (one or
+    /// more I/O command sets), 111b bit 7 (admin only); 001b..101b are reserved.
+    pub const fn accepts_cc_css(&self, cc_css: u8) -> bool {
+        match cc_css {
+            Cc::CSS_NVM => self.css & Self::CSS_NVM != 0,
+            Cc::CSS_ALL_IO => self.css & Self::CSS_IO_COMMAND_SETS != 0,
+            Cc::CSS_ADMIN_ONLY => self.css & Self::CSS_NO_IO != 0,
+            _ => false,
+        }
+    }
+
     pub const fn from_u64(v: u64) -> Self {
         Cap {
             mqes: bits(v, 0, 16) as u16,
@@ -187,6 +199,19 @@ impl Cc {
     pub const CSS_NVM: u8 = 0;
     pub const CSS_ALL_IO: u8 = 6;
     pub const CSS_ADMIN_ONLY: u8 = 7;
+
+    /// The I/O command sets the controller runs once enabled with this CC.CSS, as a CSI
+    /// vector (bit n = CSI n, [`crate::identify::csi::vector_bit`]): 000b the NVM command
+    /// set alone; 110b the combination the I/O Command Set Profile feature selects
+    /// (`profile_vector`, an entry of Identify CNS 1Ch); 111b and reserved values none.
+    /// Namespaces of a command set outside the vector are inactive.
+    pub const fn enabled_io_command_sets(&self, profile_vector: u64) -> u64 {
+        match self.css {
+            Self::CSS_NVM => 1 << crate::identify::csi::NVM,
+            Self::CSS_ALL_IO => profile_vector,
+            _ => 0,
+        }
+    }
 
     pub const fn from_u32(v: u32) -> Self {
         let v = v as u64;
@@ -396,6 +421,38 @@ mod tests {
             .to_u32(),
             7 << 11
         );
+    }
+
+    #[test]
+    fn command_set_selection() {
+        use crate::identify::csi;
+        // A controller offering NVM and KV: CAP.CSS bits 0 and 6 (CAP bits 37 and 43).
+        let cap = Cap {
+            css: Cap::CSS_NVM | Cap::CSS_IO_COMMAND_SETS,
+            ..Cap::default()
+        };
+        assert_eq!(cap.to_u64(), (1 << 37) | (1 << 43));
+        assert!(cap.accepts_cc_css(Cc::CSS_NVM));
+        assert!(cap.accepts_cc_css(Cc::CSS_ALL_IO));
+        assert!(!cap.accepts_cc_css(Cc::CSS_ADMIN_ONLY));
+        assert!(!cap.accepts_cc_css(1));
+        let nvm_only = Cap {
+            css: Cap::CSS_NVM,
+            ..Cap::default()
+        };
+        assert!(!nvm_only.accepts_cc_css(Cc::CSS_ALL_IO));
+        // Linux enables such a controller with CC.CSS = 110b: CC = 0x00460061.
+        let cc = Cc::from_u32(0x0046_0061);
+        assert_eq!(cc.css, Cc::CSS_ALL_IO);
+        let nvm_kv = csi::vector_bit(csi::NVM) | csi::vector_bit(csi::KEY_VALUE);
+        assert_eq!(cc.enabled_io_command_sets(nvm_kv), 0b11);
+        // CC.CSS = 000b leaves only NVM: KV namespaces are inactive.
+        assert_eq!(Cc::default().enabled_io_command_sets(nvm_kv), 0b01);
+        let admin = Cc {
+            css: Cc::CSS_ADMIN_ONLY,
+            ..Cc::default()
+        };
+        assert_eq!(admin.enabled_io_command_sets(nvm_kv), 0);
     }
 
     #[test]

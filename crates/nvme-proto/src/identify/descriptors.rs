@@ -85,6 +85,15 @@ impl NsIdDescriptorList {
         b
     }
 
+    /// The namespace's command set (the first CSI descriptor), which a host needs to pick
+    /// the I/O commands it sends. `None` if the list has none (a pre-2.0 controller: NVM).
+    pub fn csi(&self) -> Option<u8> {
+        self.descriptors.iter().find_map(|d| match d {
+            NsIdDescriptor::Csi(c) => Some(*c),
+            _ => None,
+        })
+    }
+
     /// Decodes descriptors up to the terminator or the end of `b` (which may be shorter
     /// than 4096 bytes). Unknown types are skipped using their NIDL; a known type with the
     /// wrong NIDL or a descriptor running past the end is an error.
@@ -155,6 +164,19 @@ mod tests {
         assert_eq!(&b[52..57], &[4, 1, 0, 0, 0]);
         assert!(b[57..].iter().all(|&x| x == 0));
         assert_eq!(NsIdDescriptorList::decode(&b[..]).unwrap(), l);
+        assert_eq!(l.csi(), Some(0));
+    }
+
+    #[test]
+    fn kv_namespace_csi() {
+        // NGUID then CSI 01h (Key Value), as a target lists a KV namespace.
+        let l = NsIdDescriptorList {
+            descriptors: vec![NsIdDescriptor::Nguid([7; 16]), NsIdDescriptor::Csi(1)],
+        };
+        let b = l.to_bytes();
+        assert_eq!(&b[20..25], &[4, 1, 0, 0, 1]);
+        assert_eq!(NsIdDescriptorList::decode(&b[..]).unwrap().csi(), Some(1));
+        assert_eq!(NsIdDescriptorList::default().csi(), None);
     }
 
     #[test]

@@ -6,12 +6,16 @@
 
 pub mod controller;
 pub mod descriptors;
+pub mod independent;
+pub mod io_command_set;
 pub mod lists;
 pub mod namespace;
 pub mod ns_mgmt;
 
 pub use controller::{IdentifyController, PowerStateDescriptor};
 pub use descriptors::{NsIdDescriptor, NsIdDescriptorList};
+pub use independent::IdentifyNsIndependent;
+pub use io_command_set::IoCommandSetCombinations;
 pub use lists::{CtrlList, NsList};
 pub use namespace::{IdentifyNamespace, LbaFormat};
 pub use ns_mgmt::{NsAttachCommand, NsMgmtCommand, NsMgmtCreate};
@@ -58,6 +62,12 @@ pub mod cns {
     pub const NS_GRANULARITY: u8 = 0x16;
     /// UUID list.
     pub const UUID_LIST: u8 = 0x17;
+    /// Allocated namespace ID list for an I/O command set.
+    pub const CS_ALLOCATED_NS_LIST: u8 = 0x1A;
+    /// I/O command set specific Identify Namespace for an allocated NSID.
+    pub const CS_ALLOCATED_NAMESPACE: u8 = 0x1B;
+    /// Identify I/O Command Set data structure: the command set combinations.
+    pub const IO_COMMAND_SET: u8 = 0x1C;
 }
 
 /// Command Set Identifiers (CSI).
@@ -65,6 +75,12 @@ pub mod csi {
     pub const NVM: u8 = 0x00;
     pub const KEY_VALUE: u8 = 0x01;
     pub const ZONED: u8 = 0x02;
+
+    /// The bit of `csi` in an I/O command set vector (CNS 1Ch entries, CC.CSS = 110b):
+    /// bit n stands for CSI n. 0 for a CSI above 63, which no vector can name.
+    pub const fn vector_bit(csi: u8) -> u64 {
+        if csi < 64 { 1 << csi } else { 0 }
+    }
 }
 
 /// The fields of an Identify command.

@@ -14,7 +14,7 @@ pub mod smart;
 pub use ana::{AnaGroupDescriptor, AnaLog, ana_state};
 pub use changed_ns::ChangedNsList;
 pub use discovery::{DiscoveryLog, DiscoveryLogEntry, DiscoveryLogHeader};
-pub use effects::CommandEffectsLog;
+pub use effects::{CommandEffectsLog, io_effects_kv, io_effects_nvm};
 pub use error_info::ErrorInfoEntry;
 pub use firmware::FirmwareSlotLog;
 pub use read::{LogPageRead, LogReadError, log_page_range, read_log_page};
