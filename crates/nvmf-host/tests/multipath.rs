@@ -383,3 +383,85 @@ async fn a_url_with_two_addresses_opens_a_multipath_device() {
     .await
     .unwrap();
 }
+
+/// Issue 9.4: the first path is down when the namespace is opened. It opens on the
+/// second, connects the first in the background when it comes back, and when the second
+/// dies I/O carries on through the first without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_down_at_open_joins_when_it_returns_and_takes_over() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        s.p1.cut();
+        let mp = Arc::new(
+            MultipathNamespace::connect(
+                &[s.p1.addr, s.p2.addr],
+                NQN,
+                1,
+                &host(),
+                &opts(),
+                MultipathOptions {
+                    no_path_timeout_ms: 10_000,
+                    ..MultipathOptions::default()
+                },
+            )
+            .await
+            .unwrap(),
+        );
+        let p = mp.paths();
+        assert_eq!(p.len(), 1, "only the second path connected: {p:?}");
+        assert_eq!(p[0].addr, s.p2.addr);
+        let w = start_workload(&mp);
+        w.progress(200).await;
+
+        // The first path comes back: it joins without anyone asking.
+        s.p1.restore().await;
+        until(&mp, "path 1 joined", |p| {
+            p.iter()
+                .any(|p| p.addr == s.p1.addr && p.state == ControllerState::Live)
+        })
+        .await;
+        // The second path dies: every I/O from now on goes through the first.
+        s.p2.cut();
+        until(&mp, "path 2 down", |p| {
+            p.iter()
+                .any(|p| p.addr == s.p2.addr && p.state != ControllerState::Live)
+        })
+        .await;
+        let at_cut = mp.paths();
+        w.progress(400).await;
+        let end = mp.paths();
+        let ios = |p: &[PathInfo]| p.iter().find(|p| p.addr == s.p1.addr).unwrap().ios;
+        assert!(
+            ios(&end) > ios(&at_cut) + 100,
+            "I/O through path 1: {end:?}"
+        );
+        let checked = w.finish(&mp).await;
+        assert_eq!(checked, WORKERS * REGION / BLOCK as u64);
+    })
+    .await
+    .unwrap();
+}
+
+/// Issue 9.4 as tools see it: a two-address URL opens although its first address
+/// refuses connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_opens_when_its_first_address_refuses() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        s.p1.cut();
+        let url = format!("nvme+tcp://{},{}/{NQN}/1", s.p1.addr, s.p2.addr);
+        let dev = nvmf_host::NvmeTcpUrl::parse(&url)
+            .unwrap()
+            .open_device(&host(), &opts())
+            .await
+            .unwrap();
+        let d = pattern(BLOCK, 11);
+        dev.write(0, IoBuf::from_slice(&d), WriteFlags::default())
+            .await
+            .unwrap();
+        let got = dev.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap();
+        assert!(got[..] == d[..]);
+    })
+    .await
+    .unwrap();
+}
