@@ -616,10 +616,17 @@ async fn a_path_reconnecting_to_another_namespace_is_not_used() {
         assert_eq!(p.len(), 1, "path 2 is out: {p:?}");
         for i in 0..64u64 {
             let d = pattern(BLOCK, 100 + i);
-            mp.write(i * BLOCK as u64, IoBuf::from_slice(&d), WriteFlags::default())
+            mp.write(
+                i * BLOCK as u64,
+                IoBuf::from_slice(&d),
+                WriteFlags::default(),
+            )
+            .await
+            .unwrap();
+            let got = mp
+                .read(i * BLOCK as u64, IoBuf::new_zeroed(BLOCK))
                 .await
                 .unwrap();
-            let got = mp.read(i * BLOCK as u64, IoBuf::new_zeroed(BLOCK)).await.unwrap();
             assert!(got[..] == d[..]);
         }
         let untouched = other
@@ -714,7 +721,11 @@ async fn retries_back_off_and_end_with_the_namespace() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let at_drop = attempts.load(Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(800)).await;
-        assert_eq!(attempts.load(Ordering::Relaxed), at_drop, "retries after drop");
+        assert_eq!(
+            attempts.load(Ordering::Relaxed),
+            at_drop,
+            "retries after drop"
+        );
         for _ in 0..500 {
             if metrics.num_alive_tasks() <= baseline {
                 return;

@@ -144,10 +144,25 @@ mod tests {
                 ..ns()
             })
             .expect("another UUID");
-        assert!(uuid.contains("UUID 0808") && uuid.contains("instead of 0909"), "{uuid}");
+        assert!(
+            uuid.contains("UUID 0808") && uuid.contains("instead of 0909"),
+            "{uuid}"
+        );
         // An identifier that disappears is a difference too (Linux compares them all).
-        assert!(a.differs(&NsIdentity { nguid: [0; 16], ..ns() }).is_some());
-        assert!(a.differs(&NsIdentity { eui64: [1; 8], ..ns() }).is_some());
+        assert!(
+            a.differs(&NsIdentity {
+                nguid: [0; 16],
+                ..ns()
+            })
+            .is_some()
+        );
+        assert!(
+            a.differs(&NsIdentity {
+                eui64: [1; 8],
+                ..ns()
+            })
+            .is_some()
+        );
         assert!(a.differs(&NsIdentity { nsid: 2, ..ns() }).is_some());
         let size = a
             .differs(&NsIdentity {
@@ -156,6 +171,14 @@ mod tests {
             })
             .expect("another size");
         assert!(size.contains("1048576 bytes"), "{size}");
-        assert!(!NsIdentity { nguid: [0; 16], eui64: [0; 8], uuid: [0; 16], ..ns() }.has_ids());
+        assert!(
+            !NsIdentity {
+                nguid: [0; 16],
+                eui64: [0; 8],
+                uuid: [0; 16],
+                ..ns()
+            }
+            .has_ids()
+        );
     }
 }
