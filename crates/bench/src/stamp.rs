@@ -22,7 +22,7 @@ const EXTENT_SECTORS_AT: usize = 32;
 const PAYLOAD_V2_AT: usize = 40;
 
 // The payload is filled 8 bytes at a time.
-const _: () = assert!((SECTOR_BYTES - PAYLOAD_V2_AT) % 8 == 0);
+const _: () = assert!((SECTOR_BYTES - PAYLOAD_V2_AT).is_multiple_of(8));
 const _: () = assert!(EXTENT_SECTORS_AT + 4 <= PAYLOAD_V2_AT);
 
 /// The sectors one write covered: `offset_bytes..offset_bytes + len_bytes`.
