@@ -4,7 +4,8 @@
 //! doubling up to `reconnect_delay_max_ms`) until the path connects and shows the same
 //! namespace, or the multipath namespace is dropped. A path rejoins when it did not
 //! connect at open, when its controller gave up reconnecting (controller-loss timeout),
-//! or when it came back with another namespace behind it.
+//! or when it came back with another namespace behind it. With a controller-loss timeout
+//! of 0 ("never reconnect") nothing is retried.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Weak;
@@ -200,9 +201,15 @@ pub(crate) async fn rejoin_task(shared: Weak<Shared>, rank: usize, addr: PathAdd
                 };
                 match s.reference.differs(&id) {
                     None => {
-                        Shared::insert_verified(&s, ns, rank, &id);
-                        s.rejoined(rank);
-                        tracing::info!(path = %addr, "path to {} connected again", s.name);
+                        match Shared::rejoined(&s, rank, ns, &id) {
+                            None => {
+                                tracing::info!(path = %addr, "path to {} connected", s.name)
+                            }
+                            Some(removed) => {
+                                drop(s);
+                                removed.controller().disconnect().await;
+                            }
+                        }
                         return;
                     }
                     Some(why) => {

@@ -166,8 +166,13 @@ impl Shared {
         me.insert(Path::new(ns, rank, Some(id), me));
     }
 
-    /// Starts retrying the path at `rank` in the background (unless it already is).
+    /// Starts retrying the path at `rank` in the background (unless it already is, or
+    /// the connect options say never to reconnect: `ctrl_loss_tmo_ms` Some(0)).
     fn rejoin(me: &Arc<Shared>, rank: usize, addr: PathAddr, why: String) {
+        if me.join.opts.ctrl_loss_tmo_ms == Some(0) {
+            tracing::warn!(path = %addr, "path to {} not retried (controller-loss timeout 0): {why}", me.name);
+            return;
+        }
         let mut pending = lock(&me.pending);
         if pending.contains_key(&rank) {
             return;
@@ -188,9 +193,21 @@ impl Shared {
         me.changed.notify_waiters();
     }
 
-    /// The rejoin task of `rank` added its path.
-    fn rejoined(&self, rank: usize) {
-        lock(&self.pending).remove(&rank);
+    /// The rejoin task of `rank` connected its path and checked it: adds it, unless the
+    /// path was removed meanwhile (then it is handed back to be disconnected).
+    fn rejoined(
+        me: &Arc<Shared>,
+        rank: usize,
+        ns: RemoteNamespace,
+        id: &NsIdentity,
+    ) -> Option<RemoteNamespace> {
+        // Under the pending lock: `remove_path` sees the path either pending or in.
+        let mut pending = lock(&me.pending);
+        if pending.remove(&rank).is_none() {
+            return Some(ns);
+        }
+        Shared::insert_verified(me, ns, rank, id);
+        None
     }
 
     fn attempt_failed(&self, rank: usize, addr: &PathAddr, why: String) {
@@ -361,12 +378,7 @@ impl MultipathNamespace {
 
     /// Removes the paths through `addr`, connected or being retried; returns how many.
     pub fn remove_path(&self, addr: SocketAddr) -> usize {
-        let mut n = {
-            let mut paths = write(&self.shared.paths);
-            let before = paths.len();
-            paths.retain(|p| p.addr() != addr);
-            before - paths.len()
-        };
+        let mut n = 0;
         lock(&self.shared.pending).retain(|_, p| {
             let keep = !p.path.addr.is(addr);
             if !keep {
@@ -375,7 +387,10 @@ impl MultipathNamespace {
             }
             keep
         });
-        n
+        let mut paths = write(&self.shared.paths);
+        let before = paths.len();
+        paths.retain(|p| p.addr() != addr);
+        n + before - paths.len()
     }
 
     /// Every connected path with its state and how many I/Os it completed, in the order
@@ -405,7 +420,7 @@ impl MultipathNamespace {
             let changed = self.shared.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let why = {
+            let (mut why, mut may_recover) = {
                 let paths = read(&self.shared.paths);
                 // The best state any path is in, and how many are in it (no allocation:
                 // this runs for every I/O).
@@ -437,38 +452,43 @@ impl MultipathNamespace {
                     continue;
                 }
                 let states: Vec<Usable> = paths.iter().map(|p| p.usable()).collect();
-                let pending = self.pending_paths();
-                let may_recover = !pending.is_empty()
-                    || states.iter().any(|u| {
-                        matches!(
-                            u,
-                            Usable::Transition { .. }
-                                | Usable::Inaccessible
-                                | Usable::Unverified
-                                | Usable::Down { recoverable: true }
-                        )
-                    });
-                let mut why: Vec<String> = paths
+                let why: Vec<String> = paths
                     .iter()
                     .zip(&states)
                     .map(|(p, u)| format!("{}: {}", p.addr(), usable_text(u)))
                     .collect();
-                why.extend(pending.iter().map(|p| {
-                    format!(
-                        "{}: not connected ({} attempts; {})",
-                        p.addr, p.attempts, p.last_error
+                let may_recover = states.iter().any(|u| {
+                    matches!(
+                        u,
+                        Usable::Transition { .. }
+                            | Usable::Inaccessible
+                            | Usable::Unverified
+                            | Usable::Down { recoverable: true }
                     )
-                }));
-                let why = if why.is_empty() {
-                    "no paths".to_string()
-                } else {
-                    why.join(", ")
-                };
-                if !may_recover {
-                    return Err(self.no_path(start, why));
-                }
-                why
+                });
+                (why, may_recover)
             };
+            // Looked at without the paths lock held (lock order: pending, then paths).
+            let pending = self.pending_paths();
+            may_recover |= !pending.is_empty();
+            why.extend(pending.iter().map(|p| {
+                format!(
+                    "{}: not connected ({} attempts; {})",
+                    p.addr, p.attempts, p.last_error
+                )
+            }));
+            let why = if why.is_empty() {
+                "no paths".to_string()
+            } else {
+                why.join(", ")
+            };
+            if !may_recover {
+                // A path that joined between the two looks was seen in neither.
+                if futures::FutureExt::now_or_never(changed.as_mut()).is_some() {
+                    continue;
+                }
+                return Err(self.no_path(start, why));
+            }
             let wait = deadline.saturating_duration_since(Instant::now());
             if wait.is_zero() {
                 return Err(self.no_path(start, why));
