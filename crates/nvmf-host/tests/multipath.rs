@@ -740,3 +740,31 @@ async fn retries_back_off_and_end_with_the_namespace() {
     .await
     .unwrap();
 }
+
+/// With a controller-loss timeout of 0 (never reconnect), a path down at open is not
+/// retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_retries_with_a_zero_controller_loss_timeout() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        let dead = refused_addr().await;
+        let o = ConnectOptions {
+            ctrl_loss_tmo_ms: Some(0),
+            ..opts()
+        };
+        let mp = MultipathNamespace::connect(
+            &[dead, s.p2.addr],
+            NQN,
+            1,
+            &host(),
+            &o,
+            MultipathOptions::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(mp.paths().len(), 1);
+        assert!(mp.pending_paths().is_empty(), "{mp:?}");
+    })
+    .await
+    .unwrap();
+}

@@ -227,3 +227,23 @@ pub(crate) async fn rejoin_task(shared: Weak<Shared>, rank: usize, addr: PathAdd
         s.attempt_failed(rank, &addr, outcome);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_addresses_print_and_match_as_written() {
+        let v4 = PathAddr::from("127.0.0.1:4420".parse::<SocketAddr>().expect("v4"));
+        assert_eq!(v4.to_string(), "127.0.0.1:4420");
+        assert!(v4.is("127.0.0.1:4420".parse().expect("v4")));
+        assert!(!v4.is("127.0.0.1:4421".parse().expect("v4")));
+        let v6 = PathAddr::from("[::1]:4420".parse::<SocketAddr>().expect("v6"));
+        assert_eq!(v6.to_string(), "[::1]:4420");
+        let name = PathAddr {
+            host: "storage-1".into(),
+            port: 4420,
+        };
+        assert!(!name.is("127.0.0.1:4420".parse().expect("v4")));
+    }
+}
