@@ -73,18 +73,26 @@ mod tests {
 
     #[test]
     fn cpu_time_moves_when_we_burn_cpu() {
+        // Spin until the process's CPU time shows 20 ms (on a busy machine the wall
+        // clock runs ahead of it): a clock that does not move fails after 5 s.
         let a = CpuTime::now();
         let mut x = 0u64;
         let t = std::time::Instant::now();
-        while t.elapsed() < Duration::from_millis(50) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut b = CpuTime::now();
+        while b.since(&a).total() < Duration::from_millis(20)
+            && t.elapsed() < Duration::from_secs(5)
+        {
+            for _ in 0..10_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            b = CpuTime::now();
         }
         std::hint::black_box(x);
-        let b = CpuTime::now();
         assert!(
             b.since(&a).total() >= Duration::from_millis(20),
-            "{:?}",
-            b.since(&a)
+            "{:?} of CPU time in {:?}",
+            b.since(&a),
+            t.elapsed()
         );
         let me = CpuTime::of_pid(std::process::id()).expect("own /proc stat");
         assert!(me.total() > Duration::ZERO);

@@ -3,15 +3,17 @@
 
 mod config;
 mod cpu;
+mod job;
 mod progress;
 mod report;
 mod run;
 mod slots;
 mod stamp;
+mod verify;
 
 pub use config::{BenchConfig, ConfigError, Pattern};
 pub use cpu::CpuTime;
 pub use progress::Progress;
 pub use report::{LatencyReport, Report, VerifyReport};
 pub use run::{BenchError, run};
-pub use stamp::{StampCheck, check_sector, stamp_block};
+pub use stamp::{Extent, StampCheck, check_sector, stamp_block};

@@ -29,20 +29,30 @@ impl Progress {
         }
     }
 
-    pub(crate) fn update(&self, elapsed: Duration, ios: u64, bytes: u64) {
+    /// `read_back_blocks`: blocks read back and checked after the load so far.
+    pub(crate) fn update(&self, elapsed: Duration, ios: u64, bytes: u64, read_back_blocks: u64) {
         let secs = elapsed.as_secs_f64().max(1e-9);
-        let msg = format!(
+        let mut msg = format!(
             "{:.0} IOPS {:.1} MB/s",
             ios as f64 / secs,
             bytes as f64 / secs / 1e6
         );
+        if read_back_blocks > 0 {
+            msg += &format!(", verifying: {read_back_blocks} blocks read back");
+        }
         match self {
             Progress::Bar(b) => {
                 b.set_position(elapsed.as_millis() as u64);
                 b.set_message(msg);
             }
             Progress::Log { .. } => {
-                tracing::info!(elapsed_s = secs, ios, bytes, "bench progress: {msg}");
+                tracing::info!(
+                    elapsed_s = secs,
+                    ios,
+                    bytes,
+                    read_back_blocks,
+                    "bench progress: {msg}"
+                );
             }
             Progress::Silent => {}
         }

@@ -29,19 +29,36 @@ impl LatencyReport {
     }
 }
 
-/// What verification found.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+/// What verification found. Counts are of 512-byte sectors or of blocks (`--bs`
+/// I/Os) as their names and docs say; `torn` counts writes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct VerifyReport {
+    /// Blocks written with stamps by this run, and their sectors.
+    pub blocks_written: u64,
+    pub sectors_written: u64,
+    /// Blocks read and checked (during the load and in the read-back after it), and
+    /// their sectors.
+    pub blocks_checked: u64,
     pub sectors_checked: u64,
+    /// Of the blocks checked: those read back after the load (every block the run
+    /// wrote, as fio's verify phase), and how long that took.
+    pub blocks_read_back: u64,
+    pub read_back_s: f64,
+    /// Blocks checked with at least one failure below.
+    pub blocks_failed: u64,
+    /// Sectors reading as zeroes (never written; a failure only when this run wrote them:
+    /// then they count as lost too).
     pub sectors_unwritten: u64,
-    /// Sectors holding an older generation than last written (lost writes).
+    /// Sectors holding another write than the last one acknowledged (lost writes).
     pub lost: u64,
     /// Sectors stamped for another offset.
     pub misdirected: u64,
-    /// Blocks whose sectors come from different writes.
+    /// Writes whose extent holds sectors of another write of the same extent, or none.
     pub torn: u64,
-    /// Sectors that are not a valid stamp.
+    /// Sectors that are not a valid stamp (or of a newer generation than verified).
     pub corrupt: u64,
+    /// Blocks whose read for checking failed (also counted in the run's errors).
+    pub blocks_unreadable: u64,
     /// The first few problems, as text, for a person.
     pub first_errors: Vec<String>,
 }
@@ -49,6 +66,70 @@ pub struct VerifyReport {
 impl VerifyReport {
     pub fn mismatches(&self) -> u64 {
         self.lost + self.misdirected + self.torn + self.corrupt
+    }
+
+    pub(crate) fn merge(&mut self, v: VerifyReport, max_first_errors: usize) {
+        self.blocks_written += v.blocks_written;
+        self.sectors_written += v.sectors_written;
+        self.blocks_checked += v.blocks_checked;
+        self.sectors_checked += v.sectors_checked;
+        self.blocks_read_back += v.blocks_read_back;
+        self.blocks_failed += v.blocks_failed;
+        self.sectors_unwritten += v.sectors_unwritten;
+        self.lost += v.lost;
+        self.misdirected += v.misdirected;
+        self.torn += v.torn;
+        self.corrupt += v.corrupt;
+        self.blocks_unreadable += v.blocks_unreadable;
+        for e in v.first_errors {
+            if self.first_errors.len() < max_first_errors {
+                self.first_errors.push(e);
+            }
+        }
+    }
+
+    /// The verify section of the text report: one aligned field per line.
+    fn to_text(&self, verify_only: bool) -> String {
+        let n = |v: u64, unit: &str| format!("{v} {unit}{}", if v == 1 { "" } else { "s" });
+        let written = if verify_only {
+            "none (--verify-only checks what an earlier run wrote)".to_string()
+        } else {
+            format!(
+                "{} ({})",
+                n(self.blocks_written, "block"),
+                n(self.sectors_written, "sector")
+            )
+        };
+        let mut checked = format!(
+            "{} ({})",
+            n(self.blocks_checked, "block"),
+            n(self.sectors_checked, "sector")
+        );
+        if self.blocks_read_back > 0 {
+            checked += &format!(
+                ", {} read back after the load in {:.2}s",
+                self.blocks_read_back, self.read_back_s
+            );
+        }
+        let rows = [
+            ("written", written),
+            ("checked", checked),
+            ("failed", n(self.blocks_failed, "block")),
+            ("lost", n(self.lost, "sector")),
+            ("misdirected", n(self.misdirected, "sector")),
+            ("corrupt", n(self.corrupt, "sector")),
+            ("torn", n(self.torn, "write")),
+            ("unreadable", n(self.blocks_unreadable, "block")),
+            ("never written", n(self.sectors_unwritten, "sector")),
+        ];
+        let mut s = "  verify:\n".to_string();
+        for (k, v) in rows {
+            s += &format!("    {k:>13} : {v}\n");
+        }
+        for e in &self.first_errors {
+            s += &format!("    {e}\n");
+        }
+        s
     }
 }
 
@@ -111,13 +192,7 @@ impl Report {
             self.cpu_s, self.cpu_s_per_million_ios
         );
         if let Some(v) = &self.verify {
-            s += &format!(
-                "  verify: {} sectors checked, {} unwritten, {} lost, {} misdirected, {} torn, {} corrupt\n",
-                v.sectors_checked, v.sectors_unwritten, v.lost, v.misdirected, v.torn, v.corrupt
-            );
-            for e in &v.first_errors {
-                s += &format!("    {e}\n");
-            }
+            s += &v.to_text(self.pattern == "verify");
         }
         if let Some(e) = &self.first_error {
             s += &format!("  first error: {e}\n");

@@ -1,20 +1,18 @@
-//! The load engine: `jobs` workers, each keeping `iodepth` I/Os in flight on its own slice.
+//! A run: `jobs` workers (job.rs), each keeping `iodepth` I/Os in flight on its own
+//! slice, progress while they run, and their results merged into one report.
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use blockdev::{BlockDevice, IoBuf, WriteFlags};
-use hdrhistogram::Histogram;
+use blockdev::BlockDevice;
 
-use crate::slots::IoSlots;
-
-use crate::config::{BenchConfig, ConfigError, Pattern};
+use crate::config::{BenchConfig, ConfigError};
 use crate::cpu::CpuTime;
+use crate::job::{Shared, job, new_histogram};
 use crate::progress::Progress;
 use crate::report::{LatencyReport, Report, VerifyReport};
-use crate::stamp::{StampCheck, check_sector, stamp_block};
+use crate::verify::MAX_FIRST_ERRORS;
 
 /// Why a run could not happen (I/O errors during a run are counted in the report instead).
 #[derive(Debug, thiserror::Error)]
@@ -25,30 +23,9 @@ pub enum BenchError {
     Worker(String),
 }
 
-const MAX_FIRST_ERRORS: usize = 8;
-/// Latencies above this are clamped into the top bucket.
-const MAX_LATENCY_NS: u64 = 120_000_000_000;
-
-#[derive(Default)]
-struct Shared {
-    ios: AtomicU64,
-    bytes: AtomicU64,
-    stop: AtomicBool,
-}
-
-struct JobResult {
-    read_hist: Histogram<u64>,
-    write_hist: Histogram<u64>,
-    read_ios: u64,
-    write_ios: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    errors: u64,
-    first_error: Option<String>,
-    verify: VerifyReport,
-}
-
-/// Runs the configured load against `dev` and reports what happened.
+/// Runs the configured load against `dev` and reports what happened. With `verify` and
+/// writes, every block written is read back and checked after the load; the load's
+/// figures (IOPS, bandwidth, latency) do not include that read-back.
 pub async fn run(
     dev: Arc<dyn BlockDevice>,
     cfg: &BenchConfig,
@@ -70,7 +47,15 @@ pub async fn run(
         // Jobs are tasks on the caller's runtime, where the device's own tasks (an
         // NVMe/TCP queue's socket driver) run too: a job on a thread of its own paid two
         // cross-thread wakeups per I/O (measured: 2x the CPU per I/O, -30% IOPS at QD32).
-        handles.push(tokio::spawn(job(dev, cfg, j, slice_start, per_job, shared)));
+        handles.push(tokio::spawn(job(
+            dev,
+            cfg,
+            j,
+            slice_start,
+            per_job,
+            shared,
+            t0,
+        )));
     }
     let deadline = (cfg.runtime_ms > 0).then(|| t0 + Duration::from_millis(cfg.runtime_ms));
     let mut tick = tokio::time::interval(progress.interval());
@@ -81,7 +66,12 @@ pub async fn run(
         tokio::select! {
             r = &mut all => break r,
             _ = tick.tick() => {
-                progress.update(t0.elapsed(), shared.ios.load(Ordering::Relaxed), shared.bytes.load(Ordering::Relaxed));
+                progress.update(
+                    t0.elapsed(),
+                    shared.ios.load(Ordering::Relaxed),
+                    shared.bytes.load(Ordering::Relaxed),
+                    shared.read_back.load(Ordering::Relaxed),
+                );
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     shared.stop.store(true, Ordering::Relaxed);
                 }
@@ -105,10 +95,10 @@ pub async fn run(
         block_size_bytes: cfg.block_size_bytes,
         iodepth: cfg.iodepth,
         jobs: cfg.jobs,
-        elapsed_s: elapsed.as_secs_f64(),
         ..Report::default()
     };
     let mut verify = VerifyReport::default();
+    let mut load_elapsed = Duration::ZERO;
     for r in results {
         let r = r.map_err(|_| BenchError::Worker("a job thread ended without a result".into()))?;
         read_hist
@@ -125,8 +115,15 @@ pub async fn run(
         if rep.first_error.is_none() {
             rep.first_error = r.first_error;
         }
-        merge_verify(&mut verify, r.verify);
+        load_elapsed = load_elapsed.max(r.load_elapsed);
+        verify.merge(r.verify, MAX_FIRST_ERRORS);
     }
+    rep.elapsed_s = load_elapsed.as_secs_f64();
+    verify.read_back_s = if verify.blocks_read_back > 0 {
+        elapsed.saturating_sub(load_elapsed).as_secs_f64()
+    } else {
+        0.0
+    };
     let ios = rep.read_ios + rep.write_ios;
     let secs = rep.elapsed_s.max(1e-9);
     rep.iops = ios as f64 / secs;
@@ -152,332 +149,13 @@ async fn sleep_until_opt(d: Option<Instant>) {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
-    // 3 significant digits from 1 ns to MAX_LATENCY_NS: cannot fail for these bounds.
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("constant histogram bounds are valid")
-}
-
-fn merge_verify(into: &mut VerifyReport, v: VerifyReport) {
-    into.sectors_checked += v.sectors_checked;
-    into.sectors_unwritten += v.sectors_unwritten;
-    into.lost += v.lost;
-    into.misdirected += v.misdirected;
-    into.torn += v.torn;
-    into.corrupt += v.corrupt;
-    for e in v.first_errors {
-        if into.first_errors.len() < MAX_FIRST_ERRORS {
-            into.first_errors.push(e);
-        }
-    }
-}
-
-/// splitmix64: small, fast, good enough for offsets.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Op {
-    Read,
-    Write,
-}
-
-struct Done {
-    block: u64,
-    op: Op,
-    started: Instant,
-    result: Result<IoBuf, blockdev::BlockError>,
-    write_id: u32,
-}
-
-/// One I/O, as the single future type a job's slots hold.
-async fn one_io(
-    dev: &dyn BlockDevice,
-    op: Op,
-    block: u64,
-    offset: u64,
-    buf: IoBuf,
-    write_id: u32,
-    started: Instant,
-) -> Done {
-    let result = match op {
-        Op::Read => dev.read(offset, buf).await,
-        Op::Write => dev.write(offset, buf, WriteFlags::default()).await,
-    };
-    Done {
-        block,
-        op,
-        started,
-        result,
-        write_id,
-    }
-}
-
-async fn job(
-    dev: Arc<dyn BlockDevice>,
-    cfg: BenchConfig,
-    job_index: u32,
-    slice_start: u64,
-    slice_len: u64,
-    shared: Arc<Shared>,
-) -> JobResult {
-    let bs = cfg.block_size_bytes;
-    let blocks = slice_len / bs;
-    let byte_limit = if cfg.size_bytes > 0 {
-        cfg.size_bytes
-    } else if cfg.runtime_ms == 0 {
-        slice_len
-    } else {
-        u64::MAX
-    };
-    let mut rng = Rng(cfg.seed ^ (u64::from(job_index) << 48) ^ 0x5eed);
-    let tracks_writes = cfg.verify && !cfg.verify_only;
-    // Last write id acknowledged per block (0 = not written in this run).
-    let mut last_write: Vec<u32> = if tracks_writes {
-        vec![0; blocks as usize]
-    } else {
-        Vec::new()
-    };
-    let mut in_flight: HashSet<u64> = HashSet::with_capacity(cfg.iodepth as usize * 2);
-    let mut pool: Vec<IoBuf> = (0..cfg.iodepth)
-        .map(|_| IoBuf::new_zeroed(bs as usize))
-        .collect();
-    let mut res = JobResult {
-        read_hist: new_histogram(),
-        write_hist: new_histogram(),
-        read_ios: 0,
-        write_ios: 0,
-        read_bytes: 0,
-        write_bytes: 0,
-        errors: 0,
-        first_error: None,
-        verify: VerifyReport::default(),
-    };
-    let mut issued_bytes = 0u64;
-    let mut seq_next = 0u64;
-    let mut write_counter = 0u32;
-    let dev_ref: &dyn BlockDevice = &*dev;
-    // A fixed slot per I/O in flight, reused: nothing is allocated per I/O.
-    let mut ios = IoSlots::new(cfg.iodepth as usize);
-    loop {
-        while ios.has_free() && issued_bytes < byte_limit && !shared.stop.load(Ordering::Relaxed) {
-            let Some(block) = pick_block(&cfg, &mut rng, blocks, &mut seq_next, &in_flight) else {
-                break;
-            };
-            let op = match (cfg.verify_only, cfg.pattern) {
-                (true, _) | (_, Pattern::RandRead | Pattern::Read) => Op::Read,
-                (_, Pattern::RandWrite | Pattern::Write) => Op::Write,
-                (_, Pattern::RandRw { read_percent }) => {
-                    if rng.below(100) < u64::from(read_percent) {
-                        Op::Read
-                    } else {
-                        Op::Write
-                    }
-                }
-            };
-            let mut buf = pool.pop().unwrap_or_else(|| IoBuf::new_zeroed(bs as usize));
-            let offset = slice_start + block * bs;
-            in_flight.insert(block);
-            issued_bytes += bs;
-            let write_id = match op {
-                Op::Read => 0,
-                Op::Write => {
-                    write_counter = write_counter.wrapping_add(1);
-                    let write_id = ((job_index << 24) | (write_counter & 0x00FF_FFFF)).max(1);
-                    if cfg.verify {
-                        stamp_block(&mut buf, offset, cfg.generation, write_id);
-                    }
-                    write_id
-                }
-            };
-            let started = Instant::now();
-            ios.start(one_io(dev_ref, op, block, offset, buf, write_id, started));
-        }
-        if ios.is_empty() {
-            break;
-        }
-        let done = ios.next().await;
-        // Jobs share the runtime's workers: a device whose I/Os complete at once (RAM)
-        // must not keep a worker from its other tasks (timers, the run's deadline).
-        tokio::task::consume_budget().await;
-        let lat_ns = (done.started.elapsed().as_nanos() as u64).clamp(1, MAX_LATENCY_NS);
-        in_flight.remove(&done.block);
-        shared.ios.fetch_add(1, Ordering::Relaxed);
-        shared.bytes.fetch_add(bs, Ordering::Relaxed);
-        match done.result {
-            Err(e) => {
-                res.errors += 1;
-                if res.first_error.is_none() {
-                    res.first_error = Some(format!(
-                        "{} at offset {}: {e}",
-                        op_name(&done.op),
-                        slice_start + done.block * bs
-                    ));
-                }
-                pool.push(IoBuf::new_zeroed(bs as usize));
-            }
-            Ok(buf) => {
-                match done.op {
-                    Op::Read => {
-                        let _ = res.read_hist.record(lat_ns);
-                        res.read_ios += 1;
-                        res.read_bytes += bs;
-                        if cfg.verify || cfg.verify_only {
-                            let expected =
-                                last_write.get(done.block as usize).copied().unwrap_or(0);
-                            check_block(
-                                &buf,
-                                slice_start + done.block * bs,
-                                expected,
-                                &cfg,
-                                &mut res.verify,
-                            );
-                        }
-                    }
-                    Op::Write => {
-                        let _ = res.write_hist.record(lat_ns);
-                        res.write_ios += 1;
-                        res.write_bytes += bs;
-                        if let Some(slot) = last_write.get_mut(done.block as usize) {
-                            *slot = done.write_id;
-                        }
-                    }
-                }
-                pool.push(buf);
-            }
-        }
-    }
-    res
-}
-
-fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Read => "read",
-        Op::Write => "write",
-    }
-}
-
-/// The next block to access, avoiding blocks with I/O in flight so verification is exact.
-fn pick_block(
-    cfg: &BenchConfig,
-    rng: &mut Rng,
-    blocks: u64,
-    seq_next: &mut u64,
-    in_flight: &HashSet<u64>,
-) -> Option<u64> {
-    if blocks == 0 {
-        return None;
-    }
-    if cfg.pattern.is_random() && !cfg.verify_only {
-        for _ in 0..16 {
-            let b = rng.below(blocks);
-            if !in_flight.contains(&b) {
-                return Some(b);
-            }
-        }
-        None
-    } else {
-        let b = *seq_next % blocks;
-        if in_flight.contains(&b) {
-            return None;
-        }
-        *seq_next += 1;
-        Some(b)
-    }
-}
-
-/// Checks every sector of a block read at `offset`; `expected_write_id` is the last write
-/// acknowledged for it in this run (0 when unknown).
-fn check_block(
-    buf: &[u8],
-    offset: u64,
-    expected_write_id: u32,
-    cfg: &BenchConfig,
-    v: &mut VerifyReport,
-) {
-    let mut ids = Vec::new();
-    let note = |v: &mut VerifyReport, msg: String| {
-        if v.first_errors.len() < MAX_FIRST_ERRORS {
-            v.first_errors.push(msg);
-        }
-    };
-    for (i, sector) in buf.chunks_exact(512).enumerate() {
-        let off = offset + 512 * i as u64;
-        v.sectors_checked += 1;
-        match check_sector(sector, off) {
-            StampCheck::Unwritten => {
-                v.sectors_unwritten += 1;
-                if expected_write_id != 0 {
-                    v.lost += 1;
-                    note(
-                        v,
-                        format!(
-                            "sector at {off}: reads as never written, but a write was acknowledged"
-                        ),
-                    );
-                }
-                ids.push(0);
-            }
-            StampCheck::Corrupt => {
-                v.corrupt += 1;
-                note(v, format!("sector at {off}: not a valid stamp (corrupt)"));
-            }
-            StampCheck::Misdirected { found_offset_bytes } => {
-                v.misdirected += 1;
-                note(
-                    v,
-                    format!("sector at {off}: holds data written for offset {found_offset_bytes}"),
-                );
-            }
-            StampCheck::Ok {
-                generation,
-                write_id,
-            } => {
-                if expected_write_id != 0 && write_id != expected_write_id {
-                    v.lost += 1;
-                    note(
-                        v,
-                        format!(
-                            "sector at {off}: write {write_id:#x} found, {expected_write_id:#x} was acknowledged last"
-                        ),
-                    );
-                } else if cfg.verify_only && generation > cfg.generation {
-                    v.corrupt += 1;
-                    note(
-                        v,
-                        format!(
-                            "sector at {off}: generation {generation} is newer than {}",
-                            cfg.generation
-                        ),
-                    );
-                }
-                ids.push(write_id);
-            }
-        }
-    }
-    if ids.windows(2).any(|w| w[0] != w[1]) {
-        v.torn += 1;
-        note(
-            v,
-            format!("block at {offset}: sectors come from different writes (torn)"),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blockdev::{FaultAction, FaultOps, FaultRule, FaultyDevice, RamDevice};
+    use crate::config::Pattern;
+    use crate::progress::Progress;
+    use crate::stamp::stamp_block;
+    use blockdev::{FaultAction, FaultOps, FaultRule, FaultyDevice, IoBuf, RamDevice, WriteFlags};
 
     fn cfg(pattern: Pattern) -> BenchConfig {
         BenchConfig {
@@ -509,6 +187,121 @@ mod tests {
         assert_eq!(v.sectors_checked, 8192);
         assert_eq!(v.mismatches(), 0, "{v:?}");
         assert_eq!(v.sectors_unwritten, 0);
+    }
+
+    /// Issue 9.6: a write run with --verify reads back what it wrote before it reports,
+    /// and says how much it wrote and checked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_run_reads_back_and_checks_every_block_it_wrote() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 4 << 20));
+        for pattern in [Pattern::Write, Pattern::RandWrite] {
+            let r = run(dev.clone(), &cfg(pattern), "ram", &Progress::Silent)
+                .await
+                .unwrap();
+            let v = r.verify.unwrap();
+            assert_eq!(v.blocks_written, r.write_ios, "{pattern:?}");
+            assert_eq!(v.sectors_written, r.write_ios * 8, "{pattern:?}");
+            // Random writes hit some blocks twice: each written block is read back once.
+            let distinct = v.blocks_read_back;
+            assert!(
+                distinct > 0 && distinct <= r.write_ios,
+                "{pattern:?}: {v:?}"
+            );
+            assert_eq!(v.blocks_checked, distinct, "{pattern:?}");
+            assert_eq!(v.sectors_checked, distinct * 8, "{pattern:?}");
+            assert_eq!((v.mismatches(), v.blocks_failed), (0, 0), "{v:?}");
+            assert_eq!(
+                r.read_ios, 0,
+                "the read-back is not part of the load's figures"
+            );
+        }
+        let w = run(dev.clone(), &cfg(Pattern::Write), "ram", &Progress::Silent)
+            .await
+            .unwrap();
+        assert_eq!(w.verify.unwrap().blocks_read_back, 1024);
+    }
+
+    /// A write run whose device drops some writes finds them by itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_run_finds_its_own_dropped_writes() {
+        let ram: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 1 << 20));
+        let faulty = FaultyDevice::new(ram);
+        faulty
+            .handle()
+            .add(FaultRule::new(FaultOps::WRITE, FaultAction::DropWrite).times(5));
+        let dev: Arc<dyn BlockDevice> = Arc::new(faulty);
+        let r = run(dev, &cfg(Pattern::Write), "ram", &Progress::Silent)
+            .await
+            .unwrap();
+        let v = r.verify.unwrap();
+        assert_eq!((v.blocks_failed, v.lost), (5, 5 * 8), "{v:?}");
+        assert_eq!(v.blocks_read_back, 256);
+        assert!(v.first_errors[0].contains("never written"), "{v:?}");
+    }
+
+    /// Writes `dev` with 8 KiB stamped blocks (generation 1).
+    async fn write_8k(dev: &Arc<dyn BlockDevice>) {
+        let mut c = cfg(Pattern::Write);
+        c.block_size_bytes = 8192;
+        let w = run(dev.clone(), &c, "ram", &Progress::Silent)
+            .await
+            .unwrap();
+        assert_eq!(w.verify.unwrap().mismatches(), 0);
+    }
+
+    async fn verify_only(dev: &Arc<dyn BlockDevice>, bs: u64) -> VerifyReport {
+        let mut c = cfg(Pattern::Read);
+        c.verify_only = true;
+        c.block_size_bytes = bs;
+        let r = run(dev.clone(), &c, "ram", &Progress::Silent)
+            .await
+            .unwrap();
+        assert_eq!(r.errors, 0);
+        r.verify.unwrap()
+    }
+
+    /// Issue 9.6: --verify-only with another block size than the writes had: good blocks
+    /// are good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_only_takes_any_block_size() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 4 << 20));
+        write_8k(&dev).await;
+        for bs in [512u64, 4096, 8192, 12288, 65536] {
+            let v = verify_only(&dev, bs).await;
+            assert_eq!((v.mismatches(), v.blocks_failed), (0, 0), "bs {bs}: {v:?}");
+            // Each of the 2 jobs checks whole blocks of its 2 MiB slice.
+            let per_job = (2 << 20) / bs;
+            assert_eq!(v.blocks_checked, 2 * per_job, "bs {bs}");
+            assert_eq!(v.sectors_checked, 2 * per_job * bs / 512, "bs {bs}");
+            assert_eq!(v.sectors_unwritten, 0, "bs {bs}");
+        }
+    }
+
+    /// A torn write (the second half of an 8 KiB write holds another write) is found
+    /// whatever block size verifies, and counted once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_only_finds_a_torn_write_at_any_block_size() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("r", 4 << 20));
+        write_8k(&dev).await;
+        let mut other = vec![0u8; 8192];
+        stamp_block(&mut other, 1 << 20, 1, 0xdead);
+        dev.write(
+            (1 << 20) + 4096,
+            IoBuf::from_slice(&other[4096..]),
+            WriteFlags::default(),
+        )
+        .await
+        .unwrap();
+        for bs in [512u64, 4096, 8192, 12288, 65536] {
+            let v = verify_only(&dev, bs).await;
+            assert_eq!(v.torn, 1, "bs {bs}: {v:?}");
+            assert_eq!(v.blocks_failed, 1, "bs {bs}: {v:?}");
+            assert_eq!(v.lost + v.corrupt + v.misdirected, 0, "bs {bs}: {v:?}");
+            assert!(
+                v.first_errors[0].contains(&format!("write of 8192 bytes at {}: torn", 1 << 20)),
+                "{v:?}"
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// What to measure: nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd], file:PATH,
-    /// /dev/..., ram:SIZE, null:SIZE or volume:NAME (a registered local volume).
+    /// /dev/..., ram:SIZE, null:SIZE or volume:NAME (a registered local volume). Several
+    /// addresses: one multipath device that opens when any of them connects.
     #[arg(long)]
     pub target: String,
     /// randread, randwrite, read, write or randrw.
@@ -39,10 +40,12 @@ pub struct BenchArgs {
     /// Length of the region to use (default: to the end).
     #[arg(long)]
     pub range: Option<String>,
-    /// Stamp every written block and check every block read.
+    /// Stamp every written block, check every block read, and read back every block
+    /// written before reporting (docs/bench.md).
     #[arg(long)]
     pub verify: bool,
-    /// Only read back and check what an earlier --verify run wrote.
+    /// Only read back and check what an earlier --verify run wrote (one sequential pass;
+    /// any --bs, whatever block size wrote it).
     #[arg(long)]
     pub verify_only: bool,
     /// Generation stamped into written blocks (use the same one for --verify-only).

@@ -171,9 +171,26 @@ pub enum HostError {
         waited_ms: u64,
         detail: String,
     },
+    /// No path of a multipath namespace connected when it was opened: each address with
+    /// why it failed.
+    #[error("no path to {what} connects: {}", causes_text(causes))]
+    NoPathConnects {
+        /// "namespace NSID of SUBNQN" (or the NQN when the NSID was left to the target).
+        what: String,
+        /// (address, cause), one per address in the order given.
+        causes: Vec<(String, String)>,
+    },
     /// The caller asked for something impossible (bad NQN, I/O too large, ...).
     #[error("{0}")]
     Usage(String),
+}
+
+fn causes_text(causes: &[(String, String)]) -> String {
+    causes
+        .iter()
+        .map(|(addr, why)| format!("{addr}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn qid_text(qid: u16) -> String {

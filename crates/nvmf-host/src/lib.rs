@@ -13,7 +13,9 @@
 //! - [`discover`]: the discovery log page, read in pieces with the generation re-checked.
 //! - [`RemoteNamespace`]: `blockdev::BlockDevice` for one namespace through one controller.
 //! - [`MultipathNamespace`]: `blockdev::BlockDevice` for one namespace through several
-//!   controllers, by ANA state, with failover.
+//!   controllers, by ANA state, with failover; it opens when any path connects, retries
+//!   the others in the background and checks that a returning path shows the same
+//!   namespace before using it.
 //! - [`NvmeTcpUrl`] names a namespace for tools, as
 //!   `nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd&queues=N...]`;
 //!   [`NvmeTcpUrl::open_device`] gives a multipath device for several addresses.
@@ -73,7 +75,9 @@ pub mod url;
 pub use controller::{ConnectOptions, Controller, ControllerState, ControllerStatus};
 pub use discovery::{DiscoveryEntry, discover, discover_all, format_discovery_log};
 pub use host_identity::HostIdentity;
-pub use multipath::{MultipathNamespace, MultipathOptions, PathInfo, PathPolicy};
+pub use multipath::{
+    MultipathNamespace, MultipathOptions, PathAddr, PathInfo, PathPolicy, PendingPath,
+};
 pub use namespace::RemoteNamespace;
 pub use url::NvmeTcpUrl;
 

@@ -22,7 +22,7 @@ use nvme_proto::tcp::Digests;
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
-use crate::multipath::{MultipathNamespace, MultipathOptions};
+use crate::multipath::{MultipathNamespace, MultipathOptions, PathAddr};
 use crate::namespace::RemoteNamespace;
 
 /// The IANA port of NVMe/TCP I/O controllers, used when the URL names none.
@@ -234,22 +234,29 @@ impl NvmeTcpUrl {
         if self.more_paths.is_empty() {
             return Ok(Arc::new(self.open(host, opts).await?));
         }
-        let first = self.open(host, opts).await?;
-        let o = self.apply(opts);
-        let mp = MultipathNamespace::new(vec![first], MultipathOptions::default())?;
-        let nsid = mp.nsid();
-        for addr in self.socket_addrs().await?.into_iter().skip(1) {
-            let path = async {
-                let c = Controller::connect(addr, &self.subnqn, host, &o).await?;
-                c.namespace(nsid).await
-            }
-            .await;
-            match path {
-                Ok(ns) => mp.add_path(ns)?,
-                Err(e) => tracing::warn!(%addr, "path not connected: {e}"),
-            }
-        }
-        Ok(Arc::new(mp))
+        Ok(Arc::new(
+            self.open_multipath(host, opts, MultipathOptions::default())
+                .await?,
+        ))
+    }
+
+    /// Opens the namespace through every address of the URL: it opens when any path
+    /// connects, and the others join in the background (see [`MultipathNamespace`]).
+    pub async fn open_multipath(
+        &self,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<MultipathNamespace> {
+        let addrs = std::iter::once((&self.host, self.port))
+            .chain(self.more_paths.iter().map(|(h, p)| (h, *p)))
+            .map(|(h, p)| PathAddr {
+                host: h.clone(),
+                port: p,
+            })
+            .collect();
+        MultipathNamespace::connect_to(addrs, &self.subnqn, self.nsid, host, &self.apply(opts), mp)
+            .await
     }
 }
 

@@ -29,6 +29,8 @@ const BLOCK: usize = 4096;
 
 struct Setup {
     _target: Target,
+    /// The namespace as configured (its identifiers).
+    ns: NamespaceConfig,
     l1: ListenerHandle,
     l2: ListenerHandle,
     p1: Proxy,
@@ -39,20 +41,49 @@ async fn setup() -> Setup {
     let target = Target::new(TargetConfig::default()).unwrap();
     target.add_subsystem(SubsystemConfig::new(NQN)).unwrap();
     let dev = Arc::new(RamDevice::new("ram1", SIZE));
-    target
-        .add_namespace(NQN, NamespaceConfig::whole_device(1, dev))
-        .unwrap();
+    let ns = NamespaceConfig::whole_device(1, dev);
+    target.add_namespace(NQN, ns.clone()).unwrap();
     let l1 = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let l2 = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let p1 = Proxy::start(l1.local_addr()).await;
     let p2 = Proxy::start(l2.local_addr()).await;
     Setup {
         _target: target,
+        ns,
         l1,
         l2,
         p1,
         p2,
     }
+}
+
+/// Another target with the same subsystem NQN and NSID but another namespace behind
+/// them (`edit` sets its identifiers): what a path may find when it comes back.
+struct Impostor {
+    _target: Target,
+    dev: Arc<RamDevice>,
+    listener: ListenerHandle,
+}
+
+async fn impostor(edit: impl FnOnce(&mut NamespaceConfig)) -> Impostor {
+    let target = Target::new(TargetConfig::default()).unwrap();
+    target.add_subsystem(SubsystemConfig::new(NQN)).unwrap();
+    let dev = Arc::new(RamDevice::new("impostor", SIZE));
+    let mut ns = NamespaceConfig::whole_device(1, dev.clone());
+    edit(&mut ns);
+    target.add_namespace(NQN, ns).unwrap();
+    let listener = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    Impostor {
+        _target: target,
+        dev,
+        listener,
+    }
+}
+
+/// A port nothing listens on (bound, then closed).
+async fn refused_addr() -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
 }
 
 fn opts() -> ConnectOptions {
@@ -379,6 +410,360 @@ async fn a_url_with_two_addresses_opens_a_multipath_device() {
             .await
             .unwrap();
         assert!(single.info().name.starts_with("nvme+tcp://"));
+    })
+    .await
+    .unwrap();
+}
+
+/// Issue 9.4: the first path is down when the namespace is opened. It opens on the
+/// second, connects the first in the background when it comes back, and when the second
+/// dies I/O carries on through the first without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_down_at_open_joins_when_it_returns_and_takes_over() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        s.p1.cut();
+        let mp = Arc::new(
+            MultipathNamespace::connect(
+                &[s.p1.addr, s.p2.addr],
+                NQN,
+                1,
+                &host(),
+                &opts(),
+                MultipathOptions {
+                    no_path_timeout_ms: 10_000,
+                    ..MultipathOptions::default()
+                },
+            )
+            .await
+            .unwrap(),
+        );
+        let p = mp.paths();
+        assert_eq!(p.len(), 1, "only the second path connected: {p:?}");
+        assert_eq!(p[0].addr, s.p2.addr);
+        let pending = mp.pending_paths();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert!(pending[0].addr.is(s.p1.addr), "{pending:?}");
+        let w = start_workload(&mp);
+        w.progress(200).await;
+
+        // The first path comes back: it joins without anyone asking.
+        s.p1.restore().await;
+        until(&mp, "path 1 joined", |p| {
+            p.iter()
+                .any(|p| p.addr == s.p1.addr && p.state == ControllerState::Live)
+        })
+        .await;
+        // The second path dies: every I/O from now on goes through the first.
+        s.p2.cut();
+        until(&mp, "path 2 down", |p| {
+            p.iter()
+                .any(|p| p.addr == s.p2.addr && p.state != ControllerState::Live)
+        })
+        .await;
+        let at_cut = mp.paths();
+        w.progress(400).await;
+        let end = mp.paths();
+        let ios = |p: &[PathInfo]| p.iter().find(|p| p.addr == s.p1.addr).unwrap().ios;
+        assert!(
+            ios(&end) > ios(&at_cut) + 100,
+            "I/O through path 1: {end:?}"
+        );
+        let checked = w.finish(&mp).await;
+        assert_eq!(checked, WORKERS * REGION / BLOCK as u64);
+    })
+    .await
+    .unwrap();
+}
+
+/// Issue 9.4 as tools see it: a two-address URL opens although its first address
+/// refuses connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_opens_when_its_first_address_refuses() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        s.p1.cut();
+        let url = format!("nvme+tcp://{},{}/{NQN}/1", s.p1.addr, s.p2.addr);
+        let dev = nvmf_host::NvmeTcpUrl::parse(&url)
+            .unwrap()
+            .open_device(&host(), &opts())
+            .await
+            .unwrap();
+        let d = pattern(BLOCK, 11);
+        dev.write(0, IoBuf::from_slice(&d), WriteFlags::default())
+            .await
+            .unwrap();
+        let got = dev.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap();
+        assert!(got[..] == d[..]);
+    })
+    .await
+    .unwrap();
+}
+
+/// A path that joins late keeps to its ANA state: inaccessible, it takes no I/O; once
+/// optimized (and first in the URL), it takes the I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_path_is_used_by_its_ana_state() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        s.p1.cut();
+        let mp = open(&s, MultipathOptions::default()).await;
+        let w = start_workload(&mp);
+        s.l1.set_ana_state(1, AnaState::Inaccessible).unwrap();
+        s.p1.restore().await;
+        until(&mp, "path 1 joined", |p| p.len() == 2).await;
+        assert!(mp.pending_paths().is_empty());
+        let joined = mp.paths();
+        assert_eq!(joined[0].addr, s.p1.addr, "in URL order: {joined:?}");
+        assert_eq!(joined[0].ana_state, ana_state::INACCESSIBLE, "{joined:?}");
+        w.progress(300).await;
+        let p = mp.paths();
+        assert_eq!(p[0].ios, 0, "nothing on an inaccessible path: {p:?}");
+        assert!(!p[0].usable, "{p:?}");
+
+        s.l1.set_ana_state(1, AnaState::Optimized).unwrap();
+        until(&mp, "path 1 usable", |p| p[0].usable).await;
+        let at = mp.paths();
+        w.progress(300).await;
+        let p = mp.paths();
+        assert!(p[0].ios > at[0].ios + 100, "I/O on the first path: {p:?}");
+        w.finish(&mp).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// No path connects at open: one error naming every address once, with its cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_path_connecting_at_open_names_each_path_and_cause_once() {
+    tokio::time::timeout(LIMIT, async {
+        let (a, b) = (refused_addr().await, refused_addr().await);
+        let e = MultipathNamespace::connect(
+            &[a, b],
+            NQN,
+            1,
+            &host(),
+            &opts(),
+            MultipathOptions::default(),
+        )
+        .await
+        .unwrap_err();
+        match &e {
+            HostError::NoPathConnects { causes, .. } => {
+                assert_eq!(causes.len(), 2, "{causes:?}");
+            }
+            other => panic!("expected NoPathConnects, got {other:?}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("no path to namespace 1 of {NQN} connects: {a}: ")),
+            "{text}"
+        );
+        for addr in [a, b] {
+            assert_eq!(text.matches(&addr.to_string()).count(), 1, "{text}");
+        }
+        assert_eq!(text.matches("refused").count(), 2, "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A path whose address now leads to another namespace under the same NQN and NSID
+/// (only its UUID differs) is dropped when it reconnects and never used; it is retried,
+/// and joins again once the right namespace answers there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_reconnecting_to_another_namespace_is_not_used() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        let (nguid, eui64) = (s.ns.nguid, s.ns.eui64);
+        let other = impostor(|ns| {
+            ns.nguid = nguid;
+            ns.eui64 = eui64;
+            ns.uuid = [0x5a; 16];
+        })
+        .await;
+        // Path 1 non-optimized: path 2 takes the I/O whenever it is usable.
+        s.l1.set_ana_state(1, AnaState::NonOptimized).unwrap();
+        let mp = open(&s, MultipathOptions::default()).await;
+        until(&mp, "path 1 non-optimized", |p| {
+            p[0].ana_state == ana_state::NON_OPTIMIZED
+        })
+        .await;
+        let d = pattern(BLOCK, 3);
+        mp.write(0, IoBuf::from_slice(&d), WriteFlags::default())
+            .await
+            .unwrap();
+        assert_eq!(path(&mp, 1).ios, 1, "{:?}", mp.paths());
+
+        // The network path to listener 2 drops and comes back at the impostor.
+        s.p2.set_upstream(other.listener.local_addr());
+        s.p2.cut();
+        s.p2.restore().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending = mp.pending_paths();
+            if let Some(p) = pending.iter().find(|p| p.addr.is(s.p2.addr)) {
+                assert!(p.last_error.contains("UUID"), "{p:?}");
+                if p.attempts >= 3 {
+                    break;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "{mp:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let p = mp.paths();
+        assert_eq!(p.len(), 1, "path 2 is out: {p:?}");
+        for i in 0..64u64 {
+            let d = pattern(BLOCK, 100 + i);
+            mp.write(
+                i * BLOCK as u64,
+                IoBuf::from_slice(&d),
+                WriteFlags::default(),
+            )
+            .await
+            .unwrap();
+            let got = mp
+                .read(i * BLOCK as u64, IoBuf::new_zeroed(BLOCK))
+                .await
+                .unwrap();
+            assert!(got[..] == d[..]);
+        }
+        let untouched = other
+            .dev
+            .read(0, IoBuf::new_zeroed(64 * BLOCK))
+            .await
+            .unwrap();
+        assert!(
+            untouched.iter().all(|&b| b == 0),
+            "no I/O reached the other namespace"
+        );
+
+        // The right namespace answers there again: the path joins and takes the I/O.
+        s.p2.set_upstream(s.l2.local_addr());
+        s.p2.cut();
+        s.p2.restore().await;
+        until(&mp, "path 2 back", |p| p.len() == 2 && p[1].usable).await;
+        assert!(mp.pending_paths().is_empty());
+        mp.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap();
+        assert_eq!(path(&mp, 1).ios, 1, "the new path 2 took the read");
+    })
+    .await
+    .unwrap();
+}
+
+/// A path that is down at open and comes back with another namespace (another NGUID)
+/// does not join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_of_another_namespace_does_not_join() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        let other = impostor(|_| {}).await;
+        s.p2.cut();
+        s.p2.set_upstream(other.listener.local_addr());
+        let mp = open(&s, MultipathOptions::default()).await;
+        s.p2.restore().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending = mp.pending_paths();
+            assert_eq!(pending.len(), 1, "{pending:?}");
+            if pending[0].last_error.contains("NGUID") && pending[0].attempts >= 3 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{mp:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(mp.paths().len(), 1, "{mp:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A path that never comes back is retried with backoff (not in a tight loop), and the
+/// retries stop, with every task of the namespace, when it is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_back_off_and_end_with_the_namespace() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        // A port that accepts and hangs up at once: each connect attempt is counted.
+        let attempts = Arc::new(AtomicU64::new(0));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead = l.local_addr().unwrap();
+        let _acceptor = {
+            let attempts = attempts.clone();
+            tokio::spawn(async move {
+                while let Ok((sock, _)) = l.accept().await {
+                    attempts.fetch_add(1, Ordering::Relaxed);
+                    drop(sock);
+                }
+            })
+        };
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let baseline = metrics.num_alive_tasks();
+        let mp = MultipathNamespace::connect(
+            &[dead, s.p2.addr],
+            NQN,
+            1,
+            &host(),
+            &opts(),
+            MultipathOptions::default(),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Delays of 50 ms doubling to 200 ms: about 9 attempts in 1.5 s.
+        let n = attempts.load(Ordering::Relaxed);
+        assert!((4..=14).contains(&n), "{n} connect attempts in 1.5 s");
+        let pending = mp.pending_paths();
+        assert!(pending[0].attempts >= 4, "{pending:?}");
+        assert!(pending[0].last_error.contains("ICResp"), "{pending:?}");
+        drop(mp);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let at_drop = attempts.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            attempts.load(Ordering::Relaxed),
+            at_drop,
+            "retries after drop"
+        );
+        for _ in 0..500 {
+            if metrics.num_alive_tasks() <= baseline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "{} tasks alive after the drop, {baseline} before the open",
+            metrics.num_alive_tasks()
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// With a controller-loss timeout of 0 (never reconnect), a path down at open is not
+/// retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_retries_with_a_zero_controller_loss_timeout() {
+    tokio::time::timeout(LIMIT, async {
+        let s = setup().await;
+        let dead = refused_addr().await;
+        let o = ConnectOptions {
+            ctrl_loss_tmo_ms: Some(0),
+            ..opts()
+        };
+        let mp = MultipathNamespace::connect(
+            &[dead, s.p2.addr],
+            NQN,
+            1,
+            &host(),
+            &o,
+            MultipathOptions::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(mp.paths().len(), 1);
+        assert!(mp.pending_paths().is_empty(), "{mp:?}");
     })
     .await
     .unwrap();

@@ -2,18 +2,30 @@
 //! addresses or ports): a `BlockDevice` that sends each I/O down the best path by ANA
 //! state (optimized, then non-optimized, never inaccessible or persistent loss), waits
 //! up to ANATT through an ANA transition, and moves an I/O that failed with a path error
-//! (connection loss, timeout, ANA status SCT 3) to another path. Each path's controller
-//! reconnects on its own; a path is used again once its controller is live and its
-//! group accessible.
+//! (connection loss, timeout, ANA status SCT 3) to another path.
+//!
+//! Paths come and go as with Linux native multipath:
+//! - the namespace opens when any path connects; the others are retried in the
+//!   background with backoff and join when they connect (`join.rs`);
+//! - each path's controller reconnects on its own; a path that gives up (controller-loss
+//!   timeout) goes back to being retried in the background;
+//! - a path that (re)connects is used only after it showed the same namespace: same NSID,
+//!   size, NGUID, EUI-64 and UUID (`identity.rs`); one showing another namespace is
+//!   dropped and retried. Its ANA state then decides, as for every path;
+//! - dropping the namespace stops every background task.
 //!
 //! Failover sends a read or write again on another path, so it relies on the same
 //! idempotence as reconnect retries: the same data to the same blocks. A write that
 //! reached the target before its path failed is written twice with the same data.
 
+mod identity;
+mod join;
 mod path;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use blockdev::{
@@ -23,13 +35,16 @@ use blockdev::{
 use nvme_proto::opcode::io;
 use tokio::sync::Notify;
 
+pub use join::PathAddr;
 pub use path::PathInfo;
 
-use crate::controller::{ConnectOptions, Controller, thread_slot};
+use crate::controller::{ConnectOptions, thread_slot};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
 use crate::namespace::RemoteNamespace;
 use crate::queue::SubmitOptions;
+use identity::NsIdentity;
+use join::JoinParams;
 use path::{Path, Usable, should_failover};
 
 fn usable_text(u: &Usable) -> &'static str {
@@ -38,6 +53,7 @@ fn usable_text(u: &Usable) -> &'static str {
         Usable::NonOptimized => "non-optimized",
         Usable::Transition { .. } => "ANA transition",
         Usable::Inaccessible => "inaccessible",
+        Usable::Unverified => "checking its namespace",
         Usable::Down { recoverable: true } => "down (reconnecting)",
         Usable::Down { recoverable: false } => "lost",
     }
@@ -46,8 +62,9 @@ fn usable_text(u: &Usable) -> &'static str {
 /// Which of several equally good paths takes an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PathPolicy {
-    /// The first in the order paths were added (Linux's default "numa" policy on one
-    /// node): I/O returns to it when it recovers.
+    /// The first in the order of the addresses the namespace was opened with (paths
+    /// added later come after them; Linux's default "numa" policy on one node): I/O
+    /// returns to it when it recovers or joins.
     #[default]
     First,
     /// Each thread keeps to one of them, spreading threads over the paths.
@@ -81,10 +98,149 @@ const PATH_IO: SubmitOptions = SubmitOptions {
     retry: false,
 };
 
-struct Shared {
+/// A path that is not connected and is being retried in the background.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPath {
+    pub addr: PathAddr,
+    /// Connect attempts that failed so far (the one at open included).
+    pub attempts: u32,
+    /// Why the last one failed.
+    pub last_error: String,
+}
+
+struct Pending {
+    path: PendingPath,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What the namespace, its paths' watchers and its rejoin tasks share. Only the
+/// namespace holds it strongly: the tasks end when it is dropped.
+pub(crate) struct Shared {
+    name: String,
+    /// Ordered by rank.
     paths: RwLock<Vec<Arc<Path>>>,
-    /// Woken whenever a path's controller status changes.
-    changed: Arc<Notify>,
+    /// Woken whenever a path's controller status changes, a path is checked, joins or
+    /// leaves.
+    changed: Notify,
+    /// The namespace every path must show (read through the first path at open).
+    reference: Arc<NsIdentity>,
+    join: JoinParams,
+    /// Paths being retried, by rank.
+    pending: Mutex<BTreeMap<usize, Pending>>,
+    /// Rank for paths added with [`MultipathNamespace::add_path`].
+    next_rank: AtomicUsize,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for (_, p) in std::mem::take(&mut *lock(&self.pending)) {
+            p.task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn insert(&self, path: Arc<Path>) {
+        {
+            let mut paths = write(&self.paths);
+            let at = paths.partition_point(|p| p.rank <= path.rank);
+            paths.insert(at, path);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Adds a path whose identity was just read and matched.
+    fn insert_verified(me: &Arc<Shared>, ns: RemoteNamespace, rank: usize, id: &NsIdentity) {
+        me.insert(Path::new(ns, rank, Some(id), me));
+    }
+
+    /// Starts retrying the path at `rank` in the background (unless it already is, or
+    /// the connect options say never to reconnect: `ctrl_loss_tmo_ms` Some(0)).
+    fn rejoin(me: &Arc<Shared>, rank: usize, addr: PathAddr, why: String) {
+        if me.join.opts.ctrl_loss_tmo_ms == Some(0) {
+            tracing::warn!(path = %addr, "path to {} not retried (controller-loss timeout 0): {why}", me.name);
+            return;
+        }
+        let mut pending = lock(&me.pending);
+        if pending.contains_key(&rank) {
+            return;
+        }
+        let task = tokio::spawn(join::rejoin_task(Arc::downgrade(me), rank, addr.clone()));
+        pending.insert(
+            rank,
+            Pending {
+                path: PendingPath {
+                    addr,
+                    attempts: 1,
+                    last_error: why,
+                },
+                task,
+            },
+        );
+        drop(pending);
+        me.changed.notify_waiters();
+    }
+
+    /// The rejoin task of `rank` connected its path and checked it: adds it, unless the
+    /// path was removed meanwhile (then it is handed back to be disconnected).
+    fn rejoined(
+        me: &Arc<Shared>,
+        rank: usize,
+        ns: RemoteNamespace,
+        id: &NsIdentity,
+    ) -> Option<RemoteNamespace> {
+        // Under the pending lock: `remove_path` sees the path either pending or in.
+        let mut pending = lock(&me.pending);
+        if pending.remove(&rank).is_none() {
+            return Some(ns);
+        }
+        Shared::insert_verified(me, ns, rank, id);
+        None
+    }
+
+    fn attempt_failed(&self, rank: usize, addr: &PathAddr, why: String) {
+        let mut pending = lock(&self.pending);
+        let Some(p) = pending.get_mut(&rank) else {
+            return;
+        };
+        p.path.attempts = p.path.attempts.saturating_add(1);
+        if p.path.last_error != why {
+            tracing::warn!(path = %addr, attempts = p.path.attempts, "path to {} still not connected: {why}", self.name);
+            p.path.last_error = why;
+        } else {
+            tracing::debug!(path = %addr, attempts = p.path.attempts, "path to {} still not connected: {why}", self.name);
+        }
+    }
+
+    /// Takes `path` out (it reaches another namespace now, or its controller gave up),
+    /// disconnects it and retries its address in the background.
+    fn retire(me: &Arc<Shared>, path: &Arc<Path>, why: String) {
+        let removed = {
+            let mut paths = write(&me.paths);
+            let before = paths.len();
+            paths.retain(|p| !Arc::ptr_eq(p, path));
+            paths.len() != before
+        };
+        if !removed {
+            return;
+        }
+        tracing::warn!(path = %path.addr(), "path to {} not used any more, reconnecting it from scratch: {why}", me.name);
+        let ctrl = path.ns.controller().clone();
+        tokio::spawn(async move { ctrl.disconnect().await });
+        Shared::rejoin(me, path.rank, PathAddr::from(path.addr()), why);
+    }
 }
 
 /// A namespace over several paths; see the module docs.
@@ -102,18 +258,16 @@ impl std::fmt::Debug for MultipathNamespace {
         f.debug_struct("MultipathNamespace")
             .field("name", &self.info.name)
             .field("paths", &self.paths())
+            .field("pending", &self.pending_paths())
             .finish()
     }
 }
 
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
 impl MultipathNamespace {
-    /// Connects to `subnqn` at each address and opens namespace `nsid` on each. Fails
-    /// only when no path connects (the others are logged; add them later with
-    /// [`MultipathNamespace::add_path`]).
+    /// Connects to `subnqn` at every address at once and opens namespace `nsid` through
+    /// each. Opens when any path connects; the others are retried in the background and
+    /// join when they connect and show the same namespace. Fails with
+    /// [`HostError::NoPathConnects`], naming each address and its cause, when none does.
     pub async fn connect(
         addrs: &[SocketAddr],
         subnqn: &str,
@@ -122,59 +276,83 @@ impl MultipathNamespace {
         opts: &ConnectOptions,
         mp: MultipathOptions,
     ) -> Result<MultipathNamespace> {
-        let mut paths = Vec::new();
-        let mut first_err = None;
-        for &a in addrs {
-            let r = async {
-                let c = Controller::connect(a, subnqn, host, opts).await?;
-                c.namespace(nsid).await
-            }
-            .await;
-            match r {
-                Ok(ns) => paths.push(ns),
-                Err(e) => {
-                    tracing::warn!(addr = %a, "path to {subnqn} not connected: {e}");
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if paths.is_empty() {
-            return Err(first_err.unwrap_or_else(|| {
-                HostError::Usage("multipath needs at least one address".into())
-            }));
-        }
-        MultipathNamespace::new(paths, mp)
+        let addrs = addrs.iter().map(|&a| PathAddr::from(a)).collect();
+        Self::connect_to(addrs, subnqn, Some(nsid), host, opts, mp).await
+    }
+
+    /// As [`MultipathNamespace::connect`], with addresses that may be host names
+    /// (resolved on every attempt) and, when `nsid` is None, the first active namespace
+    /// of the first path that connects.
+    pub async fn connect_to(
+        addrs: Vec<PathAddr>,
+        subnqn: &str,
+        nsid: Option<u32>,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<MultipathNamespace> {
+        let params = JoinParams {
+            subnqn: subnqn.to_string(),
+            host: host.clone(),
+            opts: opts.clone(),
+        };
+        join::open(addrs, nsid, params, mp).await
     }
 
     /// Builds a multipath namespace from opened paths: the same subsystem and NSID, and
-    /// (when reported) the same NGUID / EUI-64.
-    pub fn new(paths: Vec<RemoteNamespace>, opts: MultipathOptions) -> Result<Self> {
-        let Some(first) = paths.first() else {
+    /// the same namespace identifiers, as read through the first.
+    pub async fn new(paths: Vec<RemoteNamespace>, opts: MultipathOptions) -> Result<Self> {
+        let mut it = paths.into_iter();
+        let Some(first) = it.next() else {
             return Err(HostError::Usage("multipath needs at least one path".into()));
         };
+        let ctrl = first.controller().clone();
+        let reference = NsIdentity::read(&ctrl, first.nsid()).await?;
+        let params = JoinParams {
+            subnqn: ctrl.subnqn().to_string(),
+            host: ctrl.host().clone(),
+            opts: ctrl.options().clone(),
+        };
+        let mp = MultipathNamespace::empty(&first, reference.clone(), params, opts);
+        Shared::insert_verified(&mp.shared, first, 0, &reference);
+        for ns in it {
+            mp.add_path(ns)?;
+        }
+        Ok(mp)
+    }
+
+    fn empty(
+        first: &RemoteNamespace,
+        reference: NsIdentity,
+        join: JoinParams,
+        opts: MultipathOptions,
+    ) -> MultipathNamespace {
         let subnqn = first.controller().subnqn().to_string();
         let nsid = first.nsid();
         let mut info = first.info().clone();
         info.name = format!("nvme+tcp-multipath://{subnqn}/{nsid}");
         info.kind = DeviceKind::Other("nvme-tcp-multipath".into());
-        let mp = MultipathNamespace {
+        MultipathNamespace {
             shared: Arc::new(Shared {
+                name: info.name.clone(),
                 paths: RwLock::new(Vec::new()),
-                changed: Arc::new(Notify::new()),
+                changed: Notify::new(),
+                reference: Arc::new(reference),
+                join,
+                pending: Mutex::new(BTreeMap::new()),
+                next_rank: AtomicUsize::new(1 << 16),
             }),
             subnqn,
             nsid,
             info,
             opts,
             stats: StatsCounters::new(),
-        };
-        for ns in paths {
-            mp.add_path(ns)?;
         }
-        Ok(mp)
     }
 
-    /// Adds a path (a namespace opened through another controller of the subsystem).
+    /// Adds a path (a namespace opened through another controller of the subsystem),
+    /// after the paths the namespace was opened with. It serves I/O once its namespace
+    /// identifiers were read and match.
     pub fn add_path(&self, ns: RemoteNamespace) -> Result<()> {
         let bad = |why: String| Err(HostError::Usage(format!("{}: {why}", self.info.name)));
         if ns.controller().subnqn() != self.subnqn || ns.nsid() != self.nsid {
@@ -193,34 +371,40 @@ impl MultipathNamespace {
                 ns.controller().addr()
             ));
         }
-        let mut paths = self.shared.paths.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(other) = paths.first() {
-            let (a, b) = (other.ns.id(), ns.id());
-            let same = (a.nguid == [0; 16] || a.nguid == b.nguid)
-                && (a.eui64 == [0; 8] || a.eui64 == b.eui64);
-            if !same {
-                drop(paths);
-                return bad(format!(
-                    "path {} reports another NGUID/EUI-64",
-                    ns.controller().addr()
-                ));
-            }
-        }
-        paths.push(Path::new(ns, self.shared.changed.clone()));
+        let rank = self.shared.next_rank.fetch_add(1, Ordering::Relaxed);
+        self.shared.insert(Path::new(ns, rank, None, &self.shared));
         Ok(())
     }
 
-    /// Removes the paths through `addr`; returns how many.
+    /// Removes the paths through `addr`, connected or being retried; returns how many.
     pub fn remove_path(&self, addr: SocketAddr) -> usize {
-        let mut paths = self.shared.paths.write().unwrap_or_else(|p| p.into_inner());
+        let mut n = 0;
+        lock(&self.shared.pending).retain(|_, p| {
+            let keep = !p.path.addr.is(addr);
+            if !keep {
+                p.task.abort();
+                n += 1;
+            }
+            keep
+        });
+        let mut paths = write(&self.shared.paths);
         let before = paths.len();
-        paths.retain(|p| p.ns.controller().addr() != addr);
-        before - paths.len()
+        paths.retain(|p| p.addr() != addr);
+        n + before - paths.len()
     }
 
-    /// Every path with its state and how many I/Os it completed.
+    /// Every connected path with its state and how many I/Os it completed, in the order
+    /// of the addresses the namespace was opened with.
     pub fn paths(&self) -> Vec<PathInfo> {
         read(&self.shared.paths).iter().map(|p| p.info()).collect()
+    }
+
+    /// The paths not connected now, retried in the background.
+    pub fn pending_paths(&self) -> Vec<PendingPath> {
+        lock(&self.shared.pending)
+            .values()
+            .map(|p| p.path.clone())
+            .collect()
     }
 
     pub fn nsid(&self) -> u32 {
@@ -236,7 +420,7 @@ impl MultipathNamespace {
             let changed = self.shared.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let why = {
+            let (mut why, mut may_recover) = {
                 let paths = read(&self.shared.paths);
                 // The best state any path is in, and how many are in it (no allocation:
                 // this runs for every I/O).
@@ -268,29 +452,43 @@ impl MultipathNamespace {
                     continue;
                 }
                 let states: Vec<Usable> = paths.iter().map(|p| p.usable()).collect();
+                let why: Vec<String> = paths
+                    .iter()
+                    .zip(&states)
+                    .map(|(p, u)| format!("{}: {}", p.addr(), usable_text(u)))
+                    .collect();
                 let may_recover = states.iter().any(|u| {
                     matches!(
                         u,
                         Usable::Transition { .. }
                             | Usable::Inaccessible
+                            | Usable::Unverified
                             | Usable::Down { recoverable: true }
                     )
                 });
-                let why = if paths.is_empty() {
-                    "no paths".to_string()
-                } else {
-                    paths
-                        .iter()
-                        .zip(&states)
-                        .map(|(p, u)| format!("{}: {}", p.ns.controller().addr(), usable_text(u)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                if !may_recover {
-                    return Err(self.no_path(start, why));
-                }
-                why
+                (why, may_recover)
             };
+            // Looked at without the paths lock held (lock order: pending, then paths).
+            let pending = self.pending_paths();
+            may_recover |= !pending.is_empty();
+            why.extend(pending.iter().map(|p| {
+                format!(
+                    "{}: not connected ({} attempts; {})",
+                    p.addr, p.attempts, p.last_error
+                )
+            }));
+            let why = if why.is_empty() {
+                "no paths".to_string()
+            } else {
+                why.join(", ")
+            };
+            if !may_recover {
+                // A path that joined between the two looks was seen in neither.
+                if futures::FutureExt::now_or_never(changed.as_mut()).is_some() {
+                    continue;
+                }
+                return Err(self.no_path(start, why));
+            }
             let wait = deadline.saturating_duration_since(Instant::now());
             if wait.is_zero() {
                 return Err(self.no_path(start, why));

@@ -1,19 +1,26 @@
-//! One path of a multipath namespace: its namespace handle, its controller's status and
-//! what the multipath layer learnt from I/O on it.
+//! One path of a multipath namespace: its namespace handle, its controller's status,
+//! what the multipath layer learnt from I/O on it, and a watcher task that checks after
+//! every (re)connect that the path still reaches the same namespace before it is used.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use nvme_proto::Status;
 use nvme_proto::log::ana_state;
 use nvme_proto::status::sct;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use super::Shared;
+use super::identity::NsIdentity;
 use crate::controller::{ControllerState, ControllerStatus};
 use crate::error::HostError;
 use crate::namespace::RemoteNamespace;
+
+/// How long the watcher waits before checking a path's identity again after the check
+/// failed without telling anything (a timeout, a connection lost in the middle).
+const RECHECK_DELAY: Duration = Duration::from_secs(1);
 
 /// How a path can serve I/O now; the order is the preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -25,6 +32,8 @@ pub(crate) enum Usable {
         since: Instant,
     },
     Inaccessible,
+    /// Connected, but not yet checked to reach the same namespace since it (re)connected.
+    Unverified,
     /// The controller is not live (reconnecting: may come back), or an I/O failed with
     /// a path error on this connection and ANA state.
     Down {
@@ -48,8 +57,16 @@ pub struct PathInfo {
 
 pub(crate) struct Path {
     pub ns: RemoteNamespace,
+    /// Where its address stands in the list the namespace was opened with: paths are
+    /// kept in this order (the `First` policy prefers the lowest), also when one comes
+    /// back later.
+    pub rank: usize,
     status: watch::Receiver<ControllerStatus>,
-    anagrpid: u32,
+    /// The namespace's ANA group through this controller, as last identified.
+    anagrpid: AtomicU32,
+    /// The controller generation (connect count) whose namespace identity was checked;
+    /// 0 until the first check. The path serves I/O only while it is the current one.
+    verified_generation: AtomicU64,
     /// (generation, ANA change count) when an I/O failed with a path error: the path
     /// is skipped until either moves.
     failed: Mutex<Option<(u64, u64)>>,
@@ -57,12 +74,14 @@ pub(crate) struct Path {
     /// controller was reset for staying there beyond ANATT.
     transition: Mutex<Option<(Instant, bool)>>,
     ios: AtomicU64,
-    forwarder: tokio::task::JoinHandle<()>,
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Path {
     fn drop(&mut self) {
-        self.forwarder.abort();
+        if let Some(w) = lock(&self.watcher).take() {
+            w.abort();
+        }
     }
 }
 
@@ -89,25 +108,42 @@ pub(crate) fn should_failover(e: &HostError) -> bool {
 }
 
 impl Path {
-    /// Wraps `ns`; status changes of its controller wake `changed`.
-    pub fn new(ns: RemoteNamespace, changed: Arc<Notify>) -> Arc<Path> {
+    /// Wraps `ns` and starts its watcher. `verified` is the identity read through it
+    /// just now (its controller's current generation is then verified), or None to have
+    /// the watcher check it before the path is used.
+    pub fn new(
+        ns: RemoteNamespace,
+        rank: usize,
+        verified: Option<&NsIdentity>,
+        shared: &Arc<Shared>,
+    ) -> Arc<Path> {
         let status = ns.controller().watch();
-        let mut rx = status.clone();
-        let forwarder = tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                changed.notify_waiters();
-            }
-        });
-        let anagrpid = ns.id().anagrpid;
-        Arc::new(Path {
+        let (generation, anagrpid) = match verified {
+            Some(id) => (status.borrow().generation, id.anagrpid),
+            None => (0, ns.id().anagrpid),
+        };
+        let path = Arc::new(Path {
             ns,
-            status,
-            anagrpid,
+            rank,
+            status: status.clone(),
+            anagrpid: AtomicU32::new(anagrpid),
+            verified_generation: AtomicU64::new(generation),
             failed: Mutex::new(None),
             transition: Mutex::new(None),
             ios: AtomicU64::new(0),
-            forwarder,
-        })
+            watcher: Mutex::new(None),
+        });
+        let task = tokio::spawn(watch_path(
+            Arc::downgrade(&path),
+            Arc::downgrade(shared),
+            status,
+        ));
+        *lock(&path.watcher) = Some(task);
+        path
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.ns.controller().addr()
     }
 
     pub fn anatt(&self) -> Duration {
@@ -123,10 +159,13 @@ impl Path {
                 return Usable::Down { recoverable: false };
             }
         }
+        if self.verified_generation.load(Ordering::Acquire) != st.generation {
+            return Usable::Unverified;
+        }
         if *lock(&self.failed) == Some((st.generation, ana_chgcnt(&st))) {
             return Usable::Down { recoverable: true };
         }
-        let state = st.ana_state_of(self.ns.nsid(), self.anagrpid);
+        let state = st.ana_state_of(self.ns.nsid(), self.anagrpid.load(Ordering::Relaxed));
         drop(st);
         let mut tr = lock(&self.transition);
         if state != ana_state::CHANGE {
@@ -160,7 +199,7 @@ impl Path {
             (st.generation, ana_chgcnt(&st))
         };
         *lock(&self.failed) = Some(key);
-        tracing::warn!(path = %self.ns.controller().addr(), "path error, failing over: {e}");
+        tracing::warn!(path = %self.addr(), "path error, failing over: {e}");
         if e.nvme_status().is_some_and(|s| s.sct == sct::PATH) {
             let ctrl = self.ns.controller().clone();
             tokio::spawn(async move {
@@ -179,12 +218,98 @@ impl Path {
         let usable = matches!(self.usable(), Usable::Optimized | Usable::NonOptimized);
         let st = self.status.borrow();
         PathInfo {
-            addr: self.ns.controller().addr(),
+            addr: self.addr(),
             cntlid: st.cntlid,
             state: st.state.clone(),
-            ana_state: st.ana_state_of(self.ns.nsid(), self.anagrpid),
+            ana_state: st.ana_state_of(self.ns.nsid(), self.anagrpid.load(Ordering::Relaxed)),
             usable,
             ios: self.ios.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the watcher learnt from one look at the path.
+enum Check {
+    /// Nothing to do until the status changes.
+    Wait,
+    /// The identity check could not be made now; look again a little later.
+    Retry,
+    /// The path no longer reaches the namespace (another one answers, or its controller
+    /// gave up reconnecting): hand its address back to be connected anew.
+    Retire(String),
+}
+
+/// Runs while the path exists: wakes I/O waiting for a path on every status change of
+/// its controller, and checks the namespace's identity after every (re)connect.
+async fn watch_path(
+    path: Weak<Path>,
+    shared: Weak<Shared>,
+    mut status: watch::Receiver<ControllerStatus>,
+) {
+    loop {
+        let check = look(&path, &shared).await;
+        if let Some(s) = shared.upgrade() {
+            s.changed.notify_waiters();
+        }
+        match check {
+            Check::Wait => {
+                if status.changed().await.is_err() {
+                    return;
+                }
+            }
+            Check::Retry => {
+                let _ = tokio::time::timeout(RECHECK_DELAY, status.changed()).await;
+            }
+            Check::Retire(why) => {
+                if let (Some(p), Some(s)) = (path.upgrade(), shared.upgrade()) {
+                    Shared::retire(&s, &p, why);
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn look(path: &Weak<Path>, shared: &Weak<Shared>) -> Check {
+    let (ctrl, nsid, generation, reference) = {
+        let (Some(p), Some(s)) = (path.upgrade(), shared.upgrade()) else {
+            return Check::Wait;
+        };
+        let st = p.status.borrow().clone();
+        match st.state {
+            ControllerState::Live => {}
+            ControllerState::Lost { reason } => return Check::Retire(reason),
+            ControllerState::Reconnecting { .. } | ControllerState::Closed => return Check::Wait,
+        }
+        if p.verified_generation.load(Ordering::Acquire) == st.generation {
+            return Check::Wait;
+        }
+        (
+            p.ns.controller().clone(),
+            p.ns.nsid(),
+            st.generation,
+            s.reference.clone(),
+        )
+    };
+    match NsIdentity::read(&ctrl, nsid).await {
+        Ok(id) => match reference.differs(&id) {
+            None => {
+                if let Some(p) = path.upgrade() {
+                    p.anagrpid.store(id.anagrpid, Ordering::Relaxed);
+                    p.verified_generation.store(generation, Ordering::Release);
+                    tracing::debug!(addr = %ctrl.addr(), generation, "path identity checked");
+                }
+                Check::Wait
+            }
+            Some(why) => Check::Retire(why),
+        },
+        // The controller answered, and not with the namespace: it is gone from this path.
+        Err(e @ (HostError::Status { .. } | HostError::Invalid { .. })) => {
+            Check::Retire(e.to_string())
+        }
+        Err(e) => {
+            tracing::debug!(addr = %ctrl.addr(), "checking the path's namespace: {e}");
+            Check::Retry
         }
     }
 }

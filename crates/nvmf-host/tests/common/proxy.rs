@@ -1,5 +1,6 @@
 //! A TCP forwarder on 127.0.0.1 standing for one network path: tests cut it (every
-//! connection through it drops and its port refuses new ones) and restore it (same port).
+//! connection through it drops and its port refuses new ones), restore it (same port),
+//! and may point it at another target in between.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use tokio::task::JoinSet;
 
 pub struct Proxy {
     pub addr: SocketAddr,
-    upstream: SocketAddr,
+    upstream: Mutex<SocketAddr>,
     /// The accept loop; it owns the forwarding tasks, so aborting it drops them all.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub connections: Arc<std::sync::atomic::AtomicU64>,
@@ -27,7 +28,7 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy addr");
         let p = Proxy {
             addr,
-            upstream,
+            upstream: Mutex::new(upstream),
             task: Mutex::new(None),
             connections: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         };
@@ -36,7 +37,7 @@ impl Proxy {
     }
 
     fn serve(&self, listener: TcpListener) {
-        let upstream = self.upstream;
+        let upstream = *self.upstream.lock().expect("lock");
         let count = self.connections.clone();
         let task = tokio::spawn(async move {
             let mut conns = JoinSet::new();
@@ -60,6 +61,11 @@ impl Proxy {
         if let Some(t) = self.task.lock().expect("lock").take() {
             t.abort();
         }
+    }
+
+    /// Where connections made from now on (after a restore) go.
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        *self.upstream.lock().expect("lock") = upstream;
     }
 
     /// Listens again on the same port.
