@@ -10,12 +10,12 @@ use nvme_proto::dsm::cdw12 as dsm_cdw12;
 use nvme_proto::opcode::io;
 use nvme_proto::{Command, Status};
 
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Acct, Dispatch, Outcome, block_error_status};
 use crate::fence::InflightGuard;
 use crate::namespace::Namespace;
 use crate::resv_api::HostRef;
 use crate::stats::OpKind;
-use crate::transport::conn::Core;
 
 /// NSIDs up to this are cached in a vector; larger ones are looked up every time.
 const NS_CACHE_SLOTS: usize = 1024;
@@ -34,15 +34,15 @@ pub(crate) struct NsCache {
     slots: Vec<Option<Option<ActiveNs>>>,
 }
 
-impl Core {
+impl QueueContext {
     /// The active namespace `nsid` of this queue's controller (attached to its host).
     pub(crate) fn active_ns(&mut self, nsid: u32) -> Option<Arc<Namespace>> {
         self.active_ns_io(nsid).map(|a| a.ns)
     }
 
-    /// [`Core::active_ns`] with the host's in-flight counter (for the I/O path).
+    /// [`QueueContext::active_ns`] with the host's in-flight counter (for the I/O path).
     pub(crate) fn active_ns_io(&mut self, nsid: u32) -> Option<ActiveNs> {
-        let q = self.q.as_ref()?;
+        let q = self.queue.as_ref()?;
         let subsys = &q.ctrl.subsys;
         let generation = subsys.ns_generation.load(Ordering::Acquire);
         let cache = &mut self.ns_cache;
@@ -82,7 +82,7 @@ impl Core {
         let op = cmd.opcode();
         let Some(ActiveNs { ns, inflight }) = self.active_ns_io(nsid) else {
             if let Some(b) = data {
-                self.tx.pool.put(b);
+                self.pool.put(b);
             }
             let st = if op == io::FABRICS || !known_io_opcode(op) {
                 Status::INVALID_OPCODE.dnr()
@@ -94,7 +94,7 @@ impl Core {
                 ..Outcome::status(st).with_loc(4)
             });
         };
-        let Some(q) = &self.q else {
+        let Some(q) = &self.queue else {
             return Status::COMMAND_SEQUENCE_ERROR.into();
         };
         let ctrl = q.ctrl.clone();
@@ -103,9 +103,9 @@ impl Core {
             hostnqn: &ctrl.hostnqn,
             cntlid: ctrl.cntlid,
         };
-        let fail = |core: &mut Core, data: Option<IoBuf>, st: Status, loc: u16| {
+        let fail = |core: &mut QueueContext, data: Option<IoBuf>, st: Status, loc: u16| {
             if let Some(b) = data {
-                core.tx.pool.put(b);
+                core.pool.put(b);
             }
             Dispatch::Now(Outcome {
                 err_nsid: nsid,
@@ -153,7 +153,7 @@ impl Core {
                 let health = self.target.clone();
                 match op {
                     io::READ => {
-                        let buf = self.tx.pool.get(len as usize);
+                        let buf = self.pool.get(len as usize);
                         Dispatch::Later(Box::pin(async move {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
@@ -235,7 +235,7 @@ impl Core {
                         let Some(expected) = data else {
                             return fail(self, None, Status::DATA_SGL_LENGTH_INVALID.dnr(), 24);
                         };
-                        let buf = self.tx.pool.get(len as usize);
+                        let buf = self.pool.get(len as usize);
                         Dispatch::Later(Box::pin(async move {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
@@ -278,7 +278,7 @@ impl Core {
             }
             io::FLUSH => {
                 if let Some(b) = data {
-                    self.tx.pool.put(b);
+                    self.pool.put(b);
                 }
                 Dispatch::Later(Box::pin(async move {
                     ns.counters.start(shard);
@@ -295,7 +295,7 @@ impl Core {
             }
             io::WRITE_ZEROES => {
                 if let Some(b) = data {
-                    self.tx.pool.put(b);
+                    self.pool.put(b);
                 }
                 let nlb = u64::from(cmd.nlb());
                 let Some((off, len)) = ns.byte_range(cmd.slba(), nlb) else {
