@@ -15,7 +15,7 @@ use crate::TargetError;
 use crate::ana::{ANA_MAX_GROUPS, AnaState, ListenerAna, ana_limits};
 use crate::cmd::identify::MAX_NAMESPACES;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
-use crate::namespace::{Attachment, Namespace, NamespaceInfo};
+use crate::namespace::{Attachment, CommandSet, Namespace, NamespaceInfo};
 use crate::ns_manager::NamespaceManager;
 use crate::resv_api::{Reservations, ReservationsFactory};
 use crate::stats::{
@@ -460,6 +460,7 @@ impl Target {
                 .unwrap_or_else(|| self.inner.new_reservations(nqn, nsid));
             let ns = Namespace {
                 nsid,
+                command_set: CommandSet::Nvm,
                 device: cfg.device.clone(),
                 offset_bytes: cfg.offset_bytes,
                 size_bytes: cfg.size_bytes,

@@ -8,7 +8,7 @@ use nvme_proto::dsm::{DsmCommand, DsmRange};
 use nvme_proto::{Command, Status};
 
 use crate::cmd::context::QueueContext;
-use crate::cmd::io::io_error;
+use crate::cmd::nvm::io_error;
 use crate::cmd::{Dispatch, Outcome, block_error_status};
 use crate::fence::InflightGuard;
 use crate::namespace::Namespace;

@@ -109,7 +109,7 @@ impl QueueContext {
                 if ns.uuid != [0; 16] {
                     d.push(NsIdDescriptor::Uuid(ns.uuid));
                 }
-                d.push(NsIdDescriptor::Csi(csi::NVM));
+                d.push(NsIdDescriptor::Csi(ns.command_set.csi()));
                 data_out(&NsIdDescriptorList { descriptors: d }.to_bytes()[..])
             }
             // NVM command set specific structures: no limits beyond MDTS → all zero.

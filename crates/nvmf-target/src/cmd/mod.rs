@@ -1,4 +1,5 @@
-//! Command execution: fabrics, admin and I/O command sets.
+//! Command execution: fabrics and admin commands, I/O commands by the namespace's command
+//! set (`io` looks the namespace up, `nvm` is the NVM command set).
 //!
 //! Commands run on a [`context::QueueContext`] (what a command sees of its queue). A command
 //! either completes at once ([`Dispatch::Now`]) or becomes a future polled by the
@@ -13,6 +14,7 @@ pub(crate) mod features;
 pub(crate) mod identify;
 pub(crate) mod io;
 pub(crate) mod logpage;
+pub(crate) mod nvm;
 pub(crate) mod resv;
 
 use std::future::Future;
