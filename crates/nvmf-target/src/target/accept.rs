@@ -1,4 +1,5 @@
-//! The accept loop of a listener: one connection task per accepted socket.
+//! The accept loop of a listener: one connection task per accepted socket that the
+//! connection limits admit (`admission`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,6 +23,11 @@ impl Target {
             }
             match accepted {
                 Ok((sock, peer)) => {
+                    let Some(ticket) = self.inner.admit(&info, peer) else {
+                        // Over a limit: closed at once, nothing read or allocated.
+                        drop(sock);
+                        continue;
+                    };
                     let _ = sock.set_nodelay(true);
                     let local = sock.local_addr().unwrap_or(info.addr);
                     let h = self
@@ -33,6 +39,7 @@ impl Target {
                         crate::transport::conn::serve(inner.clone(), sock, li, local, h.clone())
                             .await;
                         inner.unregister_conn(&h);
+                        drop(ticket);
                     });
                 }
                 Err(e) => {

@@ -90,6 +90,7 @@ impl Target {
             connections,
             health: self.inner.health_snapshot(),
             discovery_generation: self.inner.discovery_genctr.load(Ordering::Relaxed),
+            admission: self.inner.admission.counters.snapshot(),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::TargetError;
 use crate::ana::{ANA_MAX_GROUPS, AnaState, ListenerAna};
 use crate::sync::{lock, read};
 use crate::target::Target;
+use crate::target::admission::ListenerConns;
 
 /// What a listener serves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub(crate) struct ListenerInfo {
     pub stopped: AtomicBool,
     /// ANA state of each group through this port.
     pub ana: ListenerAna,
+    /// Connections held, for the limits at accept.
+    pub conns: ListenerConns,
 }
 
 impl ListenerInfo {
@@ -40,6 +43,7 @@ impl ListenerInfo {
             stop: Notify::new(),
             stopped: AtomicBool::new(false),
             ana: ListenerAna::default(),
+            conns: ListenerConns::default(),
         }
     }
 }

@@ -5,11 +5,13 @@
 //! - `namespaces`: namespaces and their attachment to hosts
 //! - `listener`: listeners (ports) and the ANA state of each group through them
 //! - `accept`: the accept loop that starts a connection task per accepted socket
+//! - `admission`: connection limits at accept, handshake-timeout bookkeeping
 //! - `connections`: the registry of live connections, shutdown
 //! - `referrals`: discovery referrals and the discovery log generation
 //! - `health`: SMART counters and the metrics snapshot
 
 mod accept;
+mod admission;
 mod connections;
 mod health;
 mod listener;
@@ -33,6 +35,7 @@ use crate::stats::HealthCounters;
 use crate::subsystem::{Access, SubsysKind, Subsystem};
 use crate::sync::{lock, read, write};
 
+use admission::Admission;
 use connections::ConnRegistry;
 pub(crate) use listener::ListenerInfo;
 pub use listener::{ListenerHandle, ListenerOptions};
@@ -50,6 +53,8 @@ pub(crate) struct TargetInner {
     /// Other discovery services this one refers hosts to (discovery log referral entries).
     pub referrals: Mutex<Vec<SocketAddr>>,
     pub conns: ConnRegistry,
+    /// Connection limits and handshake timeouts: counters and warning throttles.
+    pub admission: Admission,
     pub health: HealthCounters,
     pub started: Instant,
     pub shutting_down: AtomicBool,
@@ -149,6 +154,7 @@ impl Target {
                 discovery_genctr: AtomicU64::new(1),
                 referrals: Mutex::new(Vec::new()),
                 conns: ConnRegistry::default(),
+                admission: Admission::default(),
                 health: HealthCounters::default(),
                 started: Instant::now(),
                 shutting_down: AtomicBool::new(false),

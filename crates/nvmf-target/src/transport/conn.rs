@@ -3,9 +3,11 @@
 //! The task reads PDUs into a reusable buffer, hands them to the connection's [`Session`]
 //! (I/O commands become futures in a `FuturesUnordered` polled by the same task), and
 //! writes every response that is ready in one vectored write. Fatal transport errors end
-//! only this connection, with a C2HTermReq.
+//! only this connection, with a C2HTermReq. A connection that has not sent ICReq and
+//! completed a Connect within `handshake_timeout_ms` is closed; it has no full-size
+//! receive buffer before ICReq.
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,12 +15,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::stream::Stream;
-use nvme_proto::tcp::encode_term_req;
+use nvme_proto::tcp::{FatalError, encode_term_req};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Sleep;
 
 use crate::target::{ListenerInfo, TargetInner};
 use crate::transport::handle::ConnHandle;
-use crate::transport::receive::{Phase, Stop};
+use crate::transport::receive::{PRE_ICREQ_RX_BYTES, Phase, Stop};
 use crate::transport::rx::RxBuf;
 use crate::transport::session::Session;
 
@@ -31,6 +34,8 @@ pub(crate) struct Conn<S> {
     io: S,
     rx: RxBuf,
     session: Session,
+    /// Fires when ICReq and Connect have not completed in time; dropped once connected.
+    handshake_deadline: Option<Pin<Box<Sleep>>>,
 }
 
 /// Serves one connection until the peer closes, a fatal error, or a kill.
@@ -43,12 +48,13 @@ pub(crate) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let cfg = &target.config;
-    let rx_cap = (cfg.in_capsule_bytes.max(cfg.maxh2cdata_bytes) as usize) + 1024;
+    let handshake = Duration::from_millis(u64::from(target.config.handshake_timeout_ms));
     let mut conn = Conn {
         io,
-        rx: RxBuf::new(rx_cap),
+        // Grows to full size once ICReq is accepted (`receive`).
+        rx: RxBuf::new(PRE_ICREQ_RX_BYTES),
         session: Session::new(target.clone(), handle.clone(), listener, local),
+        handshake_deadline: Some(Box::pin(tokio::time::sleep(handshake))),
     };
     let ended = {
         let run = poll_fn(|cx| conn.poll_run(cx));
@@ -76,7 +82,7 @@ pub(crate) async fn serve<S>(
         RunEnd::Closed => {
             let _ = tokio::time::timeout(LINGER, conn.io.shutdown()).await;
         }
-        RunEnd::PeerClosed | RunEnd::Killed | RunEnd::Io => {}
+        RunEnd::PeerClosed | RunEnd::Killed | RunEnd::Io | RunEnd::HandshakeTimeout => {}
     }
     conn.session.teardown();
     conn.session.drain_inflight();
@@ -88,10 +94,22 @@ pub(crate) enum RunEnd {
     Fatal,
     Killed,
     Io,
+    /// No ICReq in time (nothing to terminate with), or stuck closing.
+    HandshakeTimeout,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<RunEnd> {
+        if let Some(deadline) = &mut self.handshake_deadline {
+            if self.session.ctx.queue.is_some() {
+                self.handshake_deadline = None;
+            } else if deadline.as_mut().poll(cx).is_ready() {
+                self.handshake_deadline = None;
+                if let Some(end) = self.session.handshake_timed_out() {
+                    return Poll::Ready(end);
+                }
+            }
+        }
         let s = &mut self.session;
         s.ctx.handle.waker.register(cx.waker());
         loop {
@@ -151,6 +169,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if !progress {
                 return Poll::Pending;
             }
+        }
+    }
+}
+
+impl Session {
+    /// ICReq and Connect did not complete in time. Before ICReq the connection just
+    /// closes; after it, a C2HTermReq (PDU Sequence Error) tells the host why.
+    fn handshake_timed_out(&mut self) -> Option<RunEnd> {
+        let icreq_received = self.phase != Phase::AwaitIcReq;
+        self.ctx
+            .target
+            .count_handshake_timeout(&self.ctx.handle.peer, icreq_received);
+        match self.phase {
+            Phase::Established => {
+                let err = FatalError::sequence("no Connect within the handshake timeout");
+                self.tx.push_vec(encode_term_req(true, &err, &[]));
+                self.fatal = true;
+                self.phase = Phase::Closing;
+                None
+            }
+            Phase::AwaitIcReq | Phase::Closing => Some(RunEnd::HandshakeTimeout),
         }
     }
 }

@@ -2,12 +2,31 @@
 //! verified, the ICReq/ICResp exchange, and each PDU handed to the capsule or data path.
 
 use nvme_proto::tcp::{
-    CH_BYTES, CommonHeader, DIGEST_BYTES, FatalError, Framing, IcResp, PduHeader, PduLayout,
-    check_header_digest, crc32c, encode_header, layout, pdu_flags, pdu_type,
+    CH_BYTES, CommonHeader, DIGEST_BYTES, FatalError, Framing, IC_BYTES, IcResp, PduHeader,
+    PduLayout, TERM_REQ_MAX_DATA_BYTES, check_header_digest, crc32c, encode_header, expected_hlen,
+    layout, pdu_flags, pdu_type,
 };
 
+use crate::config::TargetConfig;
 use crate::transport::rx::RxBuf;
 use crate::transport::session::Session;
+
+/// Receive buffer of a connection before ICReq: room for the only PDUs allowed then, an
+/// ICReq or an H2CTermReq. The full buffer waits until ICReq was accepted, so a socket
+/// that never sends one costs next to nothing.
+pub(crate) const PRE_ICREQ_RX_BYTES: usize = 256;
+const _: () = assert!(PRE_ICREQ_RX_BYTES >= IC_BYTES);
+const _: () = assert!(PRE_ICREQ_RX_BYTES >= TERM_REQ_HLEN + TERM_REQ_MAX_DATA_BYTES);
+const TERM_REQ_HLEN: usize = match expected_hlen(pdu_type::H2C_TERM_REQ) {
+    Some(h) => h,
+    None => panic!("termination requests have a fixed header length"),
+};
+
+/// Receive buffer once established: the largest PDU the connection accepts, plus room
+/// for headers and digests.
+pub(crate) fn established_rx_bytes(cfg: &TargetConfig) -> usize {
+    (cfg.in_capsule_bytes.max(cfg.maxh2cdata_bytes) as usize) + 1024
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -72,6 +91,9 @@ impl Session {
             }
             self.handle_pdu(&ch, &l, pdu)?;
             rx.consume(l.total_len);
+            if ch.pdu_type == pdu_type::IC_REQ {
+                rx.grow(established_rx_bytes(&self.ctx.target.config));
+            }
         }
     }
 
@@ -140,6 +162,7 @@ impl Session {
                         l.hlen,
                     ));
                 }
+                self.commands.enable();
                 self.digests = req.digests;
                 self.maxr2t = req.maxr2t;
                 self.framing = Framing {

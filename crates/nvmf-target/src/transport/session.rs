@@ -68,15 +68,13 @@ impl Session {
         listener: Arc<ListenerInfo>,
         local: SocketAddr,
     ) -> Session {
-        let mut commands = CommandTable::new();
-        commands.enable();
         Session {
             ctx: QueueContext::new(target, handle, listener, local),
             phase: Phase::AwaitIcReq,
             digests: Digests::default(),
             framing: Framing::default(),
             maxr2t: 0,
-            commands,
+            commands: CommandTable::new(),
             inflight: FuturesUnordered::new(),
             r2t: R2tFlow::default(),
             tx: TxQueue::new(),
