@@ -43,22 +43,22 @@ impl Future for Tagged {
 
 pub(crate) struct Session {
     /// What commands see: target, controller binding, buffer pool, namespace cache.
-    pub ctx: QueueContext,
-    pub phase: Phase,
-    pub digests: Digests,
-    pub framing: Framing,
-    pub maxr2t: u32,
-    pub commands: CommandTable,
+    pub(super) ctx: QueueContext,
+    pub(super) phase: Phase,
+    pub(super) digests: Digests,
+    pub(super) framing: Framing,
+    pub(super) maxr2t: u32,
+    pub(super) commands: CommandTable,
     /// Futures of the commands that run on the device or wait (AERs, reservations).
-    pub inflight: FuturesUnordered<Tagged>,
-    pub r2t: R2tFlow,
-    pub tx: TxQueue,
-    pub sq_head: u16,
-    pub busy: BusyClock,
+    pub(super) inflight: FuturesUnordered<Tagged>,
+    pub(super) r2t: R2tFlow,
+    pub(super) tx: TxQueue,
+    pub(super) sq_head: u16,
+    pub(super) busy: BusyClock,
     /// A termination request was queued: linger after sending it.
-    pub fatal: bool,
+    pub(super) fatal: bool,
     /// The host closed its sending side.
-    pub peer_eof: bool,
+    pub(super) peer_eof: bool,
 }
 
 impl Session {
