@@ -47,6 +47,19 @@ pub struct TargetConfig {
     /// the Acquire completes with Command Interrupted (the reservation change stays), as
     /// in SPDK; Linux nvmet waits without a bound. Keep it below hosts' I/O timeouts.
     pub preempt_abort_timeout_ms: u32,
+    /// Most connections one listener holds at once; a connection beyond it is closed at
+    /// accept, before anything is read or allocated for it. Each queue is a connection:
+    /// the default (16384) holds e.g. 128 controllers of 128 queues.
+    pub max_connections_per_listener: u32,
+    /// Most connections one host address holds on one listener at once (closed at accept
+    /// like above). The default (4096) fits a host with 32 controllers of 128 queues (the
+    /// most queues a Linux or SPDK target gives one controller).
+    pub max_connections_per_host: u32,
+    /// A connection must send ICReq and complete a Connect within this time, else it is
+    /// closed (after ICReq with a C2HTermReq, PDU Sequence Error). Linux hosts connect all
+    /// queues within milliseconds; the default (10 s) matches Linux nvmet's TLS
+    /// handshake timeout.
+    pub handshake_timeout_ms: u32,
 }
 
 impl Default for TargetConfig {
@@ -67,6 +80,9 @@ impl Default for TargetConfig {
             serial_prefix: "FB".to_string(),
             ieee_oui: [0, 0, 0],
             preempt_abort_timeout_ms: 10_000,
+            max_connections_per_listener: 16_384,
+            max_connections_per_host: 4096,
+            handshake_timeout_ms: 10_000,
         }
     }
 }
@@ -106,6 +122,12 @@ impl TargetConfig {
         }
         if self.preempt_abort_timeout_ms == 0 {
             return bad("preempt_abort_timeout_ms must be ≥ 1");
+        }
+        if self.max_connections_per_listener == 0 || self.max_connections_per_host == 0 {
+            return bad("max_connections_per_listener and max_connections_per_host must be ≥ 1");
+        }
+        if self.handshake_timeout_ms == 0 {
+            return bad("handshake_timeout_ms must be ≥ 1");
         }
         Ok(())
     }

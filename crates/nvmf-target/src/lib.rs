@@ -32,6 +32,7 @@ mod discovery;
 mod error;
 mod fence;
 mod fuzz;
+mod log_throttle;
 mod namespace;
 mod ns_manager;
 mod pool;
@@ -57,8 +58,8 @@ pub use ns_manager::{CreateNamespace, NamespaceManager};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};
 pub use resv_api::{HostRef, NoReservations, Reservations, ResvEffects};
 pub use stats::{
-    ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US, NamespaceStats,
-    NsStatsSnapshot, PersistentHealth, TargetStats,
+    AdmissionStats, ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US,
+    NamespaceStats, NsStatsSnapshot, PersistentHealth, TargetStats,
 };
 pub use target::{ListenerHandle, ListenerOptions, Target};
 

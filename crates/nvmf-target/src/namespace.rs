@@ -34,8 +34,25 @@ impl Attachment {
     }
 }
 
+/// The I/O command set a namespace speaks: it decides what an I/O opcode means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommandSet {
+    /// NVM (CSI 00h): logical blocks on a device range.
+    Nvm,
+}
+
+impl CommandSet {
+    /// The Command Set Identifier reported in Identify.
+    pub fn csi(self) -> u8 {
+        match self {
+            CommandSet::Nvm => nvme_proto::identify::csi::NVM,
+        }
+    }
+}
+
 pub(crate) struct Namespace {
     pub nsid: u32,
+    pub command_set: CommandSet,
     pub device: Arc<dyn BlockDevice>,
     pub offset_bytes: u64,
     pub size_bytes: u64,

@@ -225,6 +225,35 @@ pub(crate) fn data_units(bytes: u64) -> u64 {
     (bytes / 512).div_ceil(1000)
 }
 
+/// Counters of the connection guards: limits at accept and the handshake timeout.
+#[derive(Default, Debug)]
+pub(crate) struct AdmissionCounters {
+    pub refused_listener_limit: AtomicU64,
+    pub refused_host_limit: AtomicU64,
+    pub handshake_timeouts: AtomicU64,
+}
+
+impl AdmissionCounters {
+    pub(crate) fn snapshot(&self) -> AdmissionStats {
+        AdmissionStats {
+            refused_listener_limit: self.refused_listener_limit.load(Relaxed),
+            refused_host_limit: self.refused_host_limit.load(Relaxed),
+            handshake_timeouts: self.handshake_timeouts.load(Relaxed),
+        }
+    }
+}
+
+/// Connections the target turned away or ended early, since it started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AdmissionStats {
+    /// Closed at accept: the listener held `max_connections_per_listener`.
+    pub refused_listener_limit: u64,
+    /// Closed at accept: the host address held `max_connections_per_host` on the listener.
+    pub refused_host_limit: u64,
+    /// Closed because ICReq and Connect did not complete within `handshake_timeout_ms`.
+    pub handshake_timeouts: u64,
+}
+
 /// Everything [`crate::Target::stats`] reports.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct TargetStats {
@@ -232,6 +261,7 @@ pub struct TargetStats {
     pub connections: Vec<ConnStatsSnapshot>,
     pub health: HealthSnapshot,
     pub discovery_generation: u64,
+    pub admission: AdmissionStats,
 }
 
 /// Counters of one namespace with its identity.

@@ -12,12 +12,12 @@ use nvme_proto::opcode::admin;
 use nvme_proto::{Command, Status};
 
 use crate::Target;
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::Controller;
 use crate::ns_manager::CreateNamespace;
 use crate::subsystem::SubsysKind;
 use crate::sync::{lock, read};
-use crate::transport::conn::Core;
 use crate::transport::handle::ConnRequest;
 use tokio::sync::oneshot;
 
@@ -26,7 +26,7 @@ pub(crate) const AERL: u8 = 3;
 /// Abort Command Limit, 0's based.
 pub(crate) const ACL: u8 = 3;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn exec_admin(
         &mut self,
         cmd: &Command,
@@ -44,13 +44,13 @@ impl Core {
         };
         if !enabled {
             if let Some(b) = data {
-                self.tx.pool.put(b);
+                self.pool.put(b);
             }
             return Status::COMMAND_SEQUENCE_ERROR.into();
         }
         if xfer_len > self.target.config.mdts_bytes {
             if let Some(b) = data {
-                self.tx.pool.put(b);
+                self.pool.put(b);
             }
             return Dispatch::Now(Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(24));
         }
@@ -65,7 +65,7 @@ impl Core {
         );
         if discovery && !allowed_on_discovery {
             if let Some(b) = data {
-                self.tx.pool.put(b);
+                self.pool.put(b);
             }
             return Status::INVALID_OPCODE.dnr().into();
         }
@@ -87,7 +87,7 @@ impl Core {
                 .into(),
         };
         if let Some(b) = data {
-            self.tx.pool.put(b);
+            self.pool.put(b);
         }
         d
     }
@@ -213,7 +213,7 @@ impl Core {
     }
 }
 
-impl Core {
+impl QueueContext {
     /// Abort (CDW10: SQID 15:0, CID 31:16): a command that has not started executing
     /// (waiting for its data or for an R2T) is aborted with Command Abort Requested and
     /// DW0 bit 0 is 0; commands already executing run to completion (DW0 bit 0 = 1, as
@@ -222,8 +222,7 @@ impl Core {
         let sqid = (cmd.cdw10() & 0xFFFF) as u16;
         let cid = (cmd.cdw10() >> 16) as u16;
         if sqid == 0 {
-            let aborted = self.abort_cid(cid, Status::ABORT_REQUESTED);
-            return Outcome::dw0(u32::from(!aborted)).into();
+            return Dispatch::AbortOnThisQueue { cid };
         }
         let Some(queue) = lock(&ctrl.state).io_queues.get(&sqid).cloned() else {
             return Outcome::dw0(NOT_ABORTED).into();

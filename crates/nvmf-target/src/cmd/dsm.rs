@@ -7,14 +7,14 @@ use blockdev::IoBuf;
 use nvme_proto::dsm::{DsmCommand, DsmRange};
 use nvme_proto::{Command, Status};
 
-use crate::cmd::io::io_error;
+use crate::cmd::context::QueueContext;
+use crate::cmd::nvm::io_error;
 use crate::cmd::{Dispatch, Outcome, block_error_status};
 use crate::fence::InflightGuard;
 use crate::namespace::Namespace;
 use crate::stats::OpKind;
-use crate::transport::conn::Core;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn exec_dsm(
         &mut self,
         cmd: &Command,
@@ -25,7 +25,7 @@ impl Core {
         let d = DsmCommand::from_command(cmd);
         let ranges = DsmRange::decode_list(data.as_deref().unwrap_or(&[]), usize::from(d.ranges));
         if let Some(b) = data {
-            self.tx.pool.put(b);
+            self.pool.put(b);
         }
         let ranges = match ranges {
             Ok(r) => r,

@@ -11,23 +11,23 @@ use nvme_proto::fabrics::{
 use nvme_proto::opcode::fctype;
 use nvme_proto::{Command, Status};
 
+use crate::cmd::context::{QueueBinding, QueueContext};
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{AdminQueue, Controller};
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
-use crate::transport::conn::{Core, QueueState};
 
 /// CAP.TO: worst-case time to ready, in 500 ms units.
 const CAP_TIMEOUT_500MS: u8 = 30;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn exec_fabrics(&mut self, cmd: &Command, data: Option<IoBuf>) -> Dispatch {
         let out = match cmd.fctype() {
             fctype::CONNECT => self.connect(cmd, data.as_deref().unwrap_or(&[])),
             fctype::PROPERTY_GET => self.property_get(cmd),
             fctype::PROPERTY_SET => self.property_set(cmd),
             fctype::DISCONNECT => {
-                if self.q.is_none() {
+                if self.queue.is_none() {
                     Outcome::status(Status::COMMAND_SEQUENCE_ERROR)
                 } else {
                     Outcome {
@@ -39,13 +39,13 @@ impl Core {
             _ => Outcome::status(Status::INVALID_OPCODE.dnr()),
         };
         if let Some(b) = data {
-            self.tx.pool.put(b);
+            self.pool.put(b);
         }
         Dispatch::Now(out)
     }
 
     fn connect(&mut self, cmd: &Command, data: &[u8]) -> Outcome {
-        if self.q.is_some() {
+        if self.queue.is_some() {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
         }
         let cc = ConnectCommand::from_command(cmd);
@@ -155,7 +155,7 @@ impl Core {
             id.cntlid = ctrl.cntlid;
             id.qid = qid;
         }
-        self.q = Some(QueueState {
+        self.queue = Some(QueueBinding {
             ctrl,
             qid,
             sqsize,
@@ -164,7 +164,7 @@ impl Core {
     }
 
     fn property_get(&mut self, cmd: &Command) -> Outcome {
-        let Some(q) = &self.q else {
+        let Some(q) = &self.queue else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         };
         if q.qid != 0 {
@@ -206,7 +206,7 @@ impl Core {
     }
 
     fn property_set(&mut self, cmd: &Command) -> Outcome {
-        let Some(q) = &self.q else {
+        let Some(q) = &self.queue else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         };
         if q.qid != 0 {

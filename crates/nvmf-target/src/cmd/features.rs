@@ -9,11 +9,11 @@ use nvme_proto::features::{
 };
 use nvme_proto::{Command, Status};
 
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::Controller;
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
-use crate::transport::conn::Core;
 
 /// Async event configuration bits this target can raise.
 fn supported_aec(discovery: bool) -> u32 {
@@ -28,7 +28,7 @@ const RESV_MASK_BITS: u32 = resv_mask::REGISTRATION_PREEMPTED
     | resv_mask::RESERVATION_RELEASED
     | resv_mask::RESERVATION_PREEMPTED;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn get_features(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let g = GetFeatures::from_command(cmd);
         let discovery = ctrl.subsys.kind == SubsysKind::Discovery;

@@ -14,12 +14,12 @@ use nvme_proto::{Command, Status};
 
 use crate::ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, ana_limits};
 use crate::cmd::admin::{ACL, AERL};
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{Controller, ERROR_LOG_ENTRIES};
 use crate::namespace::Namespace;
 use crate::subsystem::SubsysKind;
 use crate::sync::read;
-use crate::transport::conn::Core;
 
 /// Highest NSID a subsystem may use (NN) and the namespace limit (MNAN).
 pub(crate) const MAX_NAMESPACES: u32 = 1024;
@@ -41,7 +41,7 @@ fn guid_of(name: &str) -> [u8; 16] {
     out
 }
 
-impl Core {
+impl QueueContext {
     pub(crate) fn identify(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let id = IdentifyCommand::from_command(cmd);
         let discovery = ctrl.subsys.kind == SubsysKind::Discovery;
@@ -109,7 +109,7 @@ impl Core {
                 if ns.uuid != [0; 16] {
                     d.push(NsIdDescriptor::Uuid(ns.uuid));
                 }
-                d.push(NsIdDescriptor::Csi(csi::NVM));
+                d.push(NsIdDescriptor::Csi(ns.command_set.csi()));
                 data_out(&NsIdDescriptorList { descriptors: d }.to_bytes()[..])
             }
             // NVM command set specific structures: no limits beyond MDTS → all zero.

@@ -11,17 +11,17 @@ use nvme_proto::log::{
 use nvme_proto::opcode::{admin, io};
 use nvme_proto::{Command, Status};
 
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{Controller, ERROR_LOG_ENTRIES};
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
-use crate::transport::conn::Core;
 
 /// Composite temperature reported in the SMART log (Kelvin): a nominal 27 °C, since the
 /// target has no sensor of its own.
 const NOMINAL_TEMPERATURE_K: u16 = 300;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn get_log_page(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let g = GetLogPageCommand::from_command(cmd);
         let len = g.len_bytes();

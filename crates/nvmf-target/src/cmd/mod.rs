@@ -1,16 +1,20 @@
-//! Command execution: fabrics, admin and I/O command sets.
+//! Command execution: fabrics and admin commands, I/O commands by the namespace's command
+//! set (`io` looks the namespace up, `nvm` is the NVM command set).
 //!
-//! A command either completes at once ([`Dispatch::Now`]) or becomes a future polled by the
+//! Commands run on a [`context::QueueContext`] (what a command sees of its queue). A command
+//! either completes at once ([`Dispatch::Now`]) or becomes a future polled by the
 //! connection's task ([`Dispatch::Later`]); both yield an [`Outcome`] that the connection
 //! turns into C2HData and CapsuleResp PDUs.
 
 pub(crate) mod admin;
+pub(crate) mod context;
 pub(crate) mod dsm;
 pub(crate) mod fabrics;
 pub(crate) mod features;
 pub(crate) mod identify;
 pub(crate) mod io;
 pub(crate) mod logpage;
+pub(crate) mod nvm;
 pub(crate) mod resv;
 
 use std::future::Future;
@@ -88,6 +92,12 @@ impl Outcome {
 pub(crate) enum Dispatch {
     Now(Outcome),
     Later(CmdFuture),
+    /// Abort command `cid` of this same queue if it has not started (Abort with SQID 0):
+    /// only the connection holds its commands. Completes with DW0 bit 0 clear if it was
+    /// aborted.
+    AbortOnThisQueue {
+        cid: u16,
+    },
 }
 
 impl From<Outcome> for Dispatch {

@@ -14,15 +14,15 @@ use nvme_proto::opcode::io;
 use nvme_proto::status::sct;
 use nvme_proto::{Command, Status};
 
+use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::namespace::Namespace;
 use crate::resv_api::{HostRef, ResvEffects};
 use crate::subsystem::Subsystem;
 use crate::sync::lock;
-use crate::transport::conn::Core;
 use crate::transport::handle::ConnRequest;
 
-impl Core {
+impl QueueContext {
     pub(crate) fn exec_resv(
         &mut self,
         cmd: &Command,
@@ -30,7 +30,7 @@ impl Core {
         data: Option<IoBuf>,
         xfer_len: u32,
     ) -> Dispatch {
-        let Some(q) = &self.q else {
+        let Some(q) = &self.queue else {
             return Status::COMMAND_SEQUENCE_ERROR.into();
         };
         let ctrl = q.ctrl.clone();
@@ -43,7 +43,7 @@ impl Core {
         };
         let host_data: Vec<u8> = data.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
         if let Some(b) = data {
-            self.tx.pool.put(b);
+            self.pool.put(b);
         }
         if host_data.len() < needs {
             return Status::DATA_SGL_LENGTH_INVALID.dnr().into();

@@ -61,6 +61,20 @@ impl RxBuf {
         }
     }
 
+    /// Enlarges the buffer to `capacity` bytes, keeping the pending bytes (no-op when it
+    /// is that large already).
+    pub fn grow(&mut self, capacity: usize) {
+        if capacity <= self.buf.len() {
+            return;
+        }
+        let mut b = vec![0u8; capacity].into_boxed_slice();
+        let n = self.end - self.start;
+        b[..n].copy_from_slice(&self.buf[self.start..self.end]);
+        self.buf = b;
+        self.start = 0;
+        self.end = n;
+    }
+
     /// Whether a PDU of `total` bytes can fit once pending bytes are compacted.
     pub fn fits(&self, total: usize) -> bool {
         total <= self.buf.len()
@@ -73,5 +87,23 @@ impl RxBuf {
             self.end -= self.start;
             self.start = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grow_keeps_pending_bytes() {
+        let mut rx = RxBuf::new(8);
+        rx.buf.copy_from_slice(b"abcdefgh");
+        rx.end = 8;
+        rx.consume(3);
+        rx.grow(64);
+        assert_eq!(rx.buf.len(), 64);
+        assert_eq!(rx.data(), b"defgh");
+        rx.grow(16);
+        assert_eq!(rx.buf.len(), 64, "never shrinks");
     }
 }

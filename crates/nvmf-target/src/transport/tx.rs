@@ -1,5 +1,6 @@
 //! Send queue: PDU headers, digests and data buffers written with one vectored write per
-//! batch. Data buffers are referenced, not copied, and go back to the pool once sent.
+//! batch. Data buffers are referenced, not copied, and go back to the connection's pool
+//! once sent.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -41,7 +42,6 @@ pub(crate) struct TxQueue {
     held: Vec<Held>,
     free_held: Vec<u32>,
     queued_bytes: usize,
-    pub pool: BufPool,
 }
 
 impl TxQueue {
@@ -51,7 +51,6 @@ impl TxQueue {
             held: Vec::new(),
             free_held: Vec::new(),
             queued_bytes: 0,
-            pool: BufPool::new(),
         }
     }
 
@@ -136,18 +135,18 @@ impl TxQueue {
     }
 
     /// Drops the holder's own reference taken by [`TxQueue::hold`].
-    pub fn release(&mut self, id: u32) {
-        self.unref(id);
+    pub fn release(&mut self, id: u32, pool: &mut BufPool) {
+        self.unref(id, pool);
     }
 
-    fn unref(&mut self, id: u32) {
+    fn unref(&mut self, id: u32, pool: &mut BufPool) {
         let Some(h) = self.held.get_mut(id as usize) else {
             return;
         };
         h.refs = h.refs.saturating_sub(1);
         if h.refs == 0 {
             if let Some(b) = h.buf.take() {
-                self.pool.put(b);
+                pool.put(b);
             }
             self.free_held.push(id);
         }
@@ -158,6 +157,7 @@ impl TxQueue {
         &mut self,
         io: &mut S,
         cx: &mut Context<'_>,
+        pool: &mut BufPool,
     ) -> Poll<std::io::Result<()>> {
         while !self.segs.is_empty() {
             let n = {
@@ -186,12 +186,12 @@ impl TxQueue {
                     Poll::Pending => return Poll::Pending,
                 }
             };
-            self.advance(n);
+            self.advance(n, pool);
         }
         Poll::Ready(Ok(()))
     }
 
-    fn advance(&mut self, mut n: usize) {
+    fn advance(&mut self, mut n: usize, pool: &mut BufPool) {
         self.queued_bytes = self.queued_bytes.saturating_sub(n);
         while n > 0 {
             let Some(front) = self.segs.front_mut() else {
@@ -223,7 +223,7 @@ impl TxQueue {
             if left == 0 {
                 self.segs.pop_front();
                 if let Some(id) = done_id {
-                    self.unref(id);
+                    self.unref(id, pool);
                 }
             }
         }
@@ -246,12 +246,13 @@ mod tests {
     async fn writes_everything_in_order() {
         let (mut a, mut b) = tokio::io::duplex(64);
         let mut q = TxQueue::new();
+        let mut pool = BufPool::new();
         q.push_bytes(b"hdr1");
         let id = q.hold(IoBuf::from_slice(&[7u8; 300]));
         q.push_buf_range(id, 0, 100);
         q.push_bytes(&[1u8; 100]);
         q.push_buf_range(id, 100, 300);
-        q.release(id);
+        q.release(id, &mut pool);
         let expect: Vec<u8> = b"hdr1"
             .iter()
             .copied()
@@ -266,13 +267,13 @@ mod tests {
                 .unwrap();
             assert_eq!(got, expect);
         });
-        std::future::poll_fn(|cx| q.poll_flush(&mut a, cx))
+        std::future::poll_fn(|cx| q.poll_flush(&mut a, cx, &mut pool))
             .await
             .unwrap();
         reader.await.unwrap();
         assert!(q.is_empty());
         assert_eq!(q.queued_bytes(), 0);
         // The buffer went back to the pool.
-        assert_eq!(q.pool.get(4096).len(), 4096);
+        assert_eq!(pool.get(4096).len(), 4096);
     }
 }

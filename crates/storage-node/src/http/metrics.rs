@@ -198,6 +198,26 @@ pub fn render_stats(node_name: &str, stats: &TargetStats, drives: &[DriveSample]
         conns,
         |c| (cl(c), c.in_flight.to_string()),
     );
+    let adm = &stats.admission;
+    family(
+        &mut out,
+        "ferrobay_connections_refused_total",
+        "counter",
+        "NVMe/TCP connections closed at accept by a connection limit (listener: max_connections_per_listener, host: max_connections_per_host).",
+        &[
+            ("listener", adm.refused_listener_limit),
+            ("host", adm.refused_host_limit),
+        ],
+        |(limit, n)| (format!("node=\"{node}\",limit=\"{limit}\""), n.to_string()),
+    );
+    family(
+        &mut out,
+        "ferrobay_connection_handshake_timeouts_total",
+        "counter",
+        "NVMe/TCP connections closed for not completing ICReq and Connect within handshake_timeout_ms.",
+        &[adm.handshake_timeouts],
+        |n| (format!("node=\"{node}\""), n.to_string()),
+    );
 
     let hs = &stats.health;
     let one = [()];
@@ -332,6 +352,11 @@ mod tests {
                 commands: 12,
                 ..Default::default()
             }],
+            admission: nvmf_target::AdmissionStats {
+                refused_listener_limit: 2,
+                refused_host_limit: 5,
+                handshake_timeouts: 9,
+            },
             ..Default::default()
         };
         let drives = [DriveSample {
@@ -354,6 +379,9 @@ mod tests {
             format!("ferrobay_namespace_latency_seconds_count{{{l}}} 8"),
             format!("ferrobay_namespace_latency_seconds_sum{{{l}}} 0.0015"),
             "ferrobay_connections{node=\"n1\"} 1".to_string(),
+            "ferrobay_connections_refused_total{node=\"n1\",limit=\"listener\"} 2".to_string(),
+            "ferrobay_connections_refused_total{node=\"n1\",limit=\"host\"} 5".to_string(),
+            "ferrobay_connection_handshake_timeouts_total{node=\"n1\"} 9".to_string(),
             "host=\"nqn.h\\\"x\"".to_string(),
             "# TYPE ferrobay_namespace_latency_seconds histogram".to_string(),
             "ferrobay_drive_flushes_total{node=\"n1\",drive=\"d0\",spec=\"ram:1G\"} 2".to_string(),

@@ -1,0 +1,182 @@
+//! The target: the registry of subsystems, namespaces, listeners and connections, and the
+//! management API the node layer drives. [`Target`] is the one facade; its methods live
+//! with what they manage:
+//! - `subsystems`: NVM subsystems and their access lists
+//! - `namespaces`: namespaces and their attachment to hosts
+//! - `listener`: listeners (ports) and the ANA state of each group through them
+//! - `accept`: the accept loop that starts a connection task per accepted socket
+//! - `admission`: connection limits at accept, handshake-timeout bookkeeping
+//! - `connections`: the registry of live connections, shutdown
+//! - `referrals`: discovery referrals and the discovery log generation
+//! - `health`: SMART counters and the metrics snapshot
+
+mod accept;
+mod admission;
+mod connections;
+mod health;
+mod listener;
+mod namespaces;
+mod referrals;
+mod subsystems;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use nvme_proto::fabrics::{DISCOVERY_NQN, validate_nqn};
+
+use crate::TargetError;
+use crate::config::TargetConfig;
+use crate::ns_manager::NamespaceManager;
+use crate::resv_api::{Reservations, ReservationsFactory};
+use crate::stats::HealthCounters;
+use crate::subsystem::{Access, SubsysKind, Subsystem};
+use crate::sync::{lock, read, write};
+
+use admission::Admission;
+use connections::ConnRegistry;
+pub(crate) use listener::ListenerInfo;
+pub use listener::{ListenerHandle, ListenerOptions};
+
+pub(crate) struct TargetInner {
+    pub config: TargetConfig,
+    pub subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    pub discovery: Arc<Subsystem>,
+    pub listeners: Mutex<Vec<Arc<ListenerInfo>>>,
+    next_portid: AtomicU64,
+    next_cntlid: Mutex<u16>,
+    pub ns_manager: RwLock<Option<Arc<dyn NamespaceManager>>>,
+    resv_factory: RwLock<Arc<ReservationsFactory>>,
+    pub discovery_genctr: AtomicU64,
+    /// Other discovery services this one refers hosts to (discovery log referral entries).
+    pub referrals: Mutex<Vec<SocketAddr>>,
+    pub conns: ConnRegistry,
+    /// Connection limits and handshake timeouts: counters and warning throttles.
+    pub admission: Admission,
+    pub health: HealthCounters,
+    pub started: Instant,
+    pub shutting_down: AtomicBool,
+    pub subsystem_serial_seq: AtomicU64,
+}
+
+impl TargetInner {
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        if nqn == DISCOVERY_NQN {
+            return Some(self.discovery.clone());
+        }
+        read(&self.subsystems).get(nqn).cloned()
+    }
+
+    /// Picks a free controller ID in the configured range for `subsys`.
+    pub fn alloc_cntlid(&self, subsys: &Subsystem) -> Option<u16> {
+        let (lo, hi) = (self.config.cntlid_min, self.config.cntlid_max);
+        let mut next = lock(&self.next_cntlid);
+        let used: BTreeSet<u16> = {
+            let mut g = lock(&subsys.controllers);
+            g.retain(|_, w| w.strong_count() > 0);
+            g.keys().copied().collect()
+        };
+        let span = u32::from(hi - lo) + 1;
+        for _ in 0..span {
+            let c = if *next < lo || *next > hi { lo } else { *next };
+            *next = if c >= hi { lo } else { c + 1 };
+            if !used.contains(&c) {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Bumps the discovery generation and tells discovery controllers.
+    pub fn discovery_log_changed(&self) {
+        self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        for c in self.discovery.live_controllers() {
+            c.discovery_changed();
+        }
+    }
+
+    pub fn new_reservations(&self, nqn: &str, nsid: u32) -> Arc<dyn Reservations> {
+        let f = read(&self.resv_factory).clone();
+        f(nqn, nsid)
+    }
+}
+
+/// The NVMe/TCP target. Cheap to clone; all clones drive the same target.
+#[derive(Clone)]
+pub struct Target {
+    pub(crate) inner: Arc<TargetInner>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target").finish_non_exhaustive()
+    }
+}
+
+fn check_nqn(nqn: &str) -> Result<(), TargetError> {
+    validate_nqn(nqn).map_err(|e| TargetError::InvalidNqn {
+        nqn: nqn.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl Target {
+    /// A target with no subsystems and no listeners.
+    pub fn new(config: TargetConfig) -> Result<Target, TargetError> {
+        config.validate()?;
+        let discovery = Arc::new(Subsystem::new(
+            DISCOVERY_NQN.to_string(),
+            format!("{}DISC", config.serial_prefix),
+            "Ferrobay Discovery".to_string(),
+            SubsysKind::Discovery,
+            Access {
+                allow_any: true,
+                hosts: BTreeSet::new(),
+            },
+        ));
+        // Reservations work out of the box (in memory); the node layer installs a factory
+        // with a persistent store for Persist Through Power Loss.
+        let default_factory: Arc<ReservationsFactory> = Arc::new(|_: &str, _: u32| {
+            Arc::new(crate::reservation::ReservationState::default()) as Arc<dyn Reservations>
+        });
+        Ok(Target {
+            inner: Arc::new(TargetInner {
+                next_cntlid: Mutex::new(config.cntlid_min),
+                config,
+                subsystems: RwLock::new(BTreeMap::new()),
+                discovery,
+                listeners: Mutex::new(Vec::new()),
+                next_portid: AtomicU64::new(1),
+                ns_manager: RwLock::new(None),
+                resv_factory: RwLock::new(default_factory),
+                discovery_genctr: AtomicU64::new(1),
+                referrals: Mutex::new(Vec::new()),
+                conns: ConnRegistry::default(),
+                admission: Admission::default(),
+                health: HealthCounters::default(),
+                started: Instant::now(),
+                shutting_down: AtomicBool::new(false),
+                subsystem_serial_seq: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &TargetConfig {
+        &self.inner.config
+    }
+
+    /// Installs the handler of Namespace Management / Attachment commands.
+    pub fn set_namespace_manager(&self, m: Arc<dyn NamespaceManager>) {
+        *write(&self.inner.ns_manager) = Some(m);
+    }
+
+    /// Sets how namespaces without an explicit reservation object get one.
+    pub fn set_reservations_factory(
+        &self,
+        f: impl Fn(&str, u32) -> Arc<dyn Reservations> + Send + Sync + 'static,
+    ) {
+        *write(&self.inner.resv_factory) = Arc::new(f);
+    }
+}

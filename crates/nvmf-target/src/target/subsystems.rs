@@ -1,0 +1,113 @@
+//! NVM subsystems: creation, removal, access lists.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use nvme_proto::fabrics::DISCOVERY_NQN;
+
+use crate::TargetError;
+use crate::config::SubsystemConfig;
+use crate::subsystem::{Access, SubsysKind, Subsystem};
+use crate::sync::{read, write};
+use crate::target::{Target, check_nqn};
+
+impl Target {
+    /// Adds an NVM subsystem.
+    pub fn add_subsystem(&self, cfg: SubsystemConfig) -> Result<(), TargetError> {
+        check_nqn(&cfg.nqn)?;
+        if cfg.nqn == DISCOVERY_NQN {
+            return Err(TargetError::SubsystemExists(cfg.nqn));
+        }
+        for h in &cfg.allowed_hosts {
+            check_nqn(h)?;
+        }
+        let serial = if cfg.serial.is_empty() {
+            let seq = self
+                .inner
+                .subsystem_serial_seq
+                .fetch_add(1, Ordering::Relaxed);
+            format!("{}{:08X}", self.inner.config.serial_prefix, seq)
+        } else {
+            cfg.serial.clone()
+        };
+        if serial.len() > 20 || !serial.is_ascii() {
+            return Err(TargetError::InvalidConfig(
+                "serial must be ≤ 20 ASCII characters",
+            ));
+        }
+        let model = if cfg.model.is_empty() {
+            self.inner.config.model.clone()
+        } else {
+            cfg.model.clone()
+        };
+        {
+            let mut subs = write(&self.inner.subsystems);
+            if subs.contains_key(&cfg.nqn) {
+                return Err(TargetError::SubsystemExists(cfg.nqn));
+            }
+            let s = Subsystem::new(
+                cfg.nqn.clone(),
+                serial,
+                model,
+                SubsysKind::Nvm,
+                Access {
+                    allow_any: cfg.allow_any_host,
+                    hosts: cfg.allowed_hosts.iter().cloned().collect(),
+                },
+            );
+            subs.insert(cfg.nqn.clone(), Arc::new(s));
+        }
+        self.inner.discovery_log_changed();
+        Ok(())
+    }
+
+    /// Removes a subsystem; its controllers are torn down.
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<(), TargetError> {
+        let s = write(&self.inner.subsystems)
+            .remove(nqn)
+            .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
+        s.removed.store(true, Ordering::Release);
+        for c in s.live_controllers() {
+            c.kill();
+        }
+        for ns in s.namespaces() {
+            self.account_removed(&ns);
+        }
+        self.inner.discovery_log_changed();
+        Ok(())
+    }
+
+    /// Replaces the access list of a subsystem. Controllers of hosts no longer allowed are
+    /// torn down.
+    pub fn set_allowed_hosts(
+        &self,
+        nqn: &str,
+        allow_any_host: bool,
+        hosts: &[String],
+    ) -> Result<(), TargetError> {
+        for h in hosts {
+            check_nqn(h)?;
+        }
+        let s = self
+            .inner
+            .subsystem(nqn)
+            .filter(|s| s.kind == SubsysKind::Nvm)
+            .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
+        s.set_access(Access {
+            allow_any: allow_any_host,
+            hosts: hosts.iter().cloned().collect(),
+        });
+        for c in s.live_controllers() {
+            if !s.host_allowed(&c.hostnqn) {
+                c.kill();
+            }
+        }
+        self.inner.discovery_log_changed();
+        Ok(())
+    }
+
+    /// NQNs of the NVM subsystems.
+    pub fn subsystems(&self) -> Vec<String> {
+        read(&self.inner.subsystems).keys().cloned().collect()
+    }
+}

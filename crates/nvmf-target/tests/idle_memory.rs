@@ -1,0 +1,122 @@
+//! A connection that has not sent ICReq costs next to nothing: its full-size receive
+//! buffer and CID bitmap (about 137 KiB with the default limits) come only once ICReq is
+//! accepted.
+//!
+//! Measured with a global allocator that keeps the number of live heap bytes: hundreds of
+//! idle sockets are opened, then the same sockets send ICReq, and the growth per
+//! connection is compared. Both steps are measured the same way, so the test also shows
+//! that the measurement sees the buffers when they exist. One test in this binary, so
+//! nothing else allocates meanwhile.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nvme_proto::tcp::{Digests, Framing, IcReq, PduHeader, encode_header};
+use nvmf_target::TargetConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct LiveBytes;
+
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call forwards to the system allocator with the same arguments; the
+// counter is a relaxed atomic (no allocation, no re-entry).
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for LiveBytes {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: LiveBytes = LiveBytes;
+
+const SOCKETS: usize = 200;
+
+async fn wait_connections(t: &TestTarget, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.target.connection_count() != n {
+        assert!(Instant::now() < deadline, "{n} connections not reached");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let the connection tasks reach their first wait.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+fn live() -> i64 {
+    LIVE.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_get_their_buffers_only_after_icreq() {
+    let t = start_target(TargetConfig {
+        handshake_timeout_ms: 120_000,
+        ..TargetConfig::default()
+    })
+    .await;
+    let mut socks = Vec::with_capacity(SOCKETS);
+    let before = live();
+    for _ in 0..SOCKETS {
+        socks.push(TcpStream::connect(t.addr).await.unwrap());
+    }
+    wait_connections(&t, SOCKETS).await;
+    let idle_per_conn = (live() - before) / SOCKETS as i64;
+
+    let icreq = encode_header(
+        &PduHeader::IcReq(IcReq {
+            pfv: 0,
+            hpda: 0,
+            digests: Digests::default(),
+            maxr2t: 0,
+        }),
+        0,
+        0,
+        Framing::default(),
+    );
+    let before_icreq = live();
+    for s in &mut socks {
+        s.write_all(icreq.as_bytes()).await.unwrap();
+        let mut resp = [0u8; 128];
+        s.read_exact(&mut resp).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let icreq_per_conn = (live() - before_icreq) / SOCKETS as i64;
+    println!(
+        "heap per connection: {idle_per_conn} bytes before ICReq, {icreq_per_conn} more after"
+    );
+
+    assert!(
+        idle_per_conn < 16 << 10,
+        "a connection without ICReq holds {idle_per_conn} bytes"
+    );
+    // The same measurement sees the buffers once they exist.
+    assert!(
+        icreq_per_conn >= 128 << 10,
+        "after ICReq a connection holds its receive buffer (grew {icreq_per_conn} bytes)"
+    );
+    drop(socks);
+}
