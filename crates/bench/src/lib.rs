@@ -9,7 +9,7 @@ mod run;
 mod slots;
 mod stamp;
 
-pub use config::{BenchConfig, ConfigError, Pattern};
+pub use config::{BenchConfig, ConfigError, MAX_BUFFER_BYTES, MAX_VERIFY_TRACK_BYTES, Pattern};
 pub use cpu::CpuTime;
 pub use progress::Progress;
 pub use report::{LatencyReport, Report, VerifyReport};
