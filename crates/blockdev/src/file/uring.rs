@@ -153,7 +153,8 @@ struct Slot {
     reply: oneshot::Sender<Done>,
 }
 
-/// Field order matters: the ring is dropped (closed) before the buffers it may point into.
+/// Field order: the ring is dropped (closed) before the buffers. `run` returns only when
+/// the kernel holds none of them; after a panic, `Drop` leaks those it may still hold.
 struct RingThread {
     ring: IoUring,
     slots: Vec<Option<Slot>>,
