@@ -100,8 +100,15 @@ impl Default for BenchConfig {
     }
 }
 
+/// Most memory the I/O buffers of a run (`--bs` x `--iodepth` x `--jobs`) may take.
+pub const MAX_BUFFER_BYTES: u64 = 4 << 30;
+/// Most memory `--verify` may take to remember the last write of every block (4 bytes
+/// per block of the range).
+pub const MAX_VERIFY_TRACK_BYTES: u64 = 4 << 30;
+
 impl BenchConfig {
-    /// Checks the configuration against a device and returns the effective region.
+    /// Checks the configuration against a device and returns the effective region. Any
+    /// sizes are accepted here: what a run could not allocate is refused, not aborted on.
     pub fn validate(
         &self,
         device_size_bytes: u64,
@@ -152,7 +159,25 @@ impl BenchConfig {
         if range > max_range {
             return Err(ConfigError(format!(
                 "--offset + --range end at {} bytes, beyond the device's {device_size_bytes}",
-                self.offset_bytes + range
+                u128::from(self.offset_bytes) + u128::from(range)
+            )));
+        }
+        let buffer_bytes =
+            u128::from(self.block_size_bytes) * u128::from(self.iodepth) * u128::from(self.jobs);
+        if buffer_bytes > u128::from(MAX_BUFFER_BYTES) {
+            return Err(ConfigError(format!(
+                "--bs {} x --iodepth {} x --jobs {} needs {buffer_bytes} bytes of I/O buffers, \
+                 more than the {MAX_BUFFER_BYTES}-byte limit",
+                self.block_size_bytes, self.iodepth, self.jobs
+            )));
+        }
+        let tracked_bytes = range / self.block_size_bytes * 4;
+        if self.verify && !self.verify_only && tracked_bytes > MAX_VERIFY_TRACK_BYTES {
+            return Err(ConfigError(format!(
+                "--verify remembers 4 bytes per block: {range} bytes in blocks of --bs {} \
+                 need {tracked_bytes} bytes, more than the {MAX_VERIFY_TRACK_BYTES}-byte \
+                 limit (use a larger --bs or a smaller --range)",
+                self.block_size_bytes
             )));
         }
         let per_job = range / u64::from(self.jobs);
@@ -171,5 +196,90 @@ impl BenchConfig {
                 self.pattern,
                 Pattern::RandWrite | Pattern::Write | Pattern::RandRw { .. }
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXTREMES: [u64; 9] = [
+        0,
+        1,
+        511,
+        512,
+        4096,
+        1 << 40,
+        1 << 63,
+        u64::MAX - 4095,
+        u64::MAX,
+    ];
+
+    /// Every combination of extreme sizes is a configuration or a one-line reason, and
+    /// what passes can be allocated.
+    #[test]
+    fn extreme_sizes_are_checked_not_trusted() {
+        for device in [4096, 1 << 30, 16383 << 50, u64::MAX - 511] {
+            for bs in EXTREMES {
+                for offset in EXTREMES {
+                    for range in EXTREMES {
+                        for verify in [false, true] {
+                            let cfg = BenchConfig {
+                                block_size_bytes: bs,
+                                offset_bytes: offset,
+                                range_bytes: range,
+                                size_bytes: range,
+                                verify,
+                                ..BenchConfig::default()
+                            };
+                            match cfg.validate(device, 512) {
+                                Ok((start, len)) => {
+                                    assert!(u128::from(start) + u128::from(len) <= device.into());
+                                    let buffers = bs * u64::from(cfg.iodepth);
+                                    assert!(buffers <= MAX_BUFFER_BYTES);
+                                    assert!(!verify || len / bs * 4 <= MAX_VERIFY_TRACK_BYTES);
+                                }
+                                Err(e) => assert!(!e.0.contains('\n'), "{e}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_runs_name_the_limit() {
+        let huge_bs = BenchConfig {
+            block_size_bytes: 1 << 40,
+            ..BenchConfig::default()
+        };
+        let e = huge_bs
+            .validate(16383 << 50, 512)
+            .expect_err("1 TiB blocks");
+        assert!(e.0.contains("bytes of I/O buffers"), "{e}");
+        let verify_everything = BenchConfig {
+            block_size_bytes: 512,
+            verify: true,
+            ..BenchConfig::default()
+        };
+        let e = verify_everything
+            .validate(1 << 50, 512)
+            .expect_err("2^41 blocks");
+        assert!(e.0.contains("--verify remembers 4 bytes per block"), "{e}");
+        // The same range read without --verify needs no tracking.
+        let read = BenchConfig {
+            verify: false,
+            ..verify_everything
+        };
+        assert!(read.validate(1 << 50, 512).is_ok());
+        // An end past the device is reported without overflowing.
+        let past = BenchConfig {
+            offset_bytes: 512,
+            range_bytes: u64::MAX,
+            ..BenchConfig::default()
+        };
+        let e = past.validate(1 << 30, 512).expect_err("past the end");
+        assert!(e.0.contains("end at 18446744073709552127 bytes"), "{e}");
     }
 }

@@ -11,7 +11,7 @@ mod slots;
 mod stamp;
 mod verify;
 
-pub use config::{BenchConfig, ConfigError, Pattern};
+pub use config::{BenchConfig, ConfigError, MAX_BUFFER_BYTES, MAX_VERIFY_TRACK_BYTES, Pattern};
 pub use cpu::CpuTime;
 pub use progress::Progress;
 pub use report::{LatencyReport, Report, VerifyReport};

@@ -1,5 +1,14 @@
 //! Sparse in-memory device: the benchmark backend and the base of crash images.
+//!
+//! Memory policy: a RAM drive is sparse (1 MiB chunks allocated on first write, freed by
+//! whole-chunk discard or write-zeroes), but it must fit in the machine: [`RamDevice::open`]
+//! (the path of `ram:SIZE` drive specs) refuses a size above the physical memory with a
+//! one-line error, so a typo like `ram:1P` for `ram:1G` is caught at start. Several drives
+//! together may still outgrow memory; then a write whose chunk cannot be allocated fails
+//! with an out-of-memory I/O error instead of aborting the process (the kernel's OOM
+//! killer may act first under overcommit, which no allocator can prevent).
 
+use std::io;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::{
@@ -25,18 +34,61 @@ pub struct RamDevice {
 
 impl RamDevice {
     /// A zero-filled device with 512-byte logical blocks. `size_bytes` is rounded down to a
-    /// multiple of 512.
+    /// multiple of 512. For sizes a program chooses (tests, benchmarks); sizes from users go
+    /// through [`RamDevice::open`].
+    ///
+    /// # Panics
+    /// If its chunk table (32 bytes per MiB) cannot be allocated.
     pub fn new(name: impl Into<String>, size_bytes: u64) -> RamDevice {
         RamDevice::with_block_size(name, size_bytes, SECTOR_SIZE_BYTES as u32)
     }
 
+    /// A device for a size a user asked for: as [`RamDevice::new`], but a size above this
+    /// machine's physical memory, or a chunk table that cannot be allocated, is an error.
+    pub fn open(name: impl Into<String>, size_bytes: u64) -> Result<RamDevice, BlockError> {
+        RamDevice::open_within(name.into(), size_bytes, physical_memory_bytes())
+    }
+
+    /// [`RamDevice::open`] on a machine with `memory_bytes` of memory (None: unknown).
+    fn open_within(
+        name: String,
+        size_bytes: u64,
+        memory_bytes: Option<u64>,
+    ) -> Result<RamDevice, BlockError> {
+        if let Some(memory_bytes) = memory_bytes
+            && size_bytes > memory_bytes
+        {
+            return Err(BlockError::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "{name}: {size_bytes} bytes do not fit in this machine's memory \
+                     ({memory_bytes} bytes, {:.1} GiB); a RAM drive must fit in memory",
+                    memory_bytes as f64 / f64::from(1u32 << 30)
+                ),
+            )));
+        }
+        RamDevice::try_with_block_size(name, size_bytes, SECTOR_SIZE_BYTES as u32)
+    }
+
     /// As [`RamDevice::new`] with another logical block size (a power of two, 512..=4096,
     /// else 512 is used). `size_bytes` is rounded down to a multiple of it.
+    ///
+    /// # Panics
+    /// As [`RamDevice::new`].
     pub fn with_block_size(
         name: impl Into<String>,
         size_bytes: u64,
         logical_block_bytes: u32,
     ) -> RamDevice {
+        RamDevice::try_with_block_size(name.into(), size_bytes, logical_block_bytes)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_with_block_size(
+        name: String,
+        size_bytes: u64,
+        logical_block_bytes: u32,
+    ) -> Result<RamDevice, BlockError> {
         let lb = if logical_block_bytes.is_power_of_two()
             && (512..=crate::IO_ALIGN_BYTES as u32).contains(&logical_block_bytes)
         {
@@ -45,12 +97,22 @@ impl RamDevice {
             SECTOR_SIZE_BYTES as u32
         };
         let size_bytes = size_bytes - size_bytes % u64::from(lb);
-        let chunk_count = usize::try_from(size_bytes.div_ceil(CHUNK_BYTES as u64))
-            .expect("RAM device too large for this address space");
-        let chunks = (0..chunk_count).map(|_| RwLock::new(None)).collect();
-        RamDevice {
+        let table_error = || {
+            BlockError::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{name}: cannot allocate the chunk table of a {size_bytes}-byte RAM drive"),
+            ))
+        };
+        let chunk_count =
+            usize::try_from(size_bytes.div_ceil(CHUNK_BYTES as u64)).map_err(|_| table_error())?;
+        let mut chunks = Vec::new();
+        chunks
+            .try_reserve_exact(chunk_count)
+            .map_err(|_| table_error())?;
+        chunks.resize_with(chunk_count, || RwLock::new(None));
+        Ok(RamDevice {
             info: DeviceInfo {
-                name: name.into(),
+                name,
                 kind: DeviceKind::Ram,
                 size_bytes,
                 logical_block_bytes: lb,
@@ -61,9 +123,9 @@ impl RamDevice {
                 supports_write_zeroes: true,
                 rotational: false,
             },
-            chunks,
+            chunks: chunks.into_boxed_slice(),
             stats: StatsCounters::new(),
-        }
+        })
     }
 
     /// Bytes of chunk memory currently allocated.
@@ -97,7 +159,10 @@ impl RamDevice {
         let mut done = 0;
         for (idx, in_chunk, n) in chunk_spans(offset_bytes, src.len()) {
             let mut guard = write_lock(&self.chunks[idx]);
-            let chunk = guard.get_or_insert_with(|| vec![0u8; CHUNK_BYTES].into_boxed_slice());
+            let chunk = match &mut *guard {
+                Some(chunk) => chunk,
+                empty => empty.insert(new_chunk(offset_bytes + done as u64)?),
+            };
             chunk[in_chunk..in_chunk + n].copy_from_slice(&src[done..done + n]);
             done += n;
         }
@@ -135,6 +200,34 @@ impl RamDevice {
         }
         copy
     }
+}
+
+/// A zeroed chunk, or an out-of-memory error (not an abort) when the allocator refuses.
+fn new_chunk(offset_bytes: u64) -> Result<Box<[u8]>, BlockError> {
+    let mut chunk = Vec::new();
+    chunk.try_reserve_exact(CHUNK_BYTES).map_err(|_| {
+        BlockError::Io(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("out of memory for the RAM drive's data at offset {offset_bytes}"),
+        ))
+    })?;
+    chunk.resize(CHUNK_BYTES, 0);
+    Ok(chunk.into_boxed_slice())
+}
+
+/// This machine's physical memory, if the OS says.
+fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    #[allow(unsafe_code)]
+    let (pages, page_bytes) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let pages = u64::try_from(pages).ok().filter(|&p| p > 0)?;
+    let page_bytes = u64::try_from(page_bytes).ok().filter(|&p| p > 0)?;
+    pages.checked_mul(page_bytes)
 }
 
 /// Splits `[offset, offset+len)` into (chunk index, offset in chunk, length) pieces.
@@ -278,6 +371,31 @@ mod tests {
             }
         ));
         assert_eq!(dev.stats(), DeviceStats::default());
+    }
+
+    #[test]
+    fn sizes_beyond_memory_are_refused_not_aborted() {
+        // ram:1P on any machine: its dense chunk table alone would be 32 GiB.
+        let e = RamDevice::open("ram:1P", 1 << 50)
+            .err()
+            .expect("1 PiB refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("ram:1P: 1125899906842624 bytes do not fit in this machine's memory"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+        for size in [u64::MAX, u64::MAX - 511, 16383 << 50] {
+            assert!(RamDevice::open("r", size).is_err(), "{size}");
+        }
+        // The limit is the machine's memory: just above is refused, up to it is sparse.
+        let memory = 4 << 30;
+        assert!(RamDevice::open_within("r".into(), memory + 512, Some(memory)).is_err());
+        let dev = RamDevice::open_within("r".into(), memory, Some(memory)).expect("fits");
+        assert_eq!((dev.info().size_bytes, dev.allocated_bytes()), (memory, 0));
+        // Unknown memory: only what cannot be allocated is refused.
+        assert!(RamDevice::open_within("r".into(), u64::MAX, None).is_err());
+        assert!(RamDevice::open("r", 1 << 20).is_ok());
     }
 
     #[test]

@@ -197,7 +197,8 @@ pub async fn open_drive(
     engine: IoEngine,
 ) -> Result<Arc<dyn BlockDevice>, BlockError> {
     Ok(match spec {
-        DriveSpec::Ram { size_bytes } => Arc::new(RamDevice::new(spec.to_string(), *size_bytes)),
+        // Refused beyond this machine's memory (see `ram` for the memory policy).
+        DriveSpec::Ram { size_bytes } => Arc::new(RamDevice::open(spec.to_string(), *size_bytes)?),
         DriveSpec::Null { size_bytes } => Arc::new(NullDevice::new(spec.to_string(), *size_bytes)),
         DriveSpec::File {
             path,
@@ -392,11 +393,11 @@ mod tests {
 
     #[tokio::test]
     async fn open_ram_and_null() {
-        let dev = open_drive(&parse_drive_spec("ram:64G").unwrap(), IoEngine::Auto)
+        let dev = open_drive(&parse_drive_spec("ram:1G").unwrap(), IoEngine::Auto)
             .await
             .unwrap();
-        assert_eq!(dev.info().size_bytes, 64 << 30);
-        assert_eq!(dev.info().name, "ram:64G");
+        assert_eq!(dev.info().size_bytes, 1 << 30);
+        assert_eq!(dev.info().name, "ram:1G");
         assert_eq!(dev.info().kind, crate::DeviceKind::Ram);
         let dev = open_drive(
             &DriveSpec::Null {

@@ -1,5 +1,6 @@
 //! FileDevice on a real kernel block device: a loop device over a sparse file.
-//! Needs root and loop devices; when they are unavailable the test says so and passes.
+//! Needs root and loop devices; when they are unavailable the test says it did not run
+//! (and fails under `FERROBAY_REQUIRE_ALL=1`, see `test_guest::prereq`).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -12,7 +13,8 @@ use blockdev::{BlockDevice, DeviceKind, FileDevice, IoBuf, IoEngine, OpenOptions
 struct Loop(PathBuf);
 
 impl Loop {
-    fn attach(file: &Path, sector_bytes: u32) -> Option<Loop> {
+    /// Attaches `file`; Err says why not (no losetup, not root, no free loop device).
+    fn attach(file: &Path, sector_bytes: u32) -> Result<Loop, String> {
         let out = Command::new("losetup")
             .args([
                 "--find",
@@ -22,16 +24,15 @@ impl Loop {
             ])
             .arg(file)
             .output()
-            .ok()?;
+            .map_err(|e| format!("cannot run losetup: {e}"))?;
         if !out.status.success() {
-            eprintln!(
+            return Err(format!(
                 "losetup failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
+            ));
         }
-        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
-        Some(Loop(PathBuf::from(dev)))
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(Loop(PathBuf::from(dev)))
     }
 }
 
@@ -84,9 +85,12 @@ async fn loop_device_both_engines_and_sector_sizes() {
             .unwrap()
             .set_len(16 << 20)
             .unwrap();
-        let Some(lo) = Loop::attach(&img, lb) else {
-            eprintln!("no loop devices here (not root?); block device path not exercised");
-            return;
+        let lo = match Loop::attach(&img, lb) {
+            Ok(lo) => lo,
+            Err(why) => {
+                test_guest::prereq::missing(format!("no loop device ({why})"));
+                return;
+            }
         };
         for engine in [IoEngine::Uring, IoEngine::ThreadPool] {
             let dev = FileDevice::open(

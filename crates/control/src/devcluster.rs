@@ -458,6 +458,15 @@ fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
             cfg.volume_size_bytes
         )));
     }
+    // The RAID-5 volume across the three storage nodes must have members that can exist.
+    let params = volume::LevelSpec::Raid5
+        .params(
+            STORAGE_NODES.len(),
+            volume::layout::DEFAULT_STRIPE_UNIT_BYTES,
+        )
+        .map_err(|e| DevClusterError::Config(e.to_string()))?;
+    crate::provision::sizing::member_bytes_for(&params, cfg.volume_size_bytes)
+        .map_err(|e| DevClusterError::Config(e.to_string()))?;
     if cfg.lease_ttl_ms < 1000 {
         return Err(DevClusterError::Config(
             "lease TTL below 1000 ms is not supported".into(),
@@ -651,6 +660,9 @@ mod tests {
         assert!(validate(&c).is_err());
         let mut c = DevClusterConfig::new("/tmp/x");
         c.volume_name = "a/b".into();
+        assert!(validate(&c).is_err());
+        let mut c = DevClusterConfig::new("/tmp/x");
+        c.volume_size_bytes = u64::MAX;
         assert!(validate(&c).is_err());
         validate(&DevClusterConfig::new("/tmp/x")).unwrap();
     }

@@ -8,8 +8,9 @@
 //! started and when the fault was injected, ms since the workload started, plus what the
 //! host side measured: takeover time, resync and rebuild bytes). Run with `--nocapture`
 //! to see them; they are also written to `target/tmp/failover-{harness,cluster}.jsonl`.
-//! Skips (with the reason on stderr) without QEMU, the guest image, root
-//! (network namespaces) or etcd. About 100 s on 2 cores.
+//! Without QEMU, the guest image, root (network namespaces) or etcd it says it did not
+//! run (a failure under `FERROBAY_REQUIRE_ALL=1`, see `test_guest::prereq`). About 100 s
+//! on 2 cores.
 
 mod common;
 
@@ -36,7 +37,7 @@ fn host_kato_s() -> u32 {
         .unwrap_or(5)
 }
 
-/// Why the guest tests cannot run here (printed, and the test returns), or None.
+/// Why the guest tests cannot run here (see `test_guest::prereq`), or None.
 fn skip_reason() -> Option<String> {
     if let Err(e) = test_guest::find_qemu() {
         return Some(e.to_string());
@@ -50,7 +51,7 @@ fn skip_reason() -> Option<String> {
 macro_rules! skip_unless_ready {
     () => {
         if let Some(why) = skip_reason() {
-            eprintln!("SKIP: {why}");
+            test_guest::prereq::missing(why);
             return;
         }
     };
@@ -735,7 +736,7 @@ fn kernel_multipath_failover() {
         .is_none()
         .then_some("etcd not installed (Debian package etcd-server)")
     {
-        eprintln!("SKIP: {why}");
+        test_guest::prereq::missing(why);
         return;
     }
     let c = Cluster::start();

@@ -29,6 +29,10 @@
 //! package download with `apt-get download`, ~10 s; then a no-op stamp
 //! check) under a file lock, so parallel test binaries build once.
 //!
+//! A test that chooses to skip where QEMU (or anything else) is missing goes through
+//! [`prereq`]: it says plainly that it did not run, and fails under
+//! `FERROBAY_REQUIRE_ALL=1`. Every test crate uses that module for its skips.
+//!
 //! Environment: `FERROBAY_GUEST_DIR` (cache, default `<repo>/target/guest`),
 //! `FERROBAY_GUEST_ACCEL=kvm` (default TCG: a `/dev/kvm` that cannot run a
 //! stock kernel exists on some hosts, so KVM is never auto-detected).
@@ -107,6 +111,7 @@ mod error;
 mod guest;
 mod image;
 mod output;
+pub mod prereq;
 mod qemu;
 mod record;
 mod sync;

@@ -36,6 +36,16 @@ pub(crate) fn open(path: &Path, opts: &OpenOptions) -> Result<Opened, BlockError
                 format!("size {size} is not a non-zero multiple of 512"),
             ));
         }
+        // Linux file sizes are signed 64-bit (off_t).
+        if i64::try_from(size).is_err() {
+            return Err(invalid(
+                path,
+                format!(
+                    "size {size} bytes is more than a file can hold ({} bytes)",
+                    i64::MAX
+                ),
+            ));
+        }
         create_sparse_if_missing(path, size, opts.read_only)?;
     }
     let (file, direct) = open_flags(path, opts)?;
@@ -153,7 +163,11 @@ fn create_sparse_if_missing(
         .create_new(true)
         .open(path)
     {
-        Ok(f) => f.set_len(size_bytes).map_err(|e| with_path(path, e)),
+        Ok(f) => f.set_len(size_bytes).map_err(|e| {
+            // Do not leave an empty image behind (EFBIG: more than the filesystem allows).
+            let _ = std::fs::remove_file(path);
+            with_path(path, e)
+        }),
         // Someone created it meanwhile: treat it as existing.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(with_path(path, e)),

@@ -5,12 +5,19 @@
 //! `io_uring_enter` waits for both new work and completions. Results go back through
 //! oneshot channels. Buffers live in the thread's slot table until their completion
 //! arrives, so a caller that gives up never frees memory the kernel is still using.
+//!
+//! Shutdown: dropping [`Uring`] closes the channel and pokes the eventfd. The thread
+//! finishes the I/O in flight, then, if its eventfd read is still armed, pokes the eventfd
+//! itself and waits for that read's completion too: only when the kernel has given back
+//! every buffer (no slot in flight, no wake read armed) does the thread return and free
+//! them. Closing the ring fd does not wait for requests to be cancelled, so returning any
+//! earlier would let the kernel write 8 bytes into a freed `wake_buf`.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 
 use io_uring::{IoUring, opcode, squeue, types};
 use tokio::sync::mpsc::error::TryRecvError;
@@ -30,6 +37,16 @@ struct Shared {
     /// Set by the ring thread before it blocks with room for more work; a submitter that
     /// finds it set clears it and pokes the eventfd (Dekker-style with SeqCst fences).
     sleeping: AtomicBool,
+    /// Set by the ring thread as it lets go of its buffers: what the kernel still had.
+    exit: OnceLock<RingExit>,
+}
+
+/// The kernel's outstanding references when the ring thread returned. Always none (the
+/// loop returns only then); kept so tests can check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RingExit {
+    in_flight: usize,
+    wake_read_armed: bool,
 }
 
 pub(crate) struct Uring {
@@ -47,6 +64,7 @@ impl Uring {
         let shared = Arc::new(Shared {
             wake_fd: sys::eventfd()?,
             sleeping: AtomicBool::new(false),
+            exit: OnceLock::new(),
         });
         let (tx, rx) = mpsc::channel(depth as usize);
         let thread = RingThread {
@@ -55,6 +73,7 @@ impl Uring {
             free: Vec::new(),
             in_flight: 0,
             depth: depth as usize,
+            wake_armed: false,
             wake_buf: Box::new(0),
             file,
             rx,
@@ -134,13 +153,16 @@ struct Slot {
     reply: oneshot::Sender<Done>,
 }
 
-/// Field order matters: the ring is dropped (closed) before the buffers it may point into.
+/// Field order: the ring is dropped (closed) before the buffers. `run` returns only when
+/// the kernel holds none of them; after a panic, `Drop` leaks those it may still hold.
 struct RingThread {
     ring: IoUring,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     in_flight: usize,
     depth: usize,
+    /// A read into `wake_buf` is queued in the ring and its completion not yet reaped.
+    wake_armed: bool,
     wake_buf: Box<u64>,
     file: Arc<File>,
     rx: mpsc::Receiver<Request>,
@@ -149,10 +171,14 @@ struct RingThread {
 
 impl Drop for RingThread {
     fn drop(&mut self) {
+        // Only after a panic can the kernel still hold buffers here (`run` returns when it
+        // holds none): it may write into them after the ring is closed, so leak them
+        // rather than free them.
         if self.in_flight > 0 {
-            // Only on a panic: the kernel may still write into these buffers after the
-            // ring is closed, so leak them rather than free them.
             std::mem::forget(std::mem::take(&mut self.slots));
+        }
+        if self.wake_armed {
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
         }
     }
 }
@@ -160,7 +186,8 @@ impl Drop for RingThread {
 impl RingThread {
     fn run(mut self) {
         let mut closing = false;
-        let mut wake_armed = false;
+        // The eventfd was poked to complete the wake read during shutdown.
+        let mut wake_poked = false;
         let mut reaped: Vec<(u64, i32)> = Vec::with_capacity(self.depth + 1);
         loop {
             while !closing && self.in_flight < self.depth {
@@ -171,9 +198,17 @@ impl RingThread {
                 }
             }
             if closing && self.in_flight == 0 {
-                return;
+                if !self.wake_armed {
+                    break;
+                }
+                // The read on the eventfd is still queued: complete it (the counter is
+                // ours, nobody else reads it) and reap it before `wake_buf` is freed.
+                if !wake_poked {
+                    sys::eventfd_signal(&self.shared.wake_fd);
+                    wake_poked = true;
+                }
             }
-            if !wake_armed && !closing {
+            if !self.wake_armed && !closing {
                 let entry = opcode::Read::new(
                     types::Fd(self.shared.wake_fd.as_raw_fd()),
                     (&mut *self.wake_buf as *mut u64).cast::<u8>(),
@@ -182,7 +217,7 @@ impl RingThread {
                 .build()
                 .user_data(WAKE_TOKEN);
                 self.push(&entry);
-                wake_armed = true;
+                self.wake_armed = true;
             }
             if !closing && self.in_flight < self.depth {
                 self.shared.sleeping.store(true, Ordering::SeqCst);
@@ -215,12 +250,17 @@ impl RingThread {
             reaped.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             for &(token, res) in &reaped {
                 if token == WAKE_TOKEN {
-                    wake_armed = false;
+                    self.wake_armed = false;
                 } else if let Ok(idx) = usize::try_from(token) {
                     self.complete(idx, res);
                 }
             }
         }
+        let _ = self.shared.exit.set(RingExit {
+            in_flight: self.in_flight,
+            wake_read_armed: self.wake_armed,
+        });
+        // Dropping `self` now closes the ring and frees the buffers: the kernel holds none.
     }
 
     fn start(&mut self, req: Request) {
@@ -299,8 +339,12 @@ impl RingThread {
         // read is ever queued, so a full queue only needs a submit to drain it.
         loop {
             // SAFETY: every buffer an entry points to (slot IoBufs, wake_buf) is owned by
-            // this struct and stays put until the matching completion is reaped; the fds
-            // (file, eventfd) are kept open by `file` and `shared`.
+            // this struct and is neither moved nor freed until the matching completion is
+            // reaped: a slot's IoBuf leaves the table only in `finish`, after its CQE, and
+            // `run` returns (dropping `wake_buf` and the slots) only once no slot is in
+            // flight and the wake read's CQE has been reaped (it pokes the eventfd itself
+            // at shutdown to get it). After a panic, `Drop` leaks whatever is still
+            // referenced. The fds (file, eventfd) are kept open by `file` and `shared`.
             #[allow(unsafe_code)]
             let pushed = unsafe { self.ring.submission().push(entry) };
             if pushed.is_ok() {
@@ -367,5 +411,121 @@ impl RingThread {
         });
         // If the caller went away the buffer is simply dropped: the kernel is done with it.
         let _ = slot.reply.send(done);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
+
+    const DEVICES: usize = 24;
+    const ROUNDS: usize = 6;
+    const TASKS_PER_DEVICE: usize = 6;
+    const FILE_BYTES: u64 = 1 << 20;
+
+    /// Waits for the ring thread of `shared` to return, and says what the kernel still had.
+    fn exit_of(shared: &Shared) -> RingExit {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(exit) = shared.exit.get() {
+                return *exit;
+            }
+            assert!(Instant::now() < deadline, "ring thread did not exit");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Many rings shut down while callers have I/O queued and in flight (the callers give
+    /// up mid-request) and submitters keep poking the eventfd: every ring thread must
+    /// return only after the kernel gave back every buffer, the wake read's included.
+    /// (Before the fix the thread returned with the wake read still armed and freed its
+    /// buffer; the kernel could then write into freed memory.)
+    #[test]
+    fn shutdown_with_io_and_wakeups_in_flight_waits_for_every_completion() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let completed = Arc::new(AtomicU64::new(0));
+        let mut exits = Vec::new();
+        for round in 0..ROUNDS {
+            let mut rings = Vec::new();
+            for d in 0..DEVICES {
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(dir.path().join(format!("r{round}-d{d}.img")))
+                    .expect("image file");
+                file.set_len(FILE_BYTES).expect("size");
+                let ring = Uring::start(Arc::new(file), 4, &format!("t{d}")).expect("io_uring");
+                rings.push(Arc::new(ring));
+            }
+            let tasks: Vec<_> = rings
+                .iter()
+                .flat_map(|ring| (0..TASKS_PER_DEVICE).map(move |t| (ring.clone(), t)))
+                .map(|(ring, t)| {
+                    let completed = completed.clone();
+                    rt.spawn(async move {
+                        for i in 0u64.. {
+                            let offset_bytes = ((i * 7 + t as u64) * 4096) % FILE_BYTES;
+                            let op = match i % 5 {
+                                0 => Op::Flush,
+                                1 | 2 => Op::Write {
+                                    offset_bytes,
+                                    buf: IoBuf::from_slice(&[i as u8; 4096]),
+                                    fua: false,
+                                },
+                                _ => Op::Read {
+                                    offset_bytes,
+                                    buf: IoBuf::new_zeroed(4096),
+                                },
+                            };
+                            match ring.submit(op).await {
+                                Ok(Ok(_)) => completed.fetch_add(1, Ordering::Relaxed),
+                                Ok(Err((e, at))) => panic!("I/O at {at}: {e}"),
+                                Err(e) => panic!("ring closed under a live caller: {e}"),
+                            };
+                            if i % 16 == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            // Let the rings get busy, then give up on everything mid-flight.
+            std::thread::sleep(Duration::from_millis(30));
+            for task in &tasks {
+                task.abort();
+            }
+            for task in tasks {
+                let e = rt.block_on(task).expect_err("the task loops until aborted");
+                assert!(e.is_cancelled(), "{e}");
+            }
+            // The tasks are gone: dropping the last handle shuts each ring down while the
+            // requests the aborted callers left behind are still in the ring.
+            for ring in rings {
+                let shared = ring.shared.clone();
+                drop(ring);
+                exits.push(shared);
+            }
+        }
+        for shared in &exits {
+            assert_eq!(
+                exit_of(shared),
+                RingExit {
+                    in_flight: 0,
+                    wake_read_armed: false
+                },
+                "a ring thread freed buffers the kernel still had"
+            );
+        }
+        // The rings were really serving when they were shut down.
+        assert!(completed.load(Ordering::Relaxed) > (DEVICES * ROUNDS) as u64);
     }
 }

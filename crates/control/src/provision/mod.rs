@@ -164,9 +164,11 @@ fn check_request(req: &CreateVolume) -> Result<Plan, ControlError> {
             )));
         }
     }
-    level.params(names.len(), stripe_unit_bytes).map_err(|e| {
+    let params = level.params(names.len(), stripe_unit_bytes).map_err(|e| {
         ControlError::Invalid(format!("{} with {} member(s): {e}", req.level, names.len()))
     })?;
+    // A size no member could hold is refused before any storage node is asked.
+    sizing::member_bytes_for(&params, req.size_bytes)?;
     Ok(Plan {
         level,
         stripe_unit_bytes,
@@ -380,7 +382,15 @@ async fn format(
         .max()
         .unwrap_or(512)
         .max(512);
-    let size_bytes = req.size_bytes.div_ceil(u64::from(block)) * u64::from(block);
+    let size_bytes = req
+        .size_bytes
+        .checked_next_multiple_of(u64::from(block))
+        .ok_or_else(|| {
+            ControlError::Invalid(format!(
+                "volume size {} bytes is too large for {block}-byte blocks",
+                req.size_bytes
+            ))
+        })?;
     let usable = sizing::volume_bytes_for(&params, smallest).unwrap_or(0);
     if size_bytes > usable {
         return Err(ControlError::Invalid(format!(
@@ -660,6 +670,13 @@ mod tests {
             ..ok.clone()
         };
         assert!(matches!(check_request(&su), Err(ControlError::Invalid(_))));
+        let huge = CreateVolume {
+            size_bytes: u64::MAX,
+            ..ok.clone()
+        };
+        assert!(
+            matches!(check_request(&huge), Err(ControlError::Invalid(m)) if m.contains("too large"))
+        );
         let owner = CreateVolume {
             preferred_owner: Some("a b".into()),
             ..ok

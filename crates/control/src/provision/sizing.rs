@@ -1,6 +1,7 @@
 //! How big each member must be for a volume of a given usable size: the inverse of
 //! `Volume::create`'s layout (superblocks, bitmap, stripe journal, data area rounded to
-//! stripe units, whole rows).
+//! stripe units, whole rows). Sizes come from users: all arithmetic is checked, and a size
+//! no member can hold is an error naming it, never a panic or a wrapped value.
 
 use volume::format::{DATA_ALIGN_BYTES, DEFAULT_REGION_BYTES, plan_areas};
 use volume::layout::{Family, Geometry, LayoutParams};
@@ -43,24 +44,35 @@ pub fn member_bytes_for(params: &LayoutParams, size_bytes: u64) -> Result<u64, C
     if size_bytes == 0 {
         return Err(ControlError::Invalid("volume size must be above 0".into()));
     }
+    let too_large = || {
+        ControlError::Invalid(format!(
+            "volume size {size_bytes} bytes is too large: {} members of a {} volume \
+             cannot hold it",
+            params.members, params.level
+        ))
+    };
     let su = params.stripe_unit_bytes.max(1);
     let n = params.members as u64;
     // Stripe units of data each member must hold.
     let chunks = size_bytes.div_ceil(su);
     let rows = match params.family() {
-        Family::Rotating { k, .. } => chunks.div_ceil(k as u64),
-        Family::Near { copies } => (chunks * copies as u64).div_ceil(n.max(1)),
+        Family::Rotating { k, .. } => chunks.div_ceil((k as u64).max(1)),
+        Family::Near { copies } => chunks
+            .checked_mul(copies as u64)
+            .ok_or_else(too_large)?
+            .div_ceil(n.max(1)),
     };
-    let data = rows.checked_mul(su).ok_or_else(|| {
-        ControlError::Invalid(format!("volume size {size_bytes} bytes is too large"))
-    })?;
+    let data = rows.checked_mul(su).ok_or_else(too_large)?;
     // Superblocks, bitmap and journal come first, aligned to DATA_ALIGN_BYTES: a first
     // guess above the need, then down while a smaller member still fits (the overhead
     // grows a little with the member: the bitmap), or up until one does.
     let fits = |m: u64| volume_bytes_for(params, m).is_ok_and(|v| v >= size_bytes);
     let step = DATA_ALIGN_BYTES.max(MEMBER_ALIGN_BYTES);
     let overhead = (4 << 20) + journal_bytes(params);
-    let mut member = (data + overhead).div_ceil(step) * step;
+    let mut member = data
+        .checked_add(overhead)
+        .and_then(|m| m.checked_next_multiple_of(step))
+        .ok_or_else(too_large)?;
     for _ in 0..SEARCH_STEPS {
         if fits(member) {
             while member > step && fits(member - step) {
@@ -68,11 +80,9 @@ pub fn member_bytes_for(params: &LayoutParams, size_bytes: u64) -> Result<u64, C
             }
             return Ok(member);
         }
-        member += step;
+        member = member.checked_add(step).ok_or_else(too_large)?;
     }
-    Err(ControlError::Invalid(format!(
-        "cannot size members for a volume of {size_bytes} bytes"
-    )))
+    Err(too_large())
 }
 
 /// Bound of the sizing search (each step is 1 MiB; the first guess is within a few).
@@ -110,5 +120,36 @@ mod tests {
             }
         }
         assert!(member_bytes_for(&LevelSpec::Raid5.params(3, 65536).expect("p"), 0).is_err());
+    }
+
+    /// `volume create --level raid1 --size 18446744073709420544` overflowed here (a panic
+    /// in debug builds, a wrapped member size in release).
+    #[test]
+    fn sizes_no_member_can_hold_are_errors() {
+        let raid1 = LevelSpec::Raid1.params(2, 65536).expect("params");
+        let e = member_bytes_for(&raid1, 18_446_744_073_709_420_544).expect_err("too large");
+        assert_eq!(
+            e.to_string(),
+            "volume size 18446744073709420544 bytes is too large: 2 members of a raid1 \
+             volume cannot hold it"
+        );
+        for (level, n) in [
+            ("raid0", 32),
+            ("raid1", 2),
+            ("raid10", 4),
+            ("raid5", 3),
+            ("10+4", 14),
+        ] {
+            let spec: LevelSpec = level.parse().expect("level");
+            for su in [4096, 16 << 20] {
+                let p = spec.params(n, su).expect("params");
+                for size in [u64::MAX, u64::MAX - 4095, 1 << 63, (1 << 63) + 1] {
+                    match member_bytes_for(&p, size) {
+                        Ok(m) => assert!(volume_bytes_for(&p, m).expect("volume") >= size),
+                        Err(e) => assert!(e.to_string().contains("too large"), "{e}"),
+                    }
+                }
+            }
+        }
     }
 }

@@ -5,6 +5,10 @@ use crate::layout::LayoutError;
 
 /// Default write-intent bitmap region: member data bytes per bit.
 pub const DEFAULT_REGION_BYTES: u64 = 64 << 20;
+/// Most write-intent bitmap regions a member has: bigger members get bigger regions (the
+/// region doubles until they fit), so the bitmap's memory stays bounded (~6 bytes each).
+/// At the default 64 MiB regions that is members up to 1 PiB.
+pub const MAX_REGIONS: u64 = 1 << 24;
 /// Member data starts at a multiple of this.
 pub const DATA_ALIGN_BYTES: u64 = 1 << 20;
 /// The bitmap starts right after the second superblock copy.
@@ -24,7 +28,8 @@ pub struct AreaPlan {
 }
 
 /// Plans the areas for members of at least `min_member_bytes`. `region_bytes` is rounded
-/// up to a multiple of the stripe unit, `journal_bytes` (0 = no journal) to 4 KiB.
+/// up to a multiple of the stripe unit (and doubled while the member would have more than
+/// [`MAX_REGIONS`]), `journal_bytes` (0 = no journal) to 4 KiB.
 pub fn plan_areas(
     min_member_bytes: u64,
     stripe_unit_bytes: u64,
@@ -32,11 +37,23 @@ pub fn plan_areas(
     journal_bytes: u64,
 ) -> Result<AreaPlan, LayoutError> {
     let su = stripe_unit_bytes.max(1);
-    let region_bytes = region_bytes.max(su).div_ceil(su) * su;
+    let too_large = LayoutError::TooLarge {
+        members: 1,
+        member_bytes: min_member_bytes,
+    };
+    let mut region_bytes = region_bytes
+        .max(su)
+        .checked_next_multiple_of(su)
+        .ok_or(too_large.clone())?;
+    while min_member_bytes.div_ceil(region_bytes) > MAX_REGIONS {
+        region_bytes = region_bytes.checked_mul(2).ok_or(too_large.clone())?;
+    }
     // Size the bitmap for the whole device (an upper bound), then fit the data after it.
     let max_regions = min_member_bytes.div_ceil(region_bytes);
     let area_bytes = max_regions.div_ceil(8).max(1).div_ceil(4096) * 4096;
-    let journal_bytes = journal_bytes.div_ceil(4096) * 4096;
+    let journal_bytes = journal_bytes
+        .checked_next_multiple_of(4096)
+        .ok_or(too_large)?;
     let journal_offset_bytes = if journal_bytes > 0 {
         BITMAP_OFFSET_BYTES + area_bytes
     } else {
@@ -86,6 +103,12 @@ mod tests {
         // Region rounded up to the stripe unit.
         let p = plan_areas(64 << 20, 12 << 10, 100 << 10, 0).unwrap();
         assert_eq!(p.bitmap.region_bytes, 108 << 10);
+        // Past 1 PiB the region grows: the bitmap (and its memory) stays bounded.
+        let p = plan_areas(1 << 50, 64 << 10, DEFAULT_REGION_BYTES, 0).unwrap();
+        assert_eq!(p.bitmap.region_bytes, DEFAULT_REGION_BYTES);
+        let p = plan_areas(u64::MAX, 64 << 10, DEFAULT_REGION_BYTES, 0).unwrap();
+        assert_eq!(p.bitmap.region_bytes, 1 << 40);
+        assert!(p.bitmap.region_count <= MAX_REGIONS);
         // A journal goes between the bitmap and the data.
         let p = plan_areas(64 << 20, 64 << 10, DEFAULT_REGION_BYTES, (8 << 20) + 1).unwrap();
         assert_eq!(p.journal_offset_bytes, 8192 + 4096);

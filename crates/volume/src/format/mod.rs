@@ -5,7 +5,7 @@ pub(crate) mod codec;
 mod superblock;
 
 pub use areas::{
-    AreaPlan, BITMAP_OFFSET_BYTES, DATA_ALIGN_BYTES, DEFAULT_REGION_BYTES, plan_areas,
+    AreaPlan, BITMAP_OFFSET_BYTES, DATA_ALIGN_BYTES, DEFAULT_REGION_BYTES, MAX_REGIONS, plan_areas,
 };
 pub use superblock::{
     BitmapGeometry, DOMAIN_MAX_BYTES, FORMAT_VERSION, FormatError, MAX_ENTRIES, MemberEntry,

@@ -379,6 +379,7 @@ impl Superblock {
             && bm.offset_bytes.is_multiple_of(4096)
             && bm.area_bytes.is_multiple_of(4096)
             && bm.region_count == self.usable_member_bytes.div_ceil(bm.region_bytes)
+            && bm.region_count <= super::areas::MAX_REGIONS
             && bm.region_count.div_ceil(8) <= bm.area_bytes
             && self.data_offset_bytes.is_multiple_of(4096);
         if !fields_ok {

@@ -7,43 +7,9 @@ use uuid::Uuid;
 use super::*;
 use crate::layout::LayoutParams;
 
-/// The committed vector (tests/vectors/superblock_v1.bin) is this superblock.
-pub(crate) fn vector_superblock() -> Superblock {
-    let plan = plan_areas(1 << 30, 64 << 10, DEFAULT_REGION_BYTES, 0).unwrap();
-    let uuid = |b: u8| Uuid::from_bytes([b; 16]);
-    let mut members: Vec<MemberEntry> = (0..6u8)
-        .map(|i| {
-            let mut e = MemberEntry::new(uuid(0x10 + i), MemberState::Active, 1 << 30);
-            e.failure_domain = format!("node-{i}");
-            e
-        })
-        .collect();
-    members[2].state = MemberState::Failed;
-    members[2].state_generation = 6;
-    members[4].state = MemberState::Rebuilding;
-    members[2].valid_bytes = 1 << 20;
-    members[4].rebuild_offset_bytes = 5 << 20;
-    members[4].valid_bytes = 3 << 20;
-    members.push(MemberEntry::new(uuid(0x20), MemberState::Spare, 2 << 30));
-    Superblock {
-        volume_uuid: uuid(0xA5),
-        name: "vector-raid6".into(),
-        member_uuid: uuid(0x11),
-        member_index: 1,
-        generation: 7,
-        seq: 42,
-        created_unix_secs: 1_700_000_000,
-        clean: false,
-        layout: LayoutParams::raid6(6),
-        logical_block_bytes: 512,
-        data_offset_bytes: plan.data_offset_bytes,
-        usable_member_bytes: plan.usable_member_bytes,
-        bitmap: plan.bitmap,
-        journal_offset_bytes: 0,
-        journal_bytes: 0,
-        members,
-    }
-}
+// The committed vector (tests/vectors/superblock_v1.bin): `vector_superblock()`, shared
+// with the generator `cargo run -p volume --example write_vectors`.
+include!("../../tests/vectors/superblock_v1.rs");
 
 const VECTOR: &[u8] = include_bytes!("../../tests/vectors/superblock_v1.bin");
 
@@ -74,19 +40,6 @@ fn fixed_vector_decodes_and_reencodes() {
         5 << 20
     );
     assert_eq!(VECTOR[256 + 6 * 96 + 16], 3, "entry 6 spare");
-}
-
-/// Regenerates the vector: `VOLUME_WRITE_VECTORS=1 cargo test -p volume write_vector`.
-#[test]
-fn write_vector() {
-    if std::env::var_os("VOLUME_WRITE_VECTORS").is_none() {
-        return;
-    }
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/vectors/superblock_v1.bin"
-    );
-    std::fs::write(path, vector_superblock().encode()).unwrap();
 }
 
 #[test]

@@ -61,12 +61,27 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// `member_bytes` is rounded down to whole stripe units.
+    /// `member_bytes` is rounded down to whole stripe units. Refused when the volume's
+    /// byte count would not fit in a u64 (so every offset derived from it does).
     pub fn new(params: LayoutParams, member_bytes: u64) -> Result<Geometry, LayoutError> {
         params.validate()?;
         let rows = member_bytes / params.stripe_unit_bytes;
         if rows == 0 {
             return Err(LayoutError::TooSmall { member_bytes });
+        }
+        let n = params.members as u64;
+        let chunks = match params.family() {
+            Family::Near { copies } => n.checked_mul(rows).map(|s| s / copies as u64),
+            Family::Rotating { k, .. } => (k as u64).checked_mul(rows),
+        };
+        if chunks
+            .and_then(|c| c.checked_mul(params.stripe_unit_bytes))
+            .is_none()
+        {
+            return Err(LayoutError::TooLarge {
+                members: params.members,
+                member_bytes,
+            });
         }
         Ok(Geometry { params, rows })
     }

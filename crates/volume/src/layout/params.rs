@@ -88,6 +88,11 @@ pub enum LayoutError {
     StripeUnit(u64),
     #[error("members too small: {member_bytes} usable bytes is less than one stripe unit")]
     TooSmall { member_bytes: u64 },
+    #[error(
+        "members too large: {members} members of {member_bytes} usable bytes make a volume \
+         over 16 EiB"
+    )]
+    TooLarge { members: usize, member_bytes: u64 },
     #[error("invalid level \"{0}\" (expected raid0, raid1, raid10, raid10:C, raid5, raid6 or K+M)")]
     Parse(String),
 }
