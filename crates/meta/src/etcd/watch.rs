@@ -45,7 +45,7 @@ pub(super) async fn open(params: WatchParams, from: Revision) -> Result<WatchStr
 
 /// An etcd watch call. Holding `_requests` keeps the request side open, as etcd's own
 /// clients do, for as long as the watch is read.
-pub(super) struct EtcdWatch {
+struct EtcdWatch {
     _requests: requests_mpsc::Sender<WatchRequest>,
     replies: Streaming<WatchResponse>,
 }
