@@ -11,11 +11,8 @@ command -v file >/dev/null || need+=(file)
 command -v xz >/dev/null || need+=(xz-utils)
 # ISA-L, the reference the erasure-coding benchmark compares against (loaded at run time).
 [ -e /usr/include/isa-l.h ] || need+=(libisal-dev)
-# etcd server for the meta crate's tests; etcd-client compiles etcd's .proto files at build
-# time: protoc plus Google's well-known types.
+# etcd server for the meta crate's tests. (No protoc: the etcd API code is committed.)
 command -v etcd >/dev/null || need+=(etcd-server)
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}"
     apt-get update -qq

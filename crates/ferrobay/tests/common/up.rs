@@ -1,5 +1,7 @@
 //! A `ferrobay up` child process as a user runs it: stdout lines come through a channel,
 //! stderr goes to a file. Killed on drop (a test that panics leaves nothing running).
+//! `$FERROBAY_UP_BIN` runs another build of the binary (scripts/fresh-clone-check.sh: the
+//! one built in a fresh clone without protoc).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,6 +12,8 @@ use std::time::{Duration, Instant};
 use super::cluster::kill_if_running;
 use super::ferrobay_bin;
 
+/// Path of the `ferrobay` binary to run instead of this build's.
+pub const UP_BIN_ENV: &str = "FERROBAY_UP_BIN";
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -25,7 +29,7 @@ impl Up {
     /// Starts `ferrobay up` on `data_dir` and `port`, stderr into `log`.
     pub fn start(data_dir: &Path, port: u16, log: PathBuf) -> Up {
         let err = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(ferrobay_bin())
+        let mut child = Command::new(up_bin())
             .args(["up", "--data-dir"])
             .arg(data_dir)
             // A small volume: creating it writes zeros over the members' data areas (the
@@ -127,6 +131,17 @@ impl Drop for Up {
     fn drop(&mut self) {
         kill_if_running(&mut self.child);
     }
+}
+
+/// `$FERROBAY_UP_BIN` if set (it must be a file), else this build's binary.
+fn up_bin() -> PathBuf {
+    let Some(bin) = std::env::var_os(UP_BIN_ENV) else {
+        return PathBuf::from(ferrobay_bin());
+    };
+    let bin = PathBuf::from(bin);
+    assert!(bin.is_file(), "${UP_BIN_ENV}: no file {}", bin.display());
+    eprintln!("running {} (${UP_BIN_ENV})", bin.display());
+    bin
 }
 
 /// The value after `flag` in the connect line's words.

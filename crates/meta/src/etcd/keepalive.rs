@@ -7,15 +7,29 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use futures::SinkExt;
+use futures::channel::mpsc;
+use tonic::Streaming;
 
+use super::api::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use super::client::Client;
 use super::convert;
 use crate::error::MetaError;
 use crate::types::LeaseId;
 
+/// Renewals queued on one stream; one at a time is in flight, so this is never reached.
+const RENEWALS_QUEUED: usize = 4;
+
+/// An open keep-alive stream: requests go in through `requests`, replies come back on
+/// `replies`. Dropping it ends the call.
+struct KeepAliveStream {
+    requests: mpsc::Sender<LeaseKeepAliveRequest>,
+    replies: Streaming<LeaseKeepAliveResponse>,
+}
+
 #[derive(Default)]
 struct Slot {
-    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    stream: Option<KeepAliveStream>,
     /// A renewal was sent and its reply not (yet) read.
     in_flight: bool,
 }
@@ -39,7 +53,7 @@ impl KeepAlives {
     /// Renews `lease`; returns the TTL (ms) the server set.
     pub async fn renew(
         &self,
-        client: &etcd_client::Client,
+        client: &Client,
         lease: LeaseId,
         timeout: Duration,
     ) -> Result<u64, MetaError> {
@@ -71,38 +85,50 @@ impl KeepAlives {
     }
 }
 
+/// One renewal: a request on the lease's stream (opened with this request if there is
+/// none) and its reply.
 async fn renew_on(
-    client: &etcd_client::Client,
+    client: &Client,
     lease: LeaseId,
-    stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    stream: &mut Option<KeepAliveStream>,
 ) -> Result<u64, MetaError> {
-    let (keeper, replies) = match stream {
-        Some(open) => open,
-        None => {
-            // Opening the stream renews once and checks the lease exists.
-            let opened = client
-                .lease_client()
-                .keep_alive(lease.0)
+    let request = LeaseKeepAliveRequest { id: lease.0 };
+    let open = match stream {
+        Some(open) => {
+            open.requests
+                .send(request)
                 .await
-                .map_err(|e| convert::error(e, Some(lease)))?;
-            stream.insert(opened)
+                .map_err(|_| closed_stream())?;
+            open
+        }
+        None => {
+            // etcd answers the call only once the first request is in: queue it first.
+            let (mut requests, queued) = mpsc::channel(RENEWALS_QUEUED);
+            requests.send(request).await.map_err(|_| closed_stream())?;
+            let replies = client
+                .lease()
+                .lease_keep_alive(queued)
+                .await
+                .map_err(|e| convert::error(e, Some(lease)))?
+                .into_inner();
+            stream.insert(KeepAliveStream { requests, replies })
         }
     };
-    keeper
-        .keep_alive()
-        .await
-        .map_err(|e| convert::error(e, Some(lease)))?;
-    match replies
+    match open
+        .replies
         .message()
         .await
         .map_err(|e| convert::error(e, Some(lease)))?
     {
-        Some(reply) if reply.ttl() > 0 => {
-            Ok(u64::try_from(reply.ttl()).unwrap_or(0).saturating_mul(1000))
+        // etcd answers an unknown lease with TTL <= 0, not an error.
+        Some(reply) if reply.ttl > 0 => {
+            Ok(u64::try_from(reply.ttl).unwrap_or(0).saturating_mul(1000))
         }
         Some(_) => Err(MetaError::LeaseNotFound(lease)),
-        None => Err(MetaError::Unavailable(
-            "etcd closed the lease keep-alive stream".into(),
-        )),
+        None => Err(closed_stream()),
     }
+}
+
+fn closed_stream() -> MetaError {
+    MetaError::Unavailable("etcd closed the lease keep-alive stream".into())
 }

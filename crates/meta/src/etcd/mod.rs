@@ -1,4 +1,5 @@
-//! The etcd backend: an etcd v3 cluster through the `etcd-client` crate.
+//! The etcd backend: an etcd v3 cluster over its gRPC API (`api`, generated code committed
+//! so that building needs no protoc; `client` holds the connection).
 //!
 //! Revisions are etcd's (`mod_revision` of a key, header revision of a response); a
 //! compare-and-swap is an etcd Txn comparing `mod_revision` (or `version == 0` for an
@@ -6,13 +7,22 @@
 //! revision when the connection breaks; leases are etcd leases (TTL in whole seconds,
 //! rounded up, at least the server's minimum).
 
+mod api;
+mod client;
 mod convert;
 mod keepalive;
 mod watch;
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, TxnOpResponse};
+use api::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use api::etcdserverpb::request_op::Request;
+use api::etcdserverpb::response_op::Response;
+use api::etcdserverpb::{
+    CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseRevokeRequest,
+    PutRequest, RangeRequest, RequestOp, TxnRequest,
+};
+use client::{Client, prefix_range};
 
 use crate::error::MetaError;
 use crate::store::{MetaFuture, MetaStore, WatchStream};
@@ -45,7 +55,7 @@ impl Default for EtcdOptions {
 /// A store on an etcd cluster. Cheap to clone.
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: etcd_client::Client,
+    client: Client,
     options: EtcdOptions,
     keep_alives: std::sync::Arc<KeepAlives>,
 }
@@ -54,21 +64,7 @@ impl EtcdStore {
     /// Connects to the cluster at `endpoints` (`http://host:port`). The connection is made
     /// lazily: this succeeds while the cluster is down, and requests fail until it is up.
     pub async fn connect(endpoints: &[String], options: EtcdOptions) -> Result<Self, MetaError> {
-        if endpoints.is_empty() {
-            return Err(MetaError::Invalid("no etcd endpoints".into()));
-        }
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_timeout(options.request_timeout)
-            // HTTP/2 pings find a dead connection (a cut link sends no reset).
-            .with_keep_alive(options.request_timeout / 2, options.request_timeout / 2)
-            .with_keep_alive_while_idle(true)
-            // Fail at once on a member cut off from its cluster instead of serving stale
-            // reads or hanging watches.
-            .with_require_leader(true);
-        let client = etcd_client::Client::connect(endpoints, Some(connect))
-            .await
-            .map_err(|e| convert::error(e, None))?;
+        let client = Client::connect(endpoints, &options).await?;
         Ok(Self {
             client,
             options,
@@ -97,61 +93,85 @@ impl EtcdStore {
         let compares: Vec<Compare> = txn
             .compares
             .iter()
-            .map(|c| match c.expect {
-                Expect::Absent => Compare::version(c.key.as_str(), CompareOp::Equal, 0),
-                Expect::ModRevision(rev) => Compare::mod_revision(
-                    c.key.as_str(),
-                    CompareOp::Equal,
-                    i64::try_from(rev).unwrap_or(i64::MAX),
-                ),
+            .map(|c| {
+                let (target, value) = match c.expect {
+                    Expect::Absent => (CompareTarget::Version, TargetUnion::Version(0)),
+                    Expect::ModRevision(rev) => (
+                        CompareTarget::Mod,
+                        TargetUnion::ModRevision(i64::try_from(rev).unwrap_or(i64::MAX)),
+                    ),
+                };
+                Compare {
+                    result: CompareResult::Equal.into(),
+                    target: target.into(),
+                    key: c.key.as_bytes().to_vec(),
+                    range_end: Vec::new(),
+                    target_union: Some(value),
+                }
             })
             .collect();
-        let ops: Vec<etcd_client::TxnOp> = txn
+        let ops: Vec<RequestOp> = txn
             .ops
             .into_iter()
             .map(|op| match op {
-                TxnOp::Put { key, value, lease } => {
-                    let options = lease.map(|l| PutOptions::new().with_lease(l.0));
-                    etcd_client::TxnOp::put(key, value, options)
-                }
-                TxnOp::Delete { key } => etcd_client::TxnOp::delete(key, None),
+                TxnOp::Put { key, value, lease } => Request::RequestPut(PutRequest {
+                    key: key.into_bytes(),
+                    value,
+                    lease: lease.map_or(0, |l| l.0),
+                    ..PutRequest::default()
+                }),
+                TxnOp::Delete { key } => Request::RequestDeleteRange(DeleteRangeRequest {
+                    key: key.into_bytes(),
+                    ..DeleteRangeRequest::default()
+                }),
+            })
+            .map(|request| RequestOp {
+                request: Some(request),
             })
             .collect();
-        let reads: Vec<etcd_client::TxnOp> = txn
+        // When a compare fails, the current value of every compared key, for the caller.
+        let reads: Vec<RequestOp> = txn
             .compares
             .iter()
-            .map(|c| etcd_client::TxnOp::get(c.key.as_str(), None))
+            .map(|c| RequestOp {
+                request: Some(Request::RequestRange(RangeRequest {
+                    key: c.key.as_bytes().to_vec(),
+                    ..RangeRequest::default()
+                })),
+            })
             .collect();
-        let request = etcd_client::Txn::new()
-            .when(compares)
-            .and_then(ops)
-            .or_else(reads);
+        let request = TxnRequest {
+            compare: compares,
+            success: ops,
+            failure: reads,
+        };
         let reply = self
             .client
-            .kv_client()
+            .kv()
             .txn(request)
             .await
-            .map_err(|e| convert::error(e, lease))?;
-        let revision = convert::header_revision(reply.header())?;
-        if reply.succeeded() {
+            .map_err(|e| convert::error(e, lease))?
+            .into_inner();
+        let revision = convert::header_revision(reply.header.as_ref())?;
+        if reply.succeeded {
             let deleted = reply
-                .op_responses()
+                .responses
                 .iter()
-                .map(|r| match r {
-                    TxnOpResponse::Delete(d) => u64::try_from(d.deleted()).unwrap_or(0),
+                .map(|r| match &r.response {
+                    Some(Response::ResponseDeleteRange(d)) => u64::try_from(d.deleted).unwrap_or(0),
                     _ => 0,
                 })
                 .sum();
             return Ok(TxnOutcome::Committed { revision, deleted });
         }
         let mut current = Vec::with_capacity(txn.compares.len());
-        for response in reply.op_responses() {
-            let TxnOpResponse::Get(get) = response else {
+        for response in reply.responses {
+            let Some(Response::ResponseRange(range)) = response.response else {
                 return Err(MetaError::Corrupt(
                     "etcd txn: unexpected reply to a read".into(),
                 ));
             };
-            current.push(get.kvs().first().map(convert::key_value).transpose()?);
+            current.push(range.kvs.first().map(convert::key_value).transpose()?);
         }
         Ok(TxnOutcome::Failed { current })
     }
@@ -161,38 +181,45 @@ impl MetaStore for EtcdStore {
     fn get<'a>(&'a self, key: &'a str) -> MetaFuture<'a, Option<KeyValue>> {
         Box::pin(self.timed(async move {
             validate_key(key)?;
+            let request = RangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..RangeRequest::default()
+            };
             let reply = self
                 .client
-                .kv_client()
-                .get(key, None)
+                .kv()
+                .range(request)
                 .await
-                .map_err(|e| convert::error(e, None))?;
-            reply.kvs().first().map(convert::key_value).transpose()
+                .map_err(|e| convert::error(e, None))?
+                .into_inner();
+            reply.kvs.first().map(convert::key_value).transpose()
         }))
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> MetaFuture<'a, Listing> {
         Box::pin(self.timed(async move {
             validate_prefix(prefix)?;
-            let options = if prefix.is_empty() {
-                GetOptions::new().with_all_keys()
-            } else {
-                GetOptions::new().with_prefix()
+            let (key, range_end) = prefix_range(prefix);
+            let request = RangeRequest {
+                key,
+                range_end,
+                ..RangeRequest::default()
             };
             let reply = self
                 .client
-                .kv_client()
-                .get(prefix, Some(options))
+                .kv()
+                .range(request)
                 .await
-                .map_err(|e| convert::error(e, None))?;
+                .map_err(|e| convert::error(e, None))?
+                .into_inner();
             let kvs = reply
-                .kvs()
+                .kvs
                 .iter()
                 .map(convert::key_value)
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Listing {
                 kvs,
-                revision: convert::header_revision(reply.header())?,
+                revision: convert::header_revision(reply.header.as_ref())?,
             })
         }))
     }
@@ -222,11 +249,15 @@ impl MetaStore for EtcdStore {
         Box::pin(self.timed(async move {
             let rev = i64::try_from(revision)
                 .map_err(|_| MetaError::Invalid(format!("revision {revision} out of range")))?;
-            let options = etcd_client::CompactionOptions::new().with_physical();
-            match self.client.kv_client().compact(rev, Some(options)).await {
+            let request = CompactionRequest {
+                revision: rev,
+                // Wait until the compacted revisions are gone from the backend.
+                physical: true,
+            };
+            match self.client.kv().compact(request).await {
                 Ok(_) => Ok(()),
-                Err(e) if convert::message(&e).contains(convert::COMPACTED) => Ok(()),
-                Err(e) if convert::message(&e).contains(convert::FUTURE_REVISION) => Err(
+                Err(e) if e.message().contains(convert::COMPACTED) => Ok(()),
+                Err(e) if e.message().contains(convert::FUTURE_REVISION) => Err(
                     MetaError::Invalid(format!("cannot compact future revision {revision}")),
                 ),
                 Err(e) => Err(convert::error(e, None)),
@@ -241,24 +272,27 @@ impl MetaStore for EtcdStore {
             }
             let ttl_s = i64::try_from(ttl_ms.div_ceil(1000))
                 .map_err(|_| MetaError::Invalid(format!("lease TTL {ttl_ms} ms too long")))?;
+            // Id 0: the server picks one.
+            let request = LeaseGrantRequest { ttl: ttl_s, id: 0 };
             let reply = self
                 .client
-                .lease_client()
-                .grant(ttl_s, None)
+                .lease()
+                .lease_grant(request)
                 .await
-                .map_err(|e| convert::error(e, None))?;
-            if !reply.error().is_empty() {
+                .map_err(|e| convert::error(e, None))?
+                .into_inner();
+            if !reply.error.is_empty() {
                 return Err(MetaError::Backend(format!(
                     "etcd lease grant: {}",
-                    reply.error()
+                    reply.error
                 )));
             }
-            let granted_s = u64::try_from(reply.ttl())
+            let granted_s = u64::try_from(reply.ttl)
                 .ok()
                 .filter(|s| *s > 0)
-                .ok_or_else(|| MetaError::Corrupt(format!("etcd granted TTL {}", reply.ttl())))?;
+                .ok_or_else(|| MetaError::Corrupt(format!("etcd granted TTL {}", reply.ttl)))?;
             Ok(Lease {
-                id: LeaseId(reply.id()),
+                id: LeaseId(reply.id),
                 ttl_ms: granted_s.saturating_mul(1000),
             })
         }))
@@ -274,7 +308,8 @@ impl MetaStore for EtcdStore {
     fn revoke_lease(&self, lease: LeaseId) -> MetaFuture<'_, bool> {
         Box::pin(self.timed(async move {
             self.keep_alives.forget(lease);
-            match self.client.lease_client().revoke(lease.0).await {
+            let request = LeaseRevokeRequest { id: lease.0 };
+            match self.client.lease().lease_revoke(request).await {
                 Ok(_) => Ok(true),
                 Err(e) => match convert::error(e, Some(lease)) {
                     MetaError::LeaseNotFound(_) => Ok(false),

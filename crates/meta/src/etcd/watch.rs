@@ -5,9 +5,15 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::channel::mpsc as requests_mpsc;
+use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
+use tonic::Streaming;
 
+use super::api::etcdserverpb::watch_request::RequestUnion;
+use super::api::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
+use super::api::mvccpb;
+use super::client::{Client, prefix_range};
 use super::convert;
 use crate::error::MetaError;
 use crate::store::WatchStream;
@@ -17,9 +23,11 @@ use crate::types::{Revision, WatchBatch, WatchEvent};
 /// reading and etcd holds the backlog (it moves slow watchers to its own catch-up path).
 const WATCH_BUFFER_BATCHES: usize = 64;
 const RECONNECT_FIRST: Duration = Duration::from_millis(50);
+/// Requests queued on a watch stream: only the one that creates the watch is ever sent.
+const WATCH_REQUESTS_QUEUED: usize = 1;
 
 pub(super) struct WatchParams {
-    pub client: etcd_client::Client,
+    pub client: Client,
     pub prefix: String,
     pub request_timeout: Duration,
     pub reconnect_max: Duration,
@@ -35,44 +43,64 @@ pub(super) async fn open(params: WatchParams, from: Revision) -> Result<WatchStr
     .boxed())
 }
 
+/// An etcd watch call. Holding `_requests` keeps the request side open, as etcd's own
+/// clients do, for as long as the watch is read.
+struct EtcdWatch {
+    _requests: requests_mpsc::Sender<WatchRequest>,
+    replies: Streaming<WatchResponse>,
+}
+
 /// Creates the etcd watch and waits for its confirmation; returns the stream and the first
 /// revision it will deliver.
 async fn establish(
     params: &WatchParams,
     from: Revision,
-) -> Result<(etcd_client::WatchStream, Revision), MetaError> {
-    let start = i64::try_from(from)
+) -> Result<(EtcdWatch, Revision), MetaError> {
+    let start_revision = i64::try_from(from)
         .map_err(|_| MetaError::Invalid(format!("revision {from} out of range")))?;
-    let mut options = etcd_client::WatchOptions::new().with_start_revision(start);
-    options = if params.prefix.is_empty() {
-        options.with_all_keys()
-    } else {
-        options.with_prefix()
+    let (key, range_end) = prefix_range(&params.prefix);
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key,
+            range_end,
+            start_revision,
+            ..WatchCreateRequest::default()
+        })),
     };
     let created = async {
-        let mut stream = params
+        // etcd answers the call only once the create request is in: queue it first.
+        let (mut requests, queued) = requests_mpsc::channel(WATCH_REQUESTS_QUEUED);
+        requests.send(create).await.map_err(|_| {
+            MetaError::Unavailable("etcd watch: request stream closed at creation".into())
+        })?;
+        let mut replies = params
             .client
-            .watch_client()
-            .watch(params.prefix.as_str(), Some(options))
+            .watch()
+            .watch(queued)
             .await
-            .map_err(|e| convert::error(e, None))?;
-        let reply = stream
+            .map_err(|e| convert::error(e, None))?
+            .into_inner();
+        let reply = replies
             .message()
             .await
             .map_err(|e| convert::error(e, None))?
             .ok_or_else(|| MetaError::Unavailable("etcd closed the watch at creation".into()))?;
-        if !reply.created() || reply.canceled() {
+        if !reply.created || reply.canceled {
             return Err(MetaError::Backend(format!(
                 "etcd refused the watch: {}",
-                reply.cancel_reason()
+                reply.cancel_reason
             )));
         }
         let next = if from == 0 {
-            convert::header_revision(reply.header())? + 1
+            convert::header_revision(reply.header.as_ref())? + 1
         } else {
             from
         };
-        Ok((stream, next))
+        let watch = EtcdWatch {
+            _requests: requests,
+            replies,
+        };
+        Ok((watch, next))
     };
     tokio::time::timeout(params.request_timeout, created)
         .await
@@ -85,19 +113,19 @@ async fn establish(
 
 async fn pump(
     params: WatchParams,
-    mut stream: etcd_client::WatchStream,
+    mut stream: EtcdWatch,
     mut next: Revision,
     tx: mpsc::Sender<Result<WatchBatch, MetaError>>,
 ) {
     loop {
         let message = tokio::select! {
             () = tx.closed() => return,
-            message = stream.message() => message,
+            message = stream.replies.message() => message,
         };
         match message {
             Ok(Some(reply)) => {
-                if reply.compact_revision() > 0 {
-                    let oldest_available = u64::try_from(reply.compact_revision()).unwrap_or(0);
+                if reply.compact_revision > 0 {
+                    let oldest_available = u64::try_from(reply.compact_revision).unwrap_or(0);
                     let _ = tx
                         .send(Err(MetaError::Compacted {
                             requested: next,
@@ -106,12 +134,12 @@ async fn pump(
                         .await;
                     return;
                 }
-                if reply.canceled() {
-                    let reason = format!("etcd cancelled the watch: {}", reply.cancel_reason());
+                if reply.canceled {
+                    let reason = format!("etcd cancelled the watch: {}", reply.cancel_reason);
                     let _ = tx.send(Err(MetaError::Backend(reason))).await;
                     return;
                 }
-                match batches(reply.events()) {
+                match batches(&reply.events) {
                     Ok(batches) => {
                         for batch in batches {
                             // etcd does not repeat revisions, but a reconnect must never
@@ -145,7 +173,7 @@ async fn reconnect(
     params: &WatchParams,
     next: Revision,
     tx: &mpsc::Sender<Result<WatchBatch, MetaError>>,
-) -> Option<etcd_client::WatchStream> {
+) -> Option<EtcdWatch> {
     let mut backoff = RECONNECT_FIRST;
     loop {
         if tx.is_closed() {
@@ -169,17 +197,25 @@ async fn reconnect(
 }
 
 /// Groups etcd events (in revision order) into one batch per revision.
-fn batches(events: &[etcd_client::Event]) -> Result<Vec<WatchBatch>, MetaError> {
+fn batches(events: &[mvccpb::Event]) -> Result<Vec<WatchBatch>, MetaError> {
+    use mvccpb::event::EventType;
     let mut out: Vec<WatchBatch> = Vec::new();
     for event in events {
         let kv = event
-            .kv()
+            .kv
+            .as_ref()
             .ok_or_else(|| MetaError::Corrupt("etcd watch event without key".into()))?;
         let kv = convert::key_value(kv)?;
         let revision = kv.mod_revision;
-        let event = match event.event_type() {
-            etcd_client::EventType::Put => WatchEvent::Put(kv),
-            etcd_client::EventType::Delete => WatchEvent::Delete { key: kv.key },
+        let event = match EventType::try_from(event.r#type) {
+            Ok(EventType::Put) => WatchEvent::Put(kv),
+            Ok(EventType::Delete) => WatchEvent::Delete { key: kv.key },
+            Err(_) => {
+                return Err(MetaError::Corrupt(format!(
+                    "etcd watch event of unknown type {}",
+                    event.r#type
+                )));
+            }
         };
         match out.last_mut() {
             Some(last) if last.revision == revision => last.events.push(event),
