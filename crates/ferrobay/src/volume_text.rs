@@ -175,7 +175,7 @@ mod tests {
     fn status() -> VolumeStatus {
         let member = |i: usize, state: MemberState| MemberStatus {
             index: i,
-            uuid: uuid::Uuid::nil(),
+            uuid: Default::default(),
             device: Some(format!("/tmp/m{i}.img")),
             state,
             failure_domain: String::new(),
@@ -186,7 +186,7 @@ mod tests {
         };
         VolumeStatus {
             name: "v6".into(),
-            uuid: uuid::Uuid::nil(),
+            uuid: Default::default(),
             layout: LayoutParams::raid6(4),
             size_bytes: 110 << 20,
             logical_block_bytes: 4096,

@@ -310,8 +310,8 @@ impl Volume {
 
         let mut slots = Vec::with_capacity(n);
         let mut rebuild_wanted = false;
-        for i in 0..n {
-            let entry = &mut sb.members[i];
+        let generation = sb.generation;
+        for (i, entry) in sb.members.iter_mut().enumerate().take(n) {
             let dev = survey.by_entry[i].as_ref().map(|(d, _)| d.clone());
             let name = survey.device_name(i).unwrap_or_default();
             let frontier = Arc::new(AtomicU64::new(0));
@@ -323,7 +323,7 @@ impl Volume {
                         entry.state_generation
                     ));
                     entry.state = MemberState::Active;
-                    entry.state_generation = sb.generation + 1;
+                    entry.state_generation = generation + 1;
                     entry.failed_by_operator = false;
                     entry.rebuild_offset_bytes = 0;
                     entry.valid_bytes = 0;
@@ -357,7 +357,7 @@ impl Volume {
                          were current)",
                         entry.state_generation, entry.valid_bytes
                     ));
-                    entry.state_generation = sb.generation + 1;
+                    entry.state_generation = generation + 1;
                     entry.state = MemberState::Rebuilding;
                     entry.rebuild_offset_bytes = 0;
                     membership_changed = true;
@@ -382,7 +382,7 @@ impl Volume {
                         geo.member_bytes(),
                     );
                     entry.state = MemberState::Failed;
-                    entry.state_generation = sb.generation + 1;
+                    entry.state_generation = generation + 1;
                     entry.rebuild_offset_bytes = 0;
                     membership_changed = true;
                     (None, MemberState::Failed)

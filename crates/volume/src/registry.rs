@@ -367,6 +367,16 @@ pub async fn assemble_registered(
             for (spec, why) in &opened.failed {
                 vol.add_note(format!("{spec}: cannot open: {why}"));
             }
+            let entry = match synced_entry(&entry, &vol.status()) {
+                Some(new) => match registry.save(&new, true) {
+                    Ok(()) => new,
+                    Err(e) => {
+                        tracing::warn!(volume = name, "registry entry not updated: {e}");
+                        entry
+                    }
+                },
+                None => entry,
+            };
             Ok((entry, vol))
         }
         Err(crate::VolumeError::TooFewMembers(mut shortfall)) => {
@@ -382,6 +392,45 @@ pub async fn assemble_registered(
             cause,
         }),
     }
+}
+
+/// `entry` brought in line with the volume's membership after an assembly (a spare
+/// that took a slot is listed as that member, a replaced device is dropped); `None` if
+/// nothing changed. A slot without a device keeps its spec, so that its device is
+/// looked for again.
+fn synced_entry(entry: &VolumeEntry, status: &crate::VolumeStatus) -> Option<VolumeEntry> {
+    let specs: Vec<&String> = entry.members.iter().chain(&entry.spares).collect();
+    let spec_of = |device: &str| {
+        specs
+            .iter()
+            .find(|s| spec_key(s) == device)
+            .map(|s| (*s).clone())
+    };
+    let members: Vec<String> = status
+        .members
+        .iter()
+        .map(|m| {
+            m.device
+                .as_deref()
+                .and_then(spec_of)
+                .or_else(|| entry.members.get(m.index).cloned())
+                .unwrap_or_default()
+        })
+        .collect();
+    let spares: Vec<String> = status
+        .spares
+        .iter()
+        .filter_map(|m| m.device.as_deref().and_then(spec_of))
+        .collect();
+    if members.iter().any(String::is_empty) || (members == entry.members && spares == entry.spares)
+    {
+        return None;
+    }
+    Some(VolumeEntry {
+        members,
+        spares,
+        ..entry.clone()
+    })
 }
 
 /// The registered volume `name` as its devices describe it ([`crate::Volume::examine`]),
@@ -578,6 +627,120 @@ mod tests {
         assert!(
             msg.contains("ferrobay volume create") && !msg.contains('\n'),
             "{msg}"
+        );
+    }
+
+    fn member(index: usize, device: Option<&str>) -> crate::MemberStatus {
+        crate::MemberStatus {
+            index,
+            uuid: uuid::Uuid::from_u128(index as u128 + 1),
+            device: device.map(str::to_string),
+            state: crate::MemberState::Active,
+            failure_domain: String::new(),
+            rebuild_offset_bytes: 0,
+            valid_bytes: 0,
+            failed_by_operator: false,
+            missing: false,
+        }
+    }
+
+    fn status(
+        members: Vec<crate::MemberStatus>,
+        spares: Vec<crate::MemberStatus>,
+    ) -> crate::VolumeStatus {
+        crate::VolumeStatus {
+            name: "v1".into(),
+            uuid: uuid::Uuid::nil(),
+            layout: crate::LayoutParams::raid5(3),
+            size_bytes: 0,
+            logical_block_bytes: 512,
+            member_data_bytes: 0,
+            data_offset_bytes: 0,
+            state: crate::VolumeState::Healthy,
+            generation: 1,
+            clean: true,
+            members,
+            spares,
+            region_bytes: 0,
+            region_count: 0,
+            dirty_regions: 0,
+            rebuild: None,
+            last_scrub: None,
+            scrub: None,
+            last_resync: None,
+            resync: None,
+            notes: vec![],
+            read_bytes: 0,
+            write_bytes: 0,
+        }
+    }
+
+    /// A spare that took slot 1 becomes member 1 of the entry; the replaced device goes;
+    /// a slot without a device keeps its spec.
+    #[test]
+    fn entry_follows_the_membership() {
+        let e = VolumeEntry {
+            spares: vec!["file:/s:1G".into()],
+            members: vec!["file:/a:1G".into(), "file:/b:1G".into(), "file:/c".into()],
+            ..entry("v1")
+        };
+        let st = status(
+            vec![
+                member(0, Some("/a")),
+                member(1, Some("/s")),
+                member(2, None),
+            ],
+            vec![],
+        );
+        let new = synced_entry(&e, &st).unwrap();
+        assert_eq!(new.members, ["file:/a:1G", "file:/s:1G", "file:/c"]);
+        assert!(new.spares.is_empty());
+        let same = status(
+            vec![
+                member(0, Some("/a")),
+                member(1, Some("/b")),
+                member(2, None),
+            ],
+            vec![member(0, Some("/s"))],
+        );
+        assert_eq!(synced_entry(&e, &same), None);
+    }
+
+    #[tokio::test]
+    async fn members_by_index_or_device() {
+        let e = entry("v1");
+        let st = status(
+            vec![
+                member(0, Some("/a")),
+                member(1, None),
+                member(2, Some("/c")),
+            ],
+            vec![],
+        );
+        let engine = IoEngine::ThreadPool;
+        assert_eq!(resolve_member(&e, &st, "2", engine).await.unwrap(), 2);
+        assert_eq!(resolve_member(&e, &st, "file:/c", engine).await.unwrap(), 2);
+        assert_eq!(
+            resolve_member(&e, &st, "file:/a:1G", engine).await.unwrap(),
+            0
+        );
+        // Member 1 has no device now: the spec the registry lists for it.
+        assert_eq!(resolve_member(&e, &st, "file:/b", engine).await.unwrap(), 1);
+        let err = resolve_member(&e, &st, "3", engine)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("has no member \"3\": it has 3 members, 0 to 2"),
+            "{err}"
+        );
+        let err = resolve_member(&e, &st, "file:/zz", engine)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not the device of any member (members: 0 /a, 1 file:/b, 2 /c)"),
+            "{err}"
         );
     }
 

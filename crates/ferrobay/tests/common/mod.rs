@@ -65,6 +65,18 @@ impl NodeProcess {
         ports: (u16, u16, u16),
         env: &[(&str, &Path)],
     ) -> NodeProcess {
+        Self::start_with(name, data_dir, drives, ports, env, &[])
+    }
+
+    /// As [`NodeProcess::start_env`], with extra `node run` arguments.
+    pub fn start_with(
+        name: &str,
+        data_dir: &Path,
+        drives: &[String],
+        ports: (u16, u16, u16),
+        env: &[(&str, &Path)],
+        args: &[&str],
+    ) -> NodeProcess {
         let endpoints_file = data_dir.join("endpoints.json");
         let _ = std::fs::remove_file(&endpoints_file);
         std::fs::create_dir_all(data_dir).expect("data dir");
@@ -82,6 +94,7 @@ impl NodeProcess {
         for d in drives {
             cmd.args(["--drive", d]);
         }
+        cmd.args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }

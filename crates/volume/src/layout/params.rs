@@ -117,7 +117,7 @@ impl fmt::Display for LayoutParams {
             Level::Erasure => String::new(),
         };
         let su = self.stripe_unit_bytes;
-        let su = if su % (1 << 20) == 0 {
+        let su = if su.is_multiple_of(1 << 20) {
             format!("{} MiB", su >> 20)
         } else {
             format!("{} KiB", su >> 10)
