@@ -202,9 +202,8 @@ impl Survey {
         let e = &self.auth.members[slot];
         Some(match self.findings[slot] {
             Finding::InService { .. } if e.state == MemberState::Rebuilding => format!(
-                "rebuilding, {} of {} bytes done",
-                e.rebuild_offset_bytes,
-                self.geo.member_bytes()
+                "rebuilding, {:.1}% done",
+                e.rebuild_offset_bytes as f64 * 100.0 / self.geo.member_bytes().max(1) as f64
             ),
             Finding::InService { .. } => return None,
             Finding::Missing => "no device holding its superblock".to_string(),

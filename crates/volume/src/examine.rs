@@ -67,10 +67,9 @@ impl Volume {
                 )),
                 Finding::InService { .. } if e.state == MemberState::Rebuilding => {
                     notes.push(format!(
-                        "member {i} ({name}) is {}: its rebuild resumes at byte {} at the next \
-                         assembly",
+                        "member {i} ({name}) is {}: {:.1}% done, the rebuild resumes from there",
                         state_name(e.state),
-                        e.rebuild_offset_bytes
+                        e.rebuild_offset_bytes as f64 * 100.0 / geo.member_bytes().max(1) as f64
                     ))
                 }
                 Finding::InService { .. } | Finding::Away => {}
