@@ -19,9 +19,11 @@ pub enum BlockError {
         len_bytes: u64,
         align_bytes: u64,
     },
-    /// A real I/O error from the backing device (or an open/setup failure).
+    /// A real I/O error from the backing device (or an open/setup failure). The message
+    /// carries the OS error; it is not also handed out as `source()`, so a printer of
+    /// the error chain does not repeat it.
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// Unrecovered read/write error at this offset (maps to an NVMe media error).
     #[error("media error at offset {offset_bytes}")]
     Media { offset_bytes: u64 },
@@ -39,6 +41,12 @@ pub enum BlockError {
     /// path or node may serve it. Says why.
     #[error("unavailable here: {0}")]
     Unavailable(String),
+}
+
+impl From<std::io::Error> for BlockError {
+    fn from(e: std::io::Error) -> Self {
+        BlockError::Io(e)
+    }
 }
 
 impl BlockError {

@@ -238,6 +238,79 @@ async fn takeover_with_a_member_away_and_one_without_reservations() {
     p2.kill();
 }
 
+/// A standby that finds more members away than the layout survives does not take the
+/// volume over: it says which members answer and which do not, keeps trying, and takes it
+/// over degraded (the member still away marked failed) once enough of them answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_waits_while_too_few_members_answer() {
+    let mut c = cluster().await;
+    let p1 = Processor::start(c.store.clone(), pcfg("p1")).await.unwrap();
+    wait_owner(&p1, Duration::from_secs(15)).await;
+    let host = multipath_host(&p1.nvme_addrs(), "nqn.2026-01.io.ferrobay:test:host-f").await;
+    write_round(&host, 32, 1).await;
+    drop(host);
+
+    // The owner dies, then two of the three storage nodes go away.
+    p1.kill();
+    c.storage[1].down();
+    c.storage[2].down();
+    let p2 = Processor::start(c.store.clone(), pcfg("p2")).await.unwrap();
+    let t0 = Instant::now();
+    let why = loop {
+        if let Some(why) = p2.takeover_failure(VOLUME) {
+            break why;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no takeover attempt"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("takeover refused: {why}");
+    let url = |i: usize| c.storage[i].url();
+    assert!(
+        why.contains("2 of 3 members are missing or out of date, raid5 survives 1")
+            && why.contains(&format!("present: 0 {}", url(0)))
+            && why.contains(&format!("1 {} (unreachable: ", url(1)))
+            && why.contains(&format!("2 {} (unreachable: ", url(2)))
+            && why.contains("retried until enough members answer"),
+        "{why}"
+    );
+    assert!(p2.owned_volumes().is_empty());
+    assert!(
+        p2.ana_states(GROUP)
+            .iter()
+            .all(|s| *s == AnaState::Inaccessible),
+        "{:?}",
+        p2.ana_states(GROUP)
+    );
+
+    // One comes back: the volume starts degraded, the other marked failed.
+    c.storage[1].up().await;
+    wait_owner(&p2, Duration::from_secs(20)).await;
+    assert_eq!(p2.takeover_failure(VOLUME), None);
+    let r = p2.takeover_report(VOLUME).unwrap();
+    assert_eq!((r.members_fenced, r.members_total), (2, 3), "{r:?}");
+    let host = multipath_host(&p2.nvme_addrs(), "nqn.2026-01.io.ferrobay:test:host-f2").await;
+    verify(&host, &all_at(32, 1)).await;
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = status_record(&c.store).await.map(|s| s.status)
+            && st.members[2].state == MemberState::Failed
+        {
+            assert_eq!(st.state, VolumeState::Degraded);
+            assert!(!st.members[2].failed_by_operator);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "member 2 not marked failed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    p2.kill();
+}
+
 /// The holder's key and the reservation type on member `i`, as another host sees them.
 async fn reservation_of(c: &Cluster, i: usize) -> (Option<u64>, u8) {
     let probe =

@@ -10,6 +10,7 @@ mod processor_cmd;
 mod up_cmd;
 mod volume_cluster_cmd;
 mod volume_cmd;
+mod volume_text;
 
 use clap::Parser;
 
@@ -35,8 +36,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(cli::dispatch(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            // One line for a person: the chain of causes joined.
-            eprintln!("ferrobay: {e:#}");
+            eprintln!("ferrobay: {}", error_line(&e));
             if e.downcast_ref::<cluster::UsageError>().is_some() {
                 // As clap does for a bad command line.
                 std::process::ExitCode::from(cluster::USAGE_EXIT_CODE)
@@ -45,6 +45,26 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
+}
+
+/// One line for a person: the chain of causes joined by ": ", each cause once. Errors of
+/// this workspace put their cause into their own message and do not hand it out again
+/// as `source()`; a cause that is already in the line (an error from elsewhere that does
+/// both) is left out anyway.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string().replace('\n', "; ");
+        let msg = msg.trim();
+        if msg.is_empty() || line.contains(msg) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(msg);
+    }
+    line
 }
 
 fn init_logging(json: bool, default_level: &str) {
@@ -58,5 +78,38 @@ fn init_logging(json: bool, default_level: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    /// Displays its cause and also returns it from `source()`.
+    #[derive(Debug)]
+    struct Embeds(std::io::Error);
+
+    impl std::fmt::Display for Embeds {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "open /x: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Embeds {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_once_on_one_line() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(Embeds(io)).context("assemble volume v");
+        assert_eq!(error_line(&e), "assemble volume v: open /x: no such file");
+        // Causes that do not repeat each other are all kept, in order.
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_line(&e), "outer: middle: inner");
+        let e = anyhow::anyhow!("two\nlines");
+        assert_eq!(error_line(&e), "two; lines");
     }
 }

@@ -48,9 +48,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
     /// A drive, `[NAME=]SPEC` with SPEC one of ram:SIZE, null:SIZE, file:PATH[:SIZE], /dev/...
-    /// (repeatable). Omit on restart to bring up the drives in the data dir.
+    /// or volume:NAME (a local volume, see --volumes-dir) (repeatable). Omit on restart to
+    /// bring up the drives in the data dir.
     #[arg(long)]
     pub drive: Vec<String>,
+    /// Directory of the local volume registry that `volume:NAME` drives are found in, as
+    /// `ferrobay volume --volumes-dir` (default: $FERROBAY_VOLUMES_DIR or
+    /// /var/lib/ferrobay/volumes).
+    #[arg(long)]
+    pub volumes_dir: Option<PathBuf>,
     /// Controller IDs this node hands out, MIN-MAX (disjoint per node exporting one NQN).
     #[arg(long, default_value = "1-32767")]
     pub cntlid_range: String,
@@ -236,6 +242,7 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.target.cntlid_max = max;
     cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
     cfg.default_namespace = a.wants_default_namespace();
+    cfg.volumes_dir = a.volumes_dir.clone();
     if a.lease_ttl_ms < 1000 {
         return Err(crate::cluster::usage(format!(
             "--lease-ttl-ms {}: at least 1000",

@@ -191,6 +191,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
         VolumeCommand::Assemble { .. }
         | VolumeCommand::FailMember { .. }
+        | VolumeCommand::ReAdd { .. }
         | VolumeCommand::ReplaceMember { .. }
         | VolumeCommand::Rebuild { .. }
         | VolumeCommand::Scrub { .. }

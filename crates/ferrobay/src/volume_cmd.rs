@@ -63,7 +63,7 @@ pub enum VolumeCommand {
         /// Cluster volumes: the processor node that should own it.
         #[arg(long)]
         preferred_owner: Option<String>,
-        /// Cluster volumes: print the record as JSON.
+        /// Print the result as JSON (cluster volumes: the record; local: the status).
         #[arg(long)]
         json: bool,
         /// Hot spares (repeatable or comma separated).
@@ -84,24 +84,42 @@ pub enum VolumeCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Assemble and show state, members, dirty regions, rebuild progress.
+    /// Show state, members, dirty regions as the members' superblocks record them.
+    /// Reads only: changes nothing on the members (`assemble` acts).
     Status {
         name: String,
         #[arg(long)]
         json: bool,
     },
-    /// Assemble from the members (fencing stale ones, resyncing dirty regions) and report.
+    /// Assemble from the members (degraded if some are missing or unreadable, within
+    /// what the layout survives; fencing stale ones, resyncing dirty regions), then stop
+    /// cleanly and report.
     Assemble {
         name: String,
         #[arg(long)]
         json: bool,
+        /// When too few current members are present, count members that left earlier
+        /// (failed, but fully current when they left) as current, like mdadm --force:
+        /// regions written since they left may read stale data.
+        #[arg(long)]
+        force: bool,
     },
-    /// Mark a member failed (the volume runs degraded).
-    FailMember { name: String, member: usize },
-    /// Replace a member with a new device and rebuild onto it.
+    /// Take a member out (mdadm --fail): it stays failed, also across assemblies, until
+    /// `re-add` or `replace-member`. MEMBER: its index or its device spec.
+    FailMember { name: String, member: String },
+    /// Put a failed member's own device back (mdadm --re-add): only the regions written
+    /// since it left are rebuilt. MEMBER: its index or its device spec.
+    ReAdd {
+        name: String,
+        member: String,
+        #[command(flatten)]
+        throttle: ThrottleArgs,
+    },
+    /// Replace a member with a new device and rebuild onto it. MEMBER: its index or its
+    /// device spec.
     ReplaceMember {
         name: String,
-        member: usize,
+        member: String,
         /// The new device.
         device: String,
         #[command(flatten)]
@@ -192,83 +210,53 @@ pub async fn open_volume(name: &str, engine: blockdev::IoEngine) -> anyhow::Resu
     Ok(Arc::new(vol))
 }
 
-fn status_text(s: &VolumeStatus) -> String {
-    let mut out = format!(
-        "volume {} ({}): {:?}, {} bytes, layout {:?}, generation {}, {} of {} regions dirty\n",
-        s.name,
-        s.uuid,
-        s.state,
-        s.size_bytes,
-        s.layout,
-        s.generation,
-        s.dirty_regions,
-        s.region_count
-    );
-    for m in &s.members {
-        out += &format!(
-            "  member {:>2}  {:<40} {:?}  domain {}\n",
-            m.index,
-            m.device.as_deref().unwrap_or("-"),
-            m.state,
-            if m.failure_domain.is_empty() {
-                "-"
-            } else {
-                &m.failure_domain
-            }
-        );
-    }
-    for m in &s.spares {
-        out += &format!(
-            "  spare  {:>2}  {:<40} {:?}\n",
-            m.index,
-            m.device.as_deref().unwrap_or("-"),
-            m.state
-        );
-    }
-    if let Some(r) = &s.rebuild {
-        out += &format!(
-            "  rebuild: member {} {}/{} bytes{}\n",
-            r.member,
-            r.bytes_done,
-            r.bytes_total,
-            if r.partial {
-                " (dirty regions only)"
-            } else {
-                ""
-            }
-        );
-    }
-    if let Some(p) = &s.scrub {
-        out += &format!(
-            "  scrub: {:?} {}/{} bytes, {:.0} MB/s{}\n",
-            p.phase,
-            p.bytes_done,
-            p.bytes_total,
-            p.rate_bytes_per_sec / 1e6,
-            p.eta_secs
-                .map(|e| format!(", ETA {e:.0} s"))
-                .unwrap_or_default()
-        );
-    }
-    if let Some(r) = &s.last_resync {
-        out += &format!(
-            "  last resync: {} regions, {} bytes checked, {} stripes rewritten, {:.2} s\n",
-            r.regions, r.bytes_resynced, r.stripes_rewritten, r.duration_secs
-        );
-    }
-    for n in &s.notes {
-        out += &format!("  note: {n}\n");
-    }
-    out
+/// Options for a command that assembles, acts and stops (no rebuild unless asked).
+fn command_options(throttle: Option<&ThrottleArgs>) -> anyhow::Result<EngineOptions> {
+    Ok(EngineOptions {
+        auto_rebuild: false,
+        throttle: match throttle {
+            Some(t) => parse_throttle(&t.throttle)?,
+            None => Throttle::default(),
+        },
+        ..EngineOptions::default()
+    })
 }
 
 fn print_status(s: &VolumeStatus, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(s)?);
+    use std::io::Write;
+    let text = if json {
+        serde_json::to_string_pretty(s)? + "\n"
     } else {
-        print!("{}", status_text(s));
-    }
+        crate::volume_text::status_text(s)
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
     Ok(())
+}
+
+/// Stops `vol` cleanly and prints the volume as `volume status` shows it now, with what
+/// happened while it ran (notes, resync) first.
+async fn stop_and_report(
+    reg: &VolumeRegistry,
+    name: &str,
+    engine: blockdev::IoEngine,
+    vol: &Volume,
+    json: bool,
+) -> anyhow::Result<()> {
+    let ran = vol.status();
+    vol.stop().await?;
+    let (_, mut st) = volume::registry::examine_registered(reg, name, engine).await?;
+    st.last_resync = ran.last_resync;
+    st.last_scrub = ran.last_scrub;
+    let mut notes = ran.notes;
+    for n in std::mem::take(&mut st.notes) {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    }
+    st.notes = notes;
+    print_status(&st, json)
 }
 
 /// Follows a rebuild to its end with a progress bar (terminal) or log lines.
@@ -311,9 +299,9 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
     }
     if let Some(p) = done {
         println!(
-            "rebuild of member {} finished: {} bytes{}",
+            "rebuild of member {} finished: {}{}",
             p.member,
-            p.bytes_done,
+            crate::cluster::human_bytes(p.bytes_done),
             if p.partial {
                 " (dirty regions only)"
             } else {
@@ -343,7 +331,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             storage_nodes,
             size,
             preferred_owner,
-            json: _,
+            json,
         } => {
             if !storage_nodes.is_empty() || size.is_some() || preferred_owner.is_some() {
                 return Err(crate::cluster::usage(
@@ -378,8 +366,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
                 spares: spare,
             };
             reg.save(&entry, force)?;
-            vol.stop().await?;
-            print_status(&vol.status(), false)?;
+            stop_and_report(&reg, &name, engine, &vol, json).await?;
         }
         VolumeCommand::List { json } => {
             let list = reg.list()?;
@@ -398,24 +385,50 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        VolumeCommand::Status { name, json } | VolumeCommand::Assemble { name, json } => {
+        VolumeCommand::Status { name, json } => {
+            let (_, st) = volume::registry::examine_registered(&reg, &name, engine).await?;
+            print_status(&st, json)?;
+        }
+        VolumeCommand::Assemble { name, json, force } => {
             let opts = EngineOptions {
-                auto_rebuild: false,
-                ..EngineOptions::default()
+                force_stale: force,
+                ..command_options(None)?
             };
             let (_, vol) = assemble(&reg, &name, engine, opts).await?;
-            print_status(&vol.status(), json)?;
-            vol.stop().await?;
+            stop_and_report(&reg, &name, engine, &vol, json).await?;
         }
         VolumeCommand::FailMember { name, member } => {
-            let opts = EngineOptions {
-                auto_rebuild: false,
-                ..EngineOptions::default()
-            };
-            let (_, vol) = assemble(&reg, &name, engine, opts).await?;
-            vol.fail_member(member).await?;
-            print_status(&vol.status(), false)?;
-            vol.stop().await?;
+            let (entry, vol) = assemble(&reg, &name, engine, command_options(None)?).await?;
+            let i =
+                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
+            vol.fail_member(i)
+                .await
+                .with_context(|| format!("fail member {i} of {name}"))?;
+            eprintln!(
+                "member {i} of {name} failed: it stays out until `volume re-add {name} {i}` or `volume replace-member`"
+            );
+            stop_and_report(&reg, &name, engine, &vol, false).await?;
+        }
+        VolumeCommand::ReAdd {
+            name,
+            member,
+            throttle,
+        } => {
+            let (mut entry, vol) =
+                assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
+            let st = vol.status();
+            let i = volume::registry::resolve_member(&entry, &st, &member, engine).await?;
+            let (spec, dev) =
+                volume::registry::member_device(&entry, &st, i, &member, engine).await?;
+            vol.re_add_member(i, dev)
+                .await
+                .with_context(|| format!("re-add member {i} of {name}"))?;
+            if entry.members.get(i) != Some(&spec) && i < entry.members.len() {
+                entry.members[i] = spec;
+                reg.save(&entry, true)?;
+            }
+            follow_rebuild(&vol).await?;
+            stop_and_report(&reg, &name, engine, &vol, false).await?;
         }
         VolumeCommand::ReplaceMember {
             name,
@@ -423,72 +436,60 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             device,
             throttle,
         } => {
-            let opts = EngineOptions {
-                auto_rebuild: false,
-                throttle: parse_throttle(&throttle.throttle)?,
-                ..EngineOptions::default()
-            };
-            let (mut entry, vol) = assemble(&reg, &name, engine, opts).await?;
+            let (mut entry, vol) =
+                assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
+            let i =
+                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
             let dev = open_devices(std::slice::from_ref(&device), engine)
                 .await?
                 .remove(0);
-            vol.replace_member(member, dev).await?;
-            if let Some(slot) = entry.members.get_mut(member) {
+            vol.replace_member(i, dev)
+                .await
+                .with_context(|| format!("replace member {i} of {name}"))?;
+            if let Some(slot) = entry.members.get_mut(i) {
                 *slot = device;
             }
             reg.save(&entry, true)?;
             follow_rebuild(&vol).await?;
-            print_status(&vol.status(), false)?;
-            vol.stop().await?;
+            stop_and_report(&reg, &name, engine, &vol, false).await?;
         }
         VolumeCommand::Rebuild { name, throttle } => {
-            let opts = EngineOptions {
-                auto_rebuild: false,
-                throttle: parse_throttle(&throttle.throttle)?,
-                ..EngineOptions::default()
-            };
-            let (_, vol) = assemble(&reg, &name, engine, opts).await?;
+            let (_, vol) = assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
             follow_rebuild(&vol).await?;
-            print_status(&vol.status(), false)?;
-            vol.stop().await?;
+            stop_and_report(&reg, &name, engine, &vol, false).await?;
         }
         VolumeCommand::Scrub {
             name,
             throttle,
             json,
         } => {
-            let opts = EngineOptions {
-                auto_rebuild: false,
-                throttle: parse_throttle(&throttle.throttle)?,
-                ..EngineOptions::default()
-            };
-            let (_, vol) = assemble(&reg, &name, engine, opts).await?;
+            let (_, vol) = assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
             let report = vol.scrub().await?;
+            vol.stop().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!(
-                    "scrub of {name}: {} stripes ({} bytes) checked, {} mismatches, {} repaired, {} skipped",
+                    "scrub of {name}: {} stripes ({}) checked, {} mismatches, {} repaired, {} skipped",
                     report.stripes_checked,
-                    report.bytes_checked,
+                    crate::cluster::human_bytes(report.bytes_checked),
                     report.mismatches,
                     report.repaired,
                     report.skipped
                 );
             }
-            vol.stop().await?;
             if report.mismatches > report.repaired {
                 return Ok(ExitCode::FAILURE);
             }
         }
         VolumeCommand::Stop { name } => {
-            let opts = EngineOptions {
-                auto_rebuild: false,
-                ..EngineOptions::default()
-            };
-            let (_, vol) = assemble(&reg, &name, engine, opts).await?;
+            let (_, vol) = assemble(&reg, &name, engine, command_options(None)?).await?;
             vol.stop().await?;
-            println!("volume {name} stopped clean");
+            if vol.status().clean {
+                println!("volume {name} stopped clean");
+            } else {
+                println!("volume {name} stopped (degraded or resync pending: not marked clean)");
+            }
         }
         VolumeCommand::Move { .. } => {
             return Err(crate::cluster::usage(

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use blockdev::BlockDevice;
 use uuid::Uuid;
 
+use crate::engine::FailedBy;
 use crate::error::{Result, VolumeError};
 use crate::format::{MemberEntry, MemberState, Superblock};
 use crate::sbio;
@@ -12,25 +13,75 @@ use crate::topology::{Dev, Slot, Spare, same_dev};
 use crate::volume::Volume;
 
 impl Volume {
-    /// Marks slot `member` failed (in every surviving superblock, generation bumped). A
-    /// spare, if any, takes its place. Fails if that would lose data.
+    /// Takes slot `member` out, as an operator does (`mdadm --fail`): it is marked failed
+    /// by the operator in every surviving superblock (generation bumped) and stays out,
+    /// also across assemblies, until [`Volume::re_add_member`] or
+    /// [`Volume::replace_member`]. A spare, if any, takes its place. A member that is
+    /// already failed (by an error) is marked as taken out by the operator, so it no
+    /// longer comes back by itself. Fails if that would lose data.
     pub async fn fail_member(&self, member: usize) -> Result<()> {
         self.check_slot(member)?;
         let topo = self.inner.topo();
+        if topo.slots[member].state == MemberState::Failed {
+            self.inner.keep_out(member).await?;
+            return Ok(());
+        }
         let mut lost = topo.lost_mask();
         lost[member] = true;
-        if !self.inner.geo.survives(&lost) && topo.slots[member].state != MemberState::Failed {
+        if !self.inner.geo.survives(&lost) {
             return Err(VolumeError::Invalid(format!(
                 "failing member {member} would lose data (the volume tolerates {})",
                 self.inner.geo.params().tolerance()
             )));
         }
         self.inner
-            .fail_member_dev(member, None, "failed by administrator")
+            .fail_member_dev(member, None, "failed by the operator", FailedBy::Operator)
             .await?;
         self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
+    }
+
+    /// Puts a failed member's own device back into its slot (`mdadm --re-add`): only the
+    /// regions written since it left are rebuilt. `device` must hold this member's
+    /// superblock (same volume, same member UUID); another device goes in with
+    /// [`Volume::replace_member`].
+    pub async fn re_add_member(&self, member: usize, device: Arc<dyn BlockDevice>) -> Result<()> {
+        self.check_slot(member)?;
+        let state = self.inner.topo().slots[member].state;
+        if state != MemberState::Failed {
+            return Err(VolumeError::Invalid(format!(
+                "member {member} is {}, not failed: nothing to re-add",
+                crate::assemble::state_name(state)
+            )));
+        }
+        let own = sbio::read_member(&*device).await?.best;
+        let (volume_uuid, member_uuid) = {
+            let sb = self.inner.meta.lock().await;
+            (sb.volume_uuid, sb.members[member].uuid)
+        };
+        let name = device.info().name.clone();
+        match own {
+            Some(o) if o.volume_uuid == volume_uuid && o.member_uuid == member_uuid => {}
+            Some(o) if o.volume_uuid == volume_uuid => {
+                return Err(VolumeError::Invalid(format!(
+                    "{name} is not member {member} of this volume (it holds member {}): put a                      new device in with replace-member",
+                    o.member_uuid
+                )));
+            }
+            Some(o) => {
+                return Err(VolumeError::Invalid(format!(
+                    "{name} belongs to volume {} {}, not to this one",
+                    o.name, o.volume_uuid
+                )));
+            }
+            None => {
+                return Err(VolumeError::Invalid(format!(
+                    "{name} holds no volume superblock: it is not member {member}; put a new                      device in with replace-member"
+                )));
+            }
+        }
+        self.replace_member(member, device).await
     }
 
     /// Puts `device` into slot `member` (failing the slot first if it is still active).
@@ -75,7 +126,7 @@ impl Volume {
             .map_err(|f| VolumeError::Member {
                 member,
                 name: device.info().name.clone(),
-                source: f.err,
+                cause: f.err,
             })?;
         topo.slots[member] = Slot::new(
             Some(device.clone()),
@@ -92,6 +143,7 @@ impl Volume {
             state_generation: sb.generation + 1,
             rebuild_offset_bytes: 0,
             valid_bytes,
+            failed_by_operator: false,
         };
         self.inner.set_topo(topo);
         self.inner.commit_locked(&mut sb, true).await?;
@@ -134,7 +186,7 @@ impl Volume {
             .map_err(|f| VolumeError::Member {
                 member: index,
                 name: device.info().name.clone(),
-                source: f.err,
+                cause: f.err,
             })?;
         sb.members.push(MemberEntry {
             failure_domain: failure_domain

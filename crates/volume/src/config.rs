@@ -57,6 +57,11 @@ pub struct EngineOptions {
     /// the background (a node taking a volume over, so hosts wait only for assembly).
     /// Off: the resync finishes before assembly returns (local assembly, like mdadm).
     pub background_resync: bool,
+    /// Assembly only, like `mdadm --assemble --force`: when too few current members are
+    /// present, count present out-of-date members (failed earlier, by an error or by the
+    /// operator, and fully current when they left) as current, as few as needed, the
+    /// last to leave first. Regions written since they left may then read stale data.
+    pub force_stale: bool,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -72,6 +77,7 @@ impl Default for EngineOptions {
             inflight_batches: 4,
             bump_generation_on_assemble: false,
             background_resync: false,
+            force_stale: false,
             clock: Arc::new(TokioClock::new()),
         }
     }
@@ -92,6 +98,7 @@ impl std::fmt::Debug for EngineOptions {
                 &self.bump_generation_on_assemble,
             )
             .field("background_resync", &self.background_resync)
+            .field("force_stale", &self.force_stale)
             .finish_non_exhaustive()
     }
 }

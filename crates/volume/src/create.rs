@@ -188,7 +188,7 @@ impl Volume {
                 .map_err(|f| VolumeError::Member {
                     member: i,
                     name: d.info().name.clone(),
-                    source: f.err,
+                    cause: f.err,
                 })?;
         }
         {
@@ -196,7 +196,7 @@ impl Volume {
             inner.commit_locked(&mut meta, false).await?;
             sb = meta.clone();
         }
-        info!(volume = name, uuid = %sb.volume_uuid, layout = ?params, "created");
+        info!(volume = name, uuid = %sb.volume_uuid, layout = %params, "created");
         Ok(Volume::start(inner))
     }
 }

@@ -20,8 +20,13 @@
 //!   writes). Wrap it in an `Arc` to export it or benchmark it like any device.
 //! - [`Volume::status`]` -> `[`VolumeStatus`] (serde): state, members, spares, dirty
 //!   regions, rebuild progress, last scrub, notes for the operator.
-//! - [`Volume::fail_member`]`(i)`, [`Volume::replace_member`]`(i, device)` (a returning
-//!   member gets a partial rebuild), [`Volume::add_spare`]`(device, domain)`.
+//! - [`Volume::examine`]`(devices)` reports a volume as its devices describe it, and
+//!   what assembly would do, without writing anything.
+//! - [`Volume::fail_member`]`(i)` (the operator's: it stays out, across assemblies),
+//!   [`Volume::re_add_member`]`(i, its device)` and [`Volume::replace_member`]`(i,
+//!   device)` (a returning member gets a partial rebuild),
+//!   [`Volume::add_spare`]`(device, domain)`. A member failed by an error or a timeout
+//!   comes back by itself (partial rebuild) when assembly finds its device again.
 //! - [`Volume::start_rebuild`]` -> watch::Receiver<`[`RebuildProgress`]`>` (bytes done and
 //!   total, rate, ETA), [`Volume::wait_rebuild`], [`Volume::stop_rebuild`] (resumable).
 //! - [`Volume::scrub`]` -> `[`ScrubReport`].
@@ -49,10 +54,11 @@
 //! assert!(back.iter().all(|&b| b == 7));
 //! vol.stop().await?;
 //! drop(vol);
-//! // From the members alone; the failed one is fenced (older generation) and comes back
-//! // for a partial rebuild of what changed while it was out.
-//! let vol = Volume::assemble(members).await?;
-//! assert_eq!(vol.status().members[2].state, volume::MemberState::Rebuilding);
+//! // From the members alone: member 2, failed by the operator, stays out.
+//! let vol = Volume::assemble(members.clone()).await?;
+//! assert_eq!(vol.status().members[2].state, volume::MemberState::Failed);
+//! // Re-added, it gets a partial rebuild of what changed while it was out.
+//! vol.re_add_member(2, members[2].clone()).await?;
 //! vol.wait_rebuild().await;
 //! assert_eq!(vol.status().state, volume::VolumeState::Healthy);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -67,7 +73,9 @@
 //!   and reconstruct-write.
 //! - A member I/O error or timeout marks the member failed in every surviving superblock
 //!   (generation bump) before the I/O is acknowledged; the volume continues within its
-//!   tolerance and fails I/O with [`VolumeError::Failed`] beyond it.
+//!   tolerance and fails I/O with [`VolumeError::Failed`] beyond it. Assembly starts a
+//!   volume degraded while at most `m` members are missing or unreadable (marking them
+//!   failed) and refuses with [`VolumeError::TooFewMembers`] beyond that.
 //! - After a crash every acknowledged (flushed or FUA) write reads back and every other
 //!   sector reads as old or new data, never garbage, and parity agrees with the data. Rows
 //!   written while degraded go through a stripe journal first, so this also holds for a
@@ -82,6 +90,7 @@ mod config;
 mod create;
 mod engine;
 mod error;
+mod examine;
 pub mod format;
 mod intent;
 mod journal;
@@ -93,6 +102,7 @@ pub mod registry;
 mod resync;
 mod sbio;
 mod scrub;
+mod shortfall;
 mod status;
 mod topology;
 mod volume;
@@ -100,9 +110,11 @@ mod volume;
 pub use clock::{Clock, ManualClock, TokioClock};
 pub use config::{EngineOptions, Throttle, VolumeConfig};
 pub use error::VolumeError;
+pub use examine::Examination;
 pub use format::MemberState;
 pub use layout::{LayoutParams, Level, LevelSpec};
 pub use probe::{ProbeInfo, probe_device};
+pub use shortfall::{Shortfall, SlotReport};
 pub use status::{
     MemberStatus, RebuildProgress, ResyncProgress, ResyncReport, ScrubProgress, ScrubReport,
     TaskPhase, VolumeState, VolumeStatus,

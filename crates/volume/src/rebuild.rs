@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::chunks::{BufPool, Pacer, Window, chunks, merge_ranges, rate_eta};
-use crate::engine::{Faults, Inner};
+use crate::engine::{FailedBy, Faults, Inner};
 use crate::error::{Result, VolumeError};
 use crate::format::MemberState;
 use crate::layout::Family;
@@ -320,7 +320,7 @@ impl Inner {
             .map_err(|e| VolumeError::Member {
                 member: t,
                 name: dev.info().name.clone(),
-                source: e,
+                cause: e,
             })?;
         let mut sb = self.meta.lock().await;
         if !self.is_target(t, dev) {
@@ -346,7 +346,8 @@ impl Inner {
 
     async fn finish_rebuild(&self, t: usize, dev: &Dev) -> Result<()> {
         if let Err(e) = self.timed(dev.flush()).await {
-            self.fail_member_dev(t, Some(dev), &e.to_string()).await?;
+            self.fail_member_dev(t, Some(dev), &e.to_string(), FailedBy::Error)
+                .await?;
             return Err(VolumeError::Invalid(format!(
                 "rebuild target (member {t}) failed: {e}"
             )));

@@ -110,8 +110,12 @@ impl Inner {
                 Err(e) => TaskPhase::Failed(e.to_string()),
             };
             if !matches!(phase, TaskPhase::Done) {
+                let why = match &phase {
+                    TaskPhase::Failed(e) => format!("failed: {e}"),
+                    _ => "stopped".to_string(),
+                };
                 inner.note(format!(
-                    "resync: background resync ended early ({phase:?}): {} regions stay dirty \
+                    "resync: background resync ended early ({why}): {} regions stay dirty \
                      for the next assembly",
                     inner.intent.pending_count()
                 ));

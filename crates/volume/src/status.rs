@@ -30,7 +30,8 @@ pub struct MemberStatus {
     /// Slot index (spares: position in the spare list).
     pub index: usize,
     pub uuid: Uuid,
-    /// Device name, if a device is attached.
+    /// Device name, if a device is attached (`Volume::examine`: the device found for the
+    /// member, or, through the registry, where it was expected).
     pub device: Option<String>,
     pub state: MemberState,
     pub failure_domain: String,
@@ -39,6 +40,14 @@ pub struct MemberStatus {
     /// Rebuilding or failed: member data bytes that need only their dirty regions
     /// rebuilt (see the format doc); 0 = full rebuild.
     pub valid_bytes: u64,
+    /// Failed by the operator: it stays out until re-added or replaced (a member failed
+    /// by an error comes back by itself when its device is offered again).
+    #[serde(default)]
+    pub failed_by_operator: bool,
+    /// `Volume::examine`: listed active or rebuilding, but no usable device was found
+    /// (the next assembly marks it failed). Always false on a running volume.
+    #[serde(default)]
+    pub missing: bool,
 }
 
 /// Phase of a background task.

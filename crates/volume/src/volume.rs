@@ -114,6 +114,9 @@ impl Volume {
                         0
                     },
                     valid_bytes: e.as_ref().map_or(0, |e| e.valid_bytes),
+                    failed_by_operator: s.state == MemberState::Failed
+                        && e.as_ref().is_some_and(|e| e.failed_by_operator),
+                    missing: false,
                 }
             })
             .collect();
@@ -130,6 +133,8 @@ impl Volume {
                 failure_domain: entry(n + j).map(|e| e.failure_domain).unwrap_or_default(),
                 rebuild_offset_bytes: 0,
                 valid_bytes: 0,
+                failed_by_operator: false,
+                missing: false,
             })
             .collect();
         let rebuild = tasks.rebuild.as_ref().map(|r| r.progress.borrow().clone());
@@ -252,6 +257,14 @@ impl Volume {
         if let Some(c) = cleaner {
             c.abort();
         }
+    }
+}
+
+impl Volume {
+    /// Adds a note for the operator to the status (e.g. from the layer that opened the
+    /// devices: which ones could not be opened).
+    pub fn add_note(&self, msg: impl Into<String>) {
+        self.inner.note(msg.into());
     }
 }
 

@@ -137,7 +137,20 @@ async fn beyond_tolerance_io_fails_with_a_clear_error() {
     let err = Volume::assemble_with(m.devs.clone(), test_options())
         .await
         .unwrap_err();
-    assert!(matches!(err, VolumeError::Failed { .. }), "{err}");
+    let VolumeError::TooFewMembers(shortfall) = &err else {
+        panic!("expected a refusal, got {err}");
+    };
+    assert_eq!(shortfall.lost(), 2, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("2 of 3 members are missing or out of date, raid5 survives 1")
+            && msg.contains("present: 2 m2")
+            && msg.contains("0 m0 (failed by the operator)")
+            // Member 1's device is still offline: its superblock cannot be read.
+            && msg.contains("1 (failed at generation")
+            && msg.contains("to count member 0 as current"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]

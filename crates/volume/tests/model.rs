@@ -277,19 +277,24 @@ impl World {
     }
 
     /// Stop (clean) or drop (unclean) and assemble again from the devices, returning
-    /// members included: they come back stale and are partially rebuilt.
+    /// members included: those that failed by an error come back stale and are
+    /// partially rebuilt, those the operator failed stay out.
     async fn restart(&mut self, clean: bool) {
         if clean {
             self.vol.stop().await.unwrap();
         }
         let mut devs: Vec<Arc<dyn BlockDevice>> = Vec::new();
+        let mut kept_out = Vec::new();
         for i in 0..self.n {
-            let st = self.state(i);
-            if st != MemberState::Failed {
+            let st = self.vol.status().members[i].clone();
+            if st.state != MemberState::Failed {
                 devs.push(self.slots[i].dev.clone());
             } else if let Some(old) = self.away[i].take() {
                 old.faults.clear();
                 devs.push(old.dev.clone());
+                if st.failed_by_operator {
+                    kept_out.push((i, old.ram.info().name.clone()));
+                }
                 self.slots[i] = old;
             }
         }
@@ -301,6 +306,11 @@ impl World {
         devs.reverse();
         let vol = Volume::assemble_with(devs, test_options()).await.unwrap();
         self.vol = vol;
+        for (i, old) in kept_out {
+            // Out, or its slot taken by a spare: never its old device.
+            let m = &self.vol.status().members[i];
+            assert_ne!(m.device.as_deref(), Some(old.as_str()), "{:?}", self.log);
+        }
         for (i, m) in self.vol.status().members.iter().enumerate() {
             if m.state == MemberState::Failed {
                 self.away[i] = Some(self.slots[i].clone());

@@ -129,6 +129,8 @@ pub(crate) struct Ctx {
     pub lease: watch::Sender<Option<LeaseInfo>>,
     /// Volumes owned now, with how the takeover went.
     pub owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    /// Why the last takeover of a volume failed, until one succeeds.
+    pub failures: Mutex<BTreeMap<String, String>>,
     /// Set by `shutdown`: owners hand over to a live standby.
     pub shutting_down: watch::Sender<bool>,
 }
@@ -150,6 +152,10 @@ impl Ctx {
 
     pub fn owned_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TakeoverReport>> {
         self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn failures_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -249,6 +255,7 @@ impl Processor {
             host,
             lease: watch::Sender::new(None),
             owned,
+            failures: Mutex::default(),
             shutting_down: watch::Sender::new(false),
         });
         let (lease_stop, stop_rx) = watch::channel(false);
@@ -304,6 +311,12 @@ impl Processor {
     /// How the takeover of an owned volume went.
     pub fn takeover_report(&self, volume: &str) -> Option<TakeoverReport> {
         self.ctx.owned_lock().get(volume).cloned()
+    }
+
+    /// Why this node's last attempt to take `volume` over failed (e.g. too few members
+    /// answer), until an attempt succeeds.
+    pub fn takeover_failure(&self, volume: &str) -> Option<String> {
+        self.ctx.failures_lock().get(volume).cloned()
     }
 
     /// The node's current lease, if it holds one.

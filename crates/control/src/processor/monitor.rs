@@ -3,7 +3,7 @@
 //! - a member that failed (its storage node was down, its connection gave up) and
 //!   answers again is fenced and put back into its slot with `Volume::replace_member`,
 //!   which recognises it (same member UUID) and rebuilds only the regions dirtied while
-//!   it was away;
+//!   it was away; a member failed by the operator is left out;
 //! - a member whose connection came back by itself (its storage node restarted within
 //!   the controller-loss timeout) is fenced again: the restarted target may have lost
 //!   the reservation.
@@ -105,7 +105,7 @@ pub(crate) fn spawn(
             let failed: Vec<usize> = status
                 .members
                 .iter()
-                .filter(|m| m.state == MemberState::Failed)
+                .filter(|m| m.state == MemberState::Failed && !m.failed_by_operator)
                 .map(|m| m.index)
                 .collect();
             for i in failed {

@@ -36,13 +36,13 @@ impl Drop for Owned {
     }
 }
 
-/// Opens and fences member `i`; `None` (logged) if it cannot be used now.
+/// Opens and fences member `i`; why not (logged) if it cannot be used now.
 async fn reach(
     ctx: &Ctx,
     volume: &str,
     i: usize,
     url: &str,
-) -> Option<(Arc<RemoteNamespace>, FenceOutcome)> {
+) -> Result<(Arc<RemoteNamespace>, FenceOutcome), String> {
     let ns = match open_member(url, &ctx.host, &ctx.cfg.member_connect).await {
         Ok(ns) => ns,
         Err(e) => {
@@ -52,7 +52,11 @@ async fn reach(
                 url,
                 "processor: member unreachable: {e}"
             );
-            return None;
+            let why = match e {
+                ProcessorError::Host(h) => h.to_string(),
+                other => other.to_string(),
+            };
+            return Err(format!("unreachable: {why}"));
         }
     };
     match fence_member(&ns, ctx.key).await {
@@ -63,7 +67,7 @@ async fn reach(
                 url,
                 "processor: member target has no reservations; only superblock generations fence the old owner there"
             );
-            Some((ns, FenceOutcome::Unsupported))
+            Ok((ns, FenceOutcome::Unsupported))
         }
         Ok(o) => {
             if let FenceOutcome::Reserved {
@@ -77,7 +81,7 @@ async fn reach(
                     "processor: previous owner fenced"
                 );
             }
-            Some((ns, o))
+            Ok((ns, o))
         }
         Err(e) => {
             tracing::warn!(
@@ -86,7 +90,7 @@ async fn reach(
                 url,
                 "processor: member not fenced, not used: {e}"
             );
-            None
+            Err(format!("not fenced: {e}"))
         }
     }
 }
@@ -116,7 +120,7 @@ pub(crate) async fn take_over(
     let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
     let mut unfenceable = 0;
     for (m, r) in rec.members.iter().zip(&reached) {
-        if let Some((ns, outcome)) = r {
+        if let Ok((ns, outcome)) = r {
             if *outcome == FenceOutcome::Unsupported {
                 unfenceable += 1;
             }
@@ -129,7 +133,7 @@ pub(crate) async fn take_over(
     }
     let fenced = devices.len();
     for (j, s) in rec.spares.iter().enumerate() {
-        if let Some((ns, _)) = reach(ctx, name, rec.members.len() + j, &s.url).await {
+        if let Ok((ns, _)) = reach(ctx, name, rec.members.len() + j, &s.url).await {
             devices.push(Arc::new(MemberDevice::new(ns, &s.url, latch.clone())));
         }
     }
@@ -143,7 +147,30 @@ pub(crate) async fn take_over(
         background_resync: true,
         ..ctx.cfg.engine.clone()
     };
-    let volume = Volume::assemble_with(devices, engine).await?;
+    // Up to m members away: the volume starts degraded (they are marked failed and come
+    // back through the monitor); more: refused, with which members answer and which not.
+    let volume = match Volume::assemble_with(devices, engine).await {
+        Ok(v) => v,
+        Err(volume::VolumeError::TooFewMembers(mut shortfall)) => {
+            // Slot i of the volume is member i of the record (creation order).
+            for slot in &mut shortfall.slots {
+                let Some(m) = rec.members.get(slot.index) else {
+                    continue;
+                };
+                if slot.device.is_none() {
+                    slot.device = Some(m.url.clone());
+                }
+                if let Some(Err(why)) = reached.get(slot.index) {
+                    slot.problem = Some(why.clone());
+                }
+            }
+            return Err(fail(format!(
+                "cannot assemble: {shortfall}; the takeover is retried until enough \
+                 members answer"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let status = volume.status();
     if status.uuid != rec.uuid {
         latch.close("assembled another volume than the record names");
@@ -202,7 +229,7 @@ pub(crate) async fn take_over(
     let slots = Arc::new(Mutex::new(
         reached
             .into_iter()
-            .map(|r| r.map(|(ns, _)| ns))
+            .map(|r| r.ok().map(|(ns, _)| ns))
             .collect::<Vec<_>>(),
     ));
     let own = monitor::Ownership {

@@ -35,13 +35,21 @@ pub(crate) async fn run(
         let rec = record.borrow().clone();
         match take_over(&ctx, &rec, owner.clone(), lease, &export).await {
             Ok(owned) => {
+                ctx.failures_lock().remove(&name);
                 forget_handoff(&ctx, &name).await;
                 if !serve(&ctx, &name, owned, &mut stop, &export).await {
                     return;
                 }
             }
             Err(e) => {
-                tracing::warn!(node = %ctx.name, volume = %name, "processor: takeover failed: {e}");
+                let reason = e.to_string();
+                // Retried every TAKEOVER_RETRY: said loudly once per distinct reason.
+                let again = ctx.failures_lock().insert(name.clone(), reason.clone());
+                if again.as_deref() == Some(reason.as_str()) {
+                    tracing::debug!(node = %ctx.name, volume = %name, "processor: takeover failed again: {reason}");
+                } else {
+                    tracing::warn!(node = %ctx.name, volume = %name, "processor: takeover failed: {reason}");
+                }
                 ctx.set_ana(rec.ana_group, AnaState::Inaccessible);
                 export.detach();
                 let _ = meta::schema::release_ownership(ctx.store.as_ref(), &name, &owner).await;

@@ -122,6 +122,7 @@ pub(crate) fn plan(state: &NodeState, given: &[NodeDrive]) -> Result<Vec<Planned
 pub(crate) async fn open_all(
     plans: Vec<PlannedDrive>,
     engine: IoEngine,
+    volumes: &volume::registry::VolumeRegistry,
 ) -> Result<Vec<OpenedDrive>, NodeError> {
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
@@ -147,11 +148,8 @@ pub(crate) async fn open_all(
         let device = match &plan.spec {
             // A local volume: assembled from the devices its registry entry lists.
             DriveSpec::Volume { name } => {
-                let registry = volume::registry::VolumeRegistry::new(
-                    volume::registry::VolumeRegistry::default_dir(),
-                );
                 let (_, vol) = volume::registry::assemble_registered(
-                    &registry,
+                    volumes,
                     name,
                     engine,
                     volume::EngineOptions::default(),
@@ -198,6 +196,11 @@ mod tests {
 
     use super::*;
     use crate::naming::parse_node_drive;
+
+    /// A registry nobody looks into (no `volume:` drives in these tests).
+    fn no_volumes() -> volume::registry::VolumeRegistry {
+        volume::registry::VolumeRegistry::new("/nonexistent/volumes")
+    }
 
     fn state_with(drives: &[(&str, &str)]) -> NodeState {
         let mut s = NodeState::new("n1", Uuid::nil());
@@ -259,7 +262,7 @@ mod tests {
         let path = dir.path().join("d.img");
         let spec = format!("file:{}:4M", path.display());
         let mut s = state_with(&[("d0", &spec)]);
-        let e = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto)
+        let e = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto, &no_volumes())
             .await
             .err()
             .unwrap()
@@ -275,13 +278,14 @@ mod tests {
         let fresh = open_all(
             plan(&state_with(&[]), &given(&[&spec])).unwrap(),
             IoEngine::Auto,
+            &no_volumes(),
         )
         .await
         .unwrap();
         let info = fresh[0].device.info().clone();
         drop(fresh);
         assert_eq!(info.size_bytes, 4 << 20);
-        let e = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto)
+        let e = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto, &no_volumes())
             .await
             .err()
             .unwrap()
@@ -294,7 +298,7 @@ mod tests {
         );
         s.drives[0].size_bytes = info.size_bytes;
         s.drives[0].block_size_bytes = info.logical_block_bytes;
-        let o = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto)
+        let o = open_all(plan(&s, &[]).unwrap(), IoEngine::Auto, &no_volumes())
             .await
             .unwrap();
         assert!(o[0].plan.known.is_some());

@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// namespace, the whole capacity free for Namespace Management (what a cluster's
     /// provisioning wants). Drives already in the state keep their namespaces either way.
     pub default_namespace: bool,
+    /// The local volume registry `volume:NAME` drives are found in (`None`: the default,
+    /// `$FERROBAY_VOLUMES_DIR` or `/var/lib/ferrobay/volumes`, as `ferrobay volume`).
+    pub volumes_dir: Option<PathBuf>,
 }
 
 impl NodeConfig {
@@ -71,6 +74,7 @@ impl NodeConfig {
             target: TargetConfig::default(),
             engine: IoEngine::Auto,
             default_namespace: true,
+            volumes_dir: None,
         }
     }
 }
@@ -273,7 +277,12 @@ impl StorageNode {
         }
 
         let plans = drives::plan(catalog.state(), &cfg.drives)?;
-        let opened = drives::open_all(plans, cfg.engine).await?;
+        let volumes = volume::registry::VolumeRegistry::new(
+            cfg.volumes_dir
+                .clone()
+                .unwrap_or_else(volume::registry::VolumeRegistry::default_dir),
+        );
+        let opened = drives::open_all(plans, cfg.engine, &volumes).await?;
         let mut devices = BTreeMap::new();
         for d in opened {
             let uuid = match &d.plan.known {

@@ -10,6 +10,16 @@ use crate::format::{MemberEntry, MemberState, Superblock};
 use crate::sbio;
 use crate::topology::{Dev, Slot, Topology, same_dev};
 
+/// Who took a member out: it decides whether the member comes back by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FailedBy {
+    /// An I/O error, a timeout, a failed superblock write, or missing at assembly: the
+    /// member returns (partial rebuild) when its device is offered again.
+    Error,
+    /// `Volume::fail_member`: it stays out until it is re-added or replaced.
+    Operator,
+}
+
 impl Inner {
     /// Marks the members behind `faults` failed (each durably, in every surviving
     /// superblock) before the caller retries or acknowledges anything. Errors if the
@@ -40,8 +50,13 @@ impl Inner {
         for _ in 0..=self.geo.members() {
             for f in faults {
                 warn!(volume = %self.name, member = f.member, error = %f.err, "member I/O failed");
-                self.fail_member_dev(f.member, f.dev.as_ref(), &f.err.to_string())
-                    .await?;
+                self.fail_member_dev(
+                    f.member,
+                    f.dev.as_ref(),
+                    &f.err.to_string(),
+                    FailedBy::Error,
+                )
+                .await?;
             }
             // Rows written before the change are made durable before any write relies on
             // the new member set, and the journal starts over (new members hold no chain).
@@ -60,6 +75,7 @@ impl Inner {
         member: usize,
         dev: Option<&Dev>,
         reason: &str,
+        by: FailedBy,
     ) -> Result<()> {
         if self.is_halted() {
             return Err(self.fenced_error());
@@ -80,9 +96,14 @@ impl Inner {
         if !current || slot.state == MemberState::Failed {
             return Ok(());
         }
-        error!(volume = %self.name, member, reason, "marking member failed");
+        match by {
+            FailedBy::Error => error!(volume = %self.name, member, reason, "marking member failed"),
+            FailedBy::Operator => {
+                info!(volume = %self.name, member, reason, "marking member failed")
+            }
+        }
         let mut t = (*topo).clone();
-        Self::mark_failed(&mut sb, &mut t, member);
+        Self::mark_failed(&mut sb, &mut t, member, by);
         self.take_spare(&mut sb, &mut t).await;
         self.set_topo(t);
         let pending = self.intent.pending_count();
@@ -96,7 +117,26 @@ impl Inner {
         self.commit_locked(&mut sb, true).await
     }
 
-    fn mark_failed(sb: &mut Superblock, t: &mut Topology, member: usize) {
+    /// Marks an already failed slot as taken out by the operator (it no longer comes
+    /// back by itself). `false` if the slot is not failed.
+    pub async fn keep_out(&self, member: usize) -> Result<bool> {
+        let mut sb = self.meta.lock().await;
+        let failed = self
+            .topo()
+            .slots
+            .get(member)
+            .is_some_and(|s| s.state == MemberState::Failed);
+        let Some(e) = sb.members.get_mut(member).filter(|_| failed) else {
+            return Ok(false);
+        };
+        if !e.failed_by_operator {
+            e.failed_by_operator = true;
+            self.commit_locked(&mut sb, true).await?;
+        }
+        Ok(true)
+    }
+
+    fn mark_failed(sb: &mut Superblock, t: &mut Topology, member: usize, by: FailedBy) {
         let was = t.slots.get(member).map(|s| s.state);
         let generation = sb.generation + 1;
         if let Some(slot) = t.slots.get_mut(member) {
@@ -110,6 +150,7 @@ impl Inner {
             e.state = MemberState::Failed;
             e.state_generation = generation;
             e.rebuild_offset_bytes = 0;
+            e.failed_by_operator = by == FailedBy::Operator;
         }
     }
 
@@ -143,6 +184,7 @@ impl Inner {
                 state: MemberState::Rebuilding,
                 rebuild_offset_bytes: 0,
                 valid_bytes: 0,
+                failed_by_operator: false,
                 state_generation: sb.generation + 1,
                 ..entry
             };
@@ -247,7 +289,7 @@ impl Inner {
                         }
                     }
                 } else {
-                    Self::mark_failed(sb, &mut t, idx);
+                    Self::mark_failed(sb, &mut t, idx, FailedBy::Error);
                 }
             }
             self.take_spare(sb, &mut t).await;

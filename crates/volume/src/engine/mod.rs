@@ -8,7 +8,7 @@ mod bitmap_io;
 mod fence;
 mod journal_io;
 mod meta;
-pub(crate) use meta::valid_when_leaving;
+pub(crate) use meta::{FailedBy, valid_when_leaving};
 mod read;
 mod rows;
 mod write;

@@ -57,6 +57,7 @@ const _: () = assert!(OFF_NAME + NAME_MAX_BYTES <= HEADER_BYTES);
 // Entry field offsets, relative to the entry.
 const E_UUID: usize = 0;
 const E_STATE: usize = 16;
+const E_FLAGS: usize = 17;
 const E_DOMAIN_LEN: usize = 18;
 const E_DEVICE_BYTES: usize = 24;
 const E_STATE_GENERATION: usize = 32;
@@ -67,6 +68,10 @@ const _: () = assert!(E_DOMAIN + DOMAIN_MAX_BYTES <= E_VALID_BYTES);
 const _: () = assert!(E_VALID_BYTES + 8 <= ENTRY_BYTES);
 
 const FLAG_CLEAN: u32 = 1;
+/// Entry flags (byte 17 of an entry, reserved and zero before it had a meaning): the
+/// member was failed by the operator. Readers that ignore it re-add such a member like
+/// one that failed by an error (the behaviour before the flag), which is data-safe.
+const ENTRY_FLAG_OPERATOR_FAILED: u8 = 1;
 
 /// State of a member table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -125,6 +130,11 @@ pub struct MemberEntry {
     /// coming back rebuilds only dirty regions below it and everything above it (0 = a
     /// full rebuild).
     pub valid_bytes: u64,
+    /// Failed: taken out by the operator (`fail_member`), so it stays out until it is
+    /// re-added or replaced. A member failed by an I/O error or a timeout (or missing at
+    /// assembly) has `false` and comes back by itself when its device is offered again.
+    #[serde(default)]
+    pub failed_by_operator: bool,
 }
 
 impl MemberEntry {
@@ -137,6 +147,7 @@ impl MemberEntry {
             state_generation: 0,
             rebuild_offset_bytes: 0,
             valid_bytes: 0,
+            failed_by_operator: false,
         }
     }
 }
@@ -196,7 +207,13 @@ pub enum FormatError {
     #[error("invalid superblock field: {0}")]
     Field(&'static str),
     #[error("invalid layout in superblock: {0}")]
-    Layout(#[from] crate::layout::LayoutError),
+    Layout(crate::layout::LayoutError),
+}
+
+impl From<crate::layout::LayoutError> for FormatError {
+    fn from(e: crate::layout::LayoutError) -> Self {
+        FormatError::Layout(e)
+    }
 }
 
 impl Superblock {
@@ -241,6 +258,9 @@ impl Superblock {
             let at = HEADER_BYTES + i * ENTRY_BYTES;
             put(&mut b, at + E_UUID, e.uuid.as_bytes());
             put_u8(&mut b, at + E_STATE, e.state.code());
+            if e.failed_by_operator {
+                put_u8(&mut b, at + E_FLAGS, ENTRY_FLAG_OPERATOR_FAILED);
+            }
             let domain = truncate_utf8(&e.failure_domain, DOMAIN_MAX_BYTES);
             put_u8(&mut b, at + E_DOMAIN_LEN, domain.len() as u8);
             put_u64(&mut b, at + E_DEVICE_BYTES, e.device_bytes);
@@ -314,6 +334,13 @@ impl Superblock {
                     "spare in a slot or slot state on a spare",
                 ));
             }
+            // Bits other than the operator flag are reserved: written zero, ignored.
+            let failed_by_operator = u8_at(b, at + E_FLAGS) & ENTRY_FLAG_OPERATOR_FAILED != 0;
+            if failed_by_operator && state != MemberState::Failed {
+                return Err(FormatError::Field(
+                    "operator-failed flag on a member not failed",
+                ));
+            }
             let failure_domain = str_at(
                 b,
                 at + E_DOMAIN,
@@ -329,6 +356,7 @@ impl Superblock {
                 state_generation: u64_at(b, at + E_STATE_GENERATION),
                 rebuild_offset_bytes: u64_at(b, at + E_REBUILD_OFFSET),
                 valid_bytes: u64_at(b, at + E_VALID_BYTES),
+                failed_by_operator,
             });
         }
         let member_uuid = Uuid::from_bytes(get(b, OFF_MEMBER_UUID));

@@ -104,6 +104,50 @@ fn rejects_inconsistent_fields_with_valid_crc() {
     }
 }
 
+/// The operator-failed flag lives in entry byte 17, reserved (zero) in every superblock
+/// written before it: old superblocks read as "failed by an error" (the old meaning), a
+/// flagged one re-encodes byte for byte, and the v1 vector is otherwise unchanged.
+#[test]
+fn operator_failed_flag_is_compatible_with_v1() {
+    let old = Superblock::decode(VECTOR).unwrap();
+    assert!(old.members.iter().all(|e| !e.failed_by_operator));
+    let e2 = 256 + 2 * 96;
+    assert_eq!(VECTOR[e2 + 16], 2, "entry 2 is failed in the vector");
+    assert_eq!(VECTOR[e2 + 17], 0, "byte 17 was reserved, zero");
+
+    // The vector with the flag set on its failed entry, as a new writer writes it.
+    let mut flagged = [0u8; SUPERBLOCK_BYTES];
+    flagged.copy_from_slice(VECTOR);
+    flagged[e2 + 17] = 1;
+    let flagged = with_crc(flagged);
+    let sb = Superblock::decode(&flagged).unwrap();
+    assert!(sb.members[2].failed_by_operator);
+    let mut want = vector_superblock();
+    want.members[2].failed_by_operator = true;
+    assert_eq!(sb, want);
+    assert_eq!(want.encode(), flagged, "only byte 17 (and the CRC) differ");
+    let diff: Vec<usize> = (0..SUPERBLOCK_BYTES)
+        .filter(|&i| flagged[i] != VECTOR[i] && !(12..16).contains(&i))
+        .collect();
+    assert_eq!(diff, [e2 + 17]);
+
+    // The flag only means something on a failed entry.
+    let mut b = flagged;
+    b[256 + 17] = 1; // entry 0 is active
+    assert_eq!(
+        Superblock::decode(&with_crc(b)),
+        Err(FormatError::Field(
+            "operator-failed flag on a member not failed"
+        ))
+    );
+    // Other bits stay reserved: ignored on read, written zero.
+    let mut b = flagged;
+    b[e2 + 17] = 0x81;
+    let sb = Superblock::decode(&with_crc(b)).unwrap();
+    assert!(sb.members[2].failed_by_operator);
+    assert_eq!(sb.encode(), flagged);
+}
+
 fn arb_entry(slot: bool) -> impl Strategy<Value = MemberEntry> {
     let states = if slot {
         prop_oneof![
@@ -123,9 +167,10 @@ fn arb_entry(slot: bool) -> impl Strategy<Value = MemberEntry> {
         any::<u64>(),
         any::<u64>(),
         any::<u64>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(u, state, domain, device_bytes, left, off, valid)| MemberEntry {
+            |(u, state, domain, device_bytes, left, off, valid, operator)| MemberEntry {
                 uuid: Uuid::from_bytes(u),
                 state,
                 failure_domain: domain,
@@ -133,6 +178,7 @@ fn arb_entry(slot: bool) -> impl Strategy<Value = MemberEntry> {
                 state_generation: left,
                 rebuild_offset_bytes: off,
                 valid_bytes: valid,
+                failed_by_operator: operator && state == MemberState::Failed,
             },
         )
 }

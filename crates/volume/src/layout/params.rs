@@ -112,6 +112,30 @@ pub struct LayoutParams {
     pub stripe_unit_bytes: u64,
 }
 
+/// `raid6 (4+2), 6 members, stripe unit 64 KiB`: for logs and status lines.
+impl fmt::Display for LayoutParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shape = match self.level {
+            Level::Raid0 | Level::Raid1 => String::new(),
+            Level::Raid10 => format!(" ({} copies)", self.copies),
+            Level::Raid5 | Level::Raid6 => format!(" ({}+{})", self.k, self.m),
+            Level::Erasure => String::new(),
+        };
+        let su = self.stripe_unit_bytes;
+        let su = if su.is_multiple_of(1 << 20) {
+            format!("{} MiB", su >> 20)
+        } else {
+            format!("{} KiB", su >> 10)
+        };
+        write!(
+            f,
+            "{}{shape}, {} members, stripe unit {su}",
+            self.level_name(),
+            self.members
+        )
+    }
+}
+
 /// The two families the math distinguishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -155,6 +179,14 @@ impl LayoutParams {
             m,
             copies,
             stripe_unit_bytes: DEFAULT_STRIPE_UNIT_BYTES,
+        }
+    }
+
+    /// The level as people write it: `raid6`, `raid10`, `4+2` for erasure coding.
+    pub fn level_name(&self) -> String {
+        match self.level {
+            Level::Erasure => format!("{}+{}", self.k, self.m),
+            other => other.to_string(),
         }
     }
 
