@@ -160,7 +160,7 @@ impl Maintenance {
             if u64::from(free) >= start {
                 return Ok(());
             }
-            let report = self.round(Mode::Background).await?;
+            let report = self.round(Mode::Background, None).await?;
             if report.segments_reclaimed == 0 {
                 return Ok(());
             }
@@ -177,7 +177,7 @@ impl Maintenance {
             result = self.checkpoint().await.map(|_| ());
         }
         if result.is_ok() {
-            result = self.round(Mode::Urgent).await.map(|_| ());
+            result = self.round(Mode::Urgent, None).await.map(|_| ());
         }
         let mut st = self.inner.write();
         st.no_progress = st.free_segments().count() <= free_before;
@@ -186,22 +186,22 @@ impl Maintenance {
         result
     }
 
+    /// Compacts the segments that have garbage now (not the ones its own relocations
+    /// fill, which would never end).
     async fn compact_all(&mut self) -> Result<CompactionReport, KvError> {
         self.checkpoint().await?;
+        let mut todo: Vec<u32> = self.victims(Mode::Forced, None, usize::MAX);
         let mut total = CompactionReport::default();
-        loop {
-            let r = self.round(Mode::Forced).await?;
-            let progress = r.segments_reclaimed > 0;
+        while !todo.is_empty() {
+            let r = self.round(Mode::Forced, Some(&mut todo)).await?;
             total.segments_reclaimed += r.segments_reclaimed;
             total.bytes_moved += r.bytes_moved;
             total.bytes_read += r.bytes_read;
             total.bytes_reclaimed += r.bytes_reclaimed;
             total.values_moved += r.values_moved;
             total.damaged_segments += r.damaged_segments;
-            if !progress {
-                return Ok(total);
-            }
         }
+        Ok(total)
     }
 
     fn garbage_floor(&self, mode: Mode) -> u64 {
@@ -215,7 +215,9 @@ impl Maintenance {
         }
     }
 
-    fn victims(&self, mode: Mode) -> Vec<u32> {
+    /// Segments worth compacting, least live first: at most `max`, and only from `only`
+    /// if given.
+    fn victims(&self, mode: Mode, only: Option<&[u32]>, max: usize) -> Vec<u32> {
         let floor = self.garbage_floor(mode);
         let seg = self.inner.layout.segment();
         let st = self.inner.read();
@@ -223,8 +225,9 @@ impl Maintenance {
             .segments
             .iter()
             .enumerate()
-            .filter(|(_, s)| {
-                s.state == SegState::Sealed
+            .filter(|(i, s)| {
+                only.is_none_or(|o| o.contains(&(*i as u32)))
+                    && s.state == SegState::Sealed
                     && s.covered
                     && !s.damaged
                     && seg.saturating_sub(s.live) >= floor.max(1)
@@ -232,20 +235,39 @@ impl Maintenance {
             .map(|(i, s)| (s.live, i as u32))
             .collect();
         v.sort_unstable();
-        let max = match mode {
-            Mode::Urgent => 2,
-            _ => self.inner.opts.compaction.max_segments_per_round.max(1) as usize,
-        };
         v.into_iter().take(max).map(|(_, i)| i).collect()
     }
 
-    fn has_victims(&self, mode: Mode) -> bool {
-        !self.victims(mode).is_empty()
+    fn round_segments(&self, mode: Mode) -> usize {
+        match mode {
+            Mode::Urgent => 2,
+            _ => self.inner.opts.compaction.max_segments_per_round.max(1) as usize,
+        }
     }
 
-    /// One round: empty some victims, then checkpoint to free them.
-    async fn round(&mut self, mode: Mode) -> Result<CompactionReport, KvError> {
-        let victims = self.victims(mode);
+    fn has_victims(&self, mode: Mode) -> bool {
+        !self.victims(mode, None, 1).is_empty()
+    }
+
+    /// One round: empty some victims (taken from `todo` if given), then checkpoint to
+    /// free them.
+    async fn round(
+        &mut self,
+        mode: Mode,
+        todo: Option<&mut Vec<u32>>,
+    ) -> Result<CompactionReport, KvError> {
+        let max = self.round_segments(mode);
+        let victims = match todo {
+            Some(todo) => {
+                let v = self.victims(mode, Some(todo), max);
+                todo.retain(|s| !v.contains(s));
+                if v.is_empty() {
+                    todo.clear();
+                }
+                v
+            }
+            None => self.victims(mode, None, max),
+        };
         let mut report = CompactionReport::default();
         if victims.is_empty() {
             return Ok(report);
