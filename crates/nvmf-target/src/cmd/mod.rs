@@ -1,5 +1,6 @@
 //! Command execution: fabrics and admin commands, I/O commands by the namespace's command
-//! set (`io` looks the namespace up, `nvm` is the NVM command set).
+//! set (`io` looks the namespace up, `nvm` is the NVM command set, `kv` the Key Value
+//! command set).
 //!
 //! Commands run on a [`context::QueueContext`] (what a command sees of its queue). A command
 //! either completes at once ([`Dispatch::Now`]) or becomes a future polled by the
@@ -13,6 +14,7 @@ pub(crate) mod fabrics;
 pub(crate) mod features;
 pub(crate) mod identify;
 pub(crate) mod io;
+pub(crate) mod kv;
 pub(crate) mod logpage;
 pub(crate) mod nvm;
 pub(crate) mod resv;
@@ -39,8 +41,13 @@ pub(crate) struct Outcome {
     pub status: Status,
     pub dw0: u32,
     pub dw1: u32,
-    /// Controller-to-host data (sent only on success).
+    /// Controller-to-host data (sent only on success). Padded with zeros or cut to the
+    /// host's transfer length, unless `short_data`.
     pub data: Option<IoBuf>,
+    /// `data` may be shorter than the host's buffer and is sent as it is (KV Retrieve of
+    /// a value smaller than the buffer, List): the host learns the length another way
+    /// (DW0, the list's count).
+    pub short_data: bool,
     /// A buffer to give back to the pool (write data).
     pub spare: Option<IoBuf>,
     pub acct: Option<Acct>,
@@ -60,6 +67,7 @@ impl Outcome {
             dw0: 0,
             dw1: 0,
             data: None,
+            short_data: false,
             spare: None,
             acct: None,
             err_nsid: 0,
