@@ -54,7 +54,8 @@ pub use config::{
 };
 pub use error::TargetError;
 pub use fuzz::{
-    FUZZ_HOSTNQN, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session,
+    FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
+    fuzz_seed_io_session, fuzz_seed_kv_session,
 };
 pub use kv_backend::{KvBackend, KvBackendError, KvFuture, KvRetrieved, KvUsage};
 pub use kv_mem::MemKvBackend;
