@@ -24,12 +24,10 @@ fn fixed_inputs() {
     );
     let kv = fuzz_seed_kv_session();
     // ICResp, Connect; Store; Retrieve data (512) + response; Exist; List data (the
-    // count alone: List answers from memory at once, before the pipelined Store's
-    // future ran — commands in flight together have no order) + response; Delete;
-    // Retrieve of the deleted key (no data).
+    // host's 256 bytes) + response; Delete; Retrieve of the deleted key (no data).
     assert_eq!(
         fuzz_one_connection(&kv),
-        128 + 24 + 24 + (24 + 512 + 24) + 24 + (24 + 4 + 24) + 24 + 24
+        128 + 24 + 24 + (24 + 512 + 24) + 24 + (24 + 256 + 24) + 24 + 24
     );
     for cut in [1, 8, 100, 128, 200, s.len() - 1] {
         fuzz_one_connection(&kv[..cut.min(kv.len())]);

@@ -387,10 +387,12 @@ async fn store_retrieve_list_delete_exist() {
     assert!(q.r2ts_seen > r2ts, "the 2 MiB value came through R2T");
     assert_eq!(t.kv.contents().get(&b"obj/big"[..]), Some(&big));
 
-    // A buffer larger than the value: only the value comes back; DW0 its size.
+    // A buffer larger than the value: the value, then zeros; DW0 its size.
     let (c, back) = q.exec(retrieve(b"obj/small", 4096), None, 4096).await;
     assert_eq!((c.status, c.dw0), (Status::SUCCESS, 100));
-    assert_eq!(back, small);
+    assert_eq!(back.len(), 4096, "the host's whole buffer is transferred");
+    assert_eq!(back[..100], small[..]);
+    assert!(back[100..].iter().all(|&b| b == 0), "zeros after the value");
     // Smaller: the value's first bytes, DW0 still the whole size.
     let (c, back) = q.exec(retrieve(b"obj/big", 4096), None, 4096).await;
     assert_eq!((c.status, c.dw0), (Status::SUCCESS, MAX_VALUE));
@@ -442,10 +444,11 @@ async fn store_retrieve_list_delete_exist() {
         .map(|k| k.to_vec())
         .collect();
     assert_eq!(list_keys(&d), all);
-    assert_eq!(
-        d.len(),
-        4 + 4 + 4 + 8 + 12 + 12,
-        "whole entries only are sent"
+    let used = 4 + 4 + 4 + 8 + 12 + 12;
+    assert_eq!(d.len(), 4096);
+    assert!(
+        d[used..].iter().all(|&b| b == 0),
+        "zeros after the last entry"
     );
     let (_, d) = q.exec(list(Some(b"b"), 4096), None, 4096).await;
     assert_eq!(
@@ -1073,7 +1076,9 @@ async fn run_model(ops: Vec<Op>) {
                 match model.get(&k) {
                     Some(v) => {
                         assert_eq!((c.status, c.dw0 as usize), (Status::SUCCESS, v.len()));
-                        assert!(back == v[..v.len().min(hbs as usize)], "op {i}: bytes");
+                        let n = v.len().min(hbs as usize);
+                        assert!(back[..n] == v[..n], "op {i}: bytes");
+                        assert!(back[n..].iter().all(|&b| b == 0), "op {i}: zeros after");
                     }
                     None => assert_eq!(c.status, Status::KV_KEY_DOES_NOT_EXIST.dnr()),
                 }

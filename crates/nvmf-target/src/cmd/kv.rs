@@ -12,9 +12,12 @@
 //!    (Invalid Field, CDW10) and exactly the data length (Data SGL Length Invalid); List:
 //!    a buffer below the 4-byte count is Invalid Field.
 //!
-//! Retrieve sends min(value, buffer) bytes and reports the whole value's size in DW0;
-//! List sends the count and the whole key entries that fit. Delete of an absent key
-//! succeeds unless the Key Value Configuration feature's EDNEK is set.
+//! Retrieve fills the host buffer with the first min(value, buffer) bytes, zeros after
+//! them, and reports the whole value's size in DW0; List fills it with the count and the
+//! whole key entries that fit, zeros after them. Either way the transfer is the length
+//! the host described (hosts, nvmf-host among them, check it), so a host should size its
+//! buffer near the value. Delete of an absent key succeeds unless the Key Value
+//! Configuration feature's EDNEK is set.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -187,19 +190,19 @@ impl QueueContext {
                 let mut buf = self.pool.get(host_buffer_bytes as usize);
                 self.kv_later(ns, OpKind::Read, None, async move {
                     let got = kv.backend.retrieve(key.as_bytes(), &mut buf).await?;
-                    // Only the value's bytes go out: the rest of the pool buffer holds
-                    // whatever it held before.
+                    // The whole host buffer goes out (hosts expect the length they
+                    // described): the value, then zeros over whatever the pool buffer
+                    // held before.
                     let copied = got.copied_bytes.min(buf.len());
-                    buf.set_len(copied);
-                    let (data, spare) = if copied > 0 {
-                        (Some(buf), None)
-                    } else {
+                    buf[copied..].fill(0);
+                    let (data, spare) = if buf.is_empty() {
                         (None, Some(buf))
+                    } else {
+                        (Some(buf), None)
                     };
                     Ok(Outcome {
                         dw0: got.value_bytes,
                         data,
-                        short_data: true,
                         spare,
                         acct: Some(Acct {
                             kind: OpKind::Read,
@@ -230,14 +233,10 @@ impl QueueContext {
                 let r = fill_list(kv.backend.as_ref(), start, &mut buf);
                 let us = t0.elapsed().as_micros() as u64;
                 match r {
-                    Ok(len) => {
+                    // The writer zeroed the buffer past the entries: all of it goes out.
+                    Ok(_) => {
                         ns.counters.finish(shard, OpKind::Other, 0, us, true, false);
-                        buf.set_len(len);
-                        Dispatch::Now(Outcome {
-                            data: Some(buf),
-                            short_data: true,
-                            ..Outcome::ok()
-                        })
+                        Dispatch::Now(Outcome::data(buf))
                     }
                     Err(e) => {
                         self.pool.put(buf);

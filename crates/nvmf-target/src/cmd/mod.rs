@@ -41,13 +41,9 @@ pub(crate) struct Outcome {
     pub status: Status,
     pub dw0: u32,
     pub dw1: u32,
-    /// Controller-to-host data (sent only on success). Padded with zeros or cut to the
-    /// host's transfer length, unless `short_data`.
+    /// Controller-to-host data (sent only on success), padded with zeros or cut to the
+    /// host's transfer length.
     pub data: Option<IoBuf>,
-    /// `data` may be shorter than the host's buffer and is sent as it is (KV Retrieve of
-    /// a value smaller than the buffer, List): the host learns the length another way
-    /// (DW0, the list's count).
-    pub short_data: bool,
     /// A buffer to give back to the pool (write data).
     pub spare: Option<IoBuf>,
     pub acct: Option<Acct>,
@@ -67,7 +63,6 @@ impl Outcome {
             dw0: 0,
             dw1: 0,
             data: None,
-            short_data: false,
             spare: None,
             acct: None,
             err_nsid: 0,
