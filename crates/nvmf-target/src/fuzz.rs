@@ -127,8 +127,7 @@ pub fn fuzz_seed_kv_session() -> Vec<u8> {
     .to_command(2, FUZZ_KV_NSID);
     store.set_sgl1(SglDescriptor::in_capsule(0, 512));
     v.extend(pdu(&PduHeader::CapsuleCmd(store), &[0x5A; 512]));
-    let mut cid = 3;
-    for (cmd, data_len) in [
+    for (cid, (cmd, data_len)) in (3u16..).zip([
         (
             KvCommand::Retrieve {
                 key,
@@ -154,11 +153,10 @@ pub fn fuzz_seed_kv_session() -> Vec<u8> {
             },
             512,
         ),
-    ] {
+    ]) {
         let mut c = cmd.to_command(cid, FUZZ_KV_NSID);
         c.set_sgl1(SglDescriptor::transport(data_len));
         v.extend(pdu(&PduHeader::CapsuleCmd(c), &[]));
-        cid += 1;
     }
     v
 }

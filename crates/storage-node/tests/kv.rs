@@ -180,7 +180,7 @@ async fn kv_namespace_stores_survive_restart_and_show_in_list_health_metrics() {
     assert_eq!((kv.max_value_bytes, kv.max_keys), (1 << 20, 5000));
     assert_eq!((kv.status.as_str(), kv.key_count), ("ok", 0));
     let nsid = created.nsid;
-    assert_eq!(node.state().namespace(D1, nsid).unwrap().kind.is_kv(), true);
+    assert!(node.state().namespace(D1, nsid).unwrap().kind.is_kv());
 
     let h = KvHost::connect(&node, D1, nsid).await;
     // The host sees a KV namespace with the format asked for.
