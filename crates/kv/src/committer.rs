@@ -252,7 +252,10 @@ impl Committer {
                     if give_up {
                         self.refuse(b);
                     } else {
+                        // Compaction freed something but not enough: ask again.
                         self.stalled = Some(b);
+                        self.inner.write().stalled = true;
+                        self.inner.maint_wake.notify_one();
                     }
                 }
             }
@@ -522,31 +525,26 @@ impl Committer {
         buf
     }
 
-    /// Takes a free segment as the log's successor if the reserve allows.
-    fn take_successor(&mut self, relocation: bool) {
-        let keep = if relocation {
-            0
-        } else {
-            self.inner.reserve_segments
-        };
+    /// Takes a free segment as the log's successor (any batch may: the reserve is kept
+    /// by refusing user batches the switch into it, see [`Committer::place`]).
+    fn take_successor(&mut self) {
         let mut st = self.inner.write();
-        let mut free = st.free_segments();
-        let Some(first) = free.next() else {
+        let Some(first) = st.free_segments().next() else {
             return;
         };
-        let count = 1 + free.count() as u32;
-        if count > keep {
-            st.segments[first as usize].state = SegState::Reserved;
-            self.pos.successor = first;
-            drop(st);
-            self.inner.maint_wake.notify_one();
-        }
+        st.segments[first as usize].state = SegState::Reserved;
+        self.pos.successor = first;
+        drop(st);
+        self.inner.maint_wake.notify_one();
     }
 
     /// Where a batch of `bytes` goes: the open segment if it fits, else the successor.
+    /// A user batch may move the log to the successor only while at least
+    /// `reserve_segments` other segments are free, so compaction always has the
+    /// successor plus the reserve to relocate into.
     fn place(&mut self, bytes: u64, relocation: bool) -> Option<(u32, u32)> {
         if self.pos.successor == NO_SEGMENT {
-            self.take_successor(relocation);
+            self.take_successor();
         }
         if u64::from(self.pos.offset) + bytes <= self.inner.layout.segment() {
             return Some((self.pos.segment, self.pos.offset));
@@ -554,10 +552,16 @@ impl Committer {
         if self.pos.successor == NO_SEGMENT {
             return None;
         }
+        if !relocation {
+            let free = self.inner.read().free_segments().count() as u32;
+            if free < self.inner.reserve_segments {
+                return None;
+            }
+        }
         self.pos.segment = self.pos.successor;
         self.pos.offset = 0;
         self.pos.successor = NO_SEGMENT;
-        self.take_successor(relocation);
+        self.take_successor();
         Some((self.pos.segment, 0))
     }
 
