@@ -48,9 +48,11 @@ fn main() -> ExitCode {
         dir: std::env::var_os("KV_BENCH_DIR")
             .map_or_else(|| target_dir().join("bench-tmp"), PathBuf::from),
         drive_bytes: env_u64("KV_BENCH_DRIVE_MIB").unwrap_or(if quick { 256 } else { 2048 }) << 20,
-        runtime: Duration::from_millis(
-            env_u64("KV_BENCH_RUNTIME_MS").unwrap_or(if quick { 300 } else { 3000 }),
-        ),
+        runtime: Duration::from_millis(env_u64("KV_BENCH_RUNTIME_MS").unwrap_or(if quick {
+            300
+        } else {
+            3000
+        })),
         reference: env_u64("KV_BENCH_REFERENCE") != Some(0),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()

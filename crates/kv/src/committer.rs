@@ -74,6 +74,9 @@ struct Apply {
     value_offset: u32,
 }
 
+/// A record as gathered for a user batch: key, kind, value and its crc.
+type Gathered = (Key, RecordKind, Option<(Vec<u8>, u32)>);
+
 /// A batch built but not yet placed in the log.
 struct Built {
     buf: IoBuf,
@@ -130,7 +133,7 @@ pub(crate) struct Committer {
     next_flush_id: u64,
     flush_running: bool,
     pool: Vec<IoBuf>,
-    stalled: Option<Built>,
+    stalled: Option<Box<Built>>,
     failed: Option<String>,
 }
 
@@ -242,7 +245,7 @@ impl Committer {
             return None;
         }
         if let Some(b) = self.stalled.take() {
-            match self.issue(b) {
+            match self.issue(*b) {
                 Ok(w) => {
                     self.inner.write().stalled = false;
                     return Some(w);
@@ -304,7 +307,7 @@ impl Committer {
         let st = inner.read();
         let limit = inner.batch_max_bytes;
         let mut est = meta_bytes(0) as u64;
-        let mut records: Vec<(Key, RecordKind, Option<(Vec<u8>, u32)>)> = Vec::new();
+        let mut records: Vec<Gathered> = Vec::new();
         let mut waiters = Vec::new();
         let mut undo = Vec::new();
         let proj_before = (self.proj_keys, self.proj_live);
@@ -480,7 +483,16 @@ impl Committer {
         let mut descs = Vec::with_capacity(r.records.len());
         let mut applies = Vec::with_capacity(r.records.len());
         let mut filled = meta_bytes(r.records.len());
-        for (Relocation { key, seq, crc, value }, offset) in r.records.into_iter().zip(offsets) {
+        for (
+            Relocation {
+                key,
+                seq,
+                crc,
+                value,
+            },
+            offset,
+        ) in r.records.into_iter().zip(offsets)
+        {
             let at = offset as usize;
             buf[filled..at].fill(0);
             buf[at..at + value.len()].copy_from_slice(&value);
@@ -566,10 +578,11 @@ impl Committer {
     }
 
     /// Places a built batch, encodes its header and queues it as in flight.
-    fn issue(&mut self, mut b: Built) -> Result<(u64, IoBuf, u64), Built> {
+    fn issue(&mut self, b: Built) -> Result<(u64, IoBuf, u64), Box<Built>> {
+        let mut b = b;
         let bytes = b.buf.len() as u64;
         let Some((segment, offset)) = self.place(bytes, b.relocation) else {
-            return Err(b);
+            return Err(Box::new(b));
         };
         let layout = &self.inner.layout;
         let batch_seq = self.pos.next_batch_seq;
@@ -622,12 +635,17 @@ impl Committer {
             flush: None,
             durable: false,
         });
-        Ok((layout.device_offset(layout.addr(segment, offset)), b.buf, batch_seq))
+        Ok((
+            layout.device_offset(layout.addr(segment, offset)),
+            b.buf,
+            batch_seq,
+        ))
     }
 
     /// Refuses a batch that cannot be placed: its commands fail with capacity exceeded
     /// and their effects on later conditions are rolled back.
-    fn refuse(&mut self, b: Built) {
+    #[allow(clippy::boxed_local)] // the stalled batch is kept boxed
+    fn refuse(&mut self, b: Box<Built>) {
         for (key, prev) in b.undo.into_iter().rev() {
             match prev {
                 Some(o) => self.overlay.insert(key, o),
@@ -791,8 +809,8 @@ impl Committer {
                 st.advance(b.segment, b.offset, b.bytes, b.end);
                 outcomes.push(outcome);
             }
-            let due = st.applied_log_bytes - st.checkpoint_log_bytes
-                >= checkpoint_interval(&inner, &st);
+            let due =
+                st.applied_log_bytes - st.checkpoint_log_bytes >= checkpoint_interval(&inner, &st);
             sealed || due
         };
         for (b, outcome) in done.into_iter().zip(outcomes) {

@@ -190,7 +190,10 @@ async fn try_batch(
         )));
     }
     if h.prev_crc != pos.prev_crc {
-        return Ok(Err(format!("{at}: batch {} does not link to the previous batch", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} does not link to the previous batch",
+            h.batch_seq
+        )));
     }
     let bytes = u64::from(h.batch_bytes);
     let max_records = bytes.saturating_sub(BATCH_HEADER_BYTES as u64) / DESCRIPTOR_BYTES as u64;
@@ -201,7 +204,10 @@ async fn try_batch(
         || u64::from(offset) + bytes > seg_bytes
         || u64::from(h.record_count) > max_records
     {
-        return Ok(Err(format!("{at}: batch {} header fields are impossible", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} header fields are impossible",
+            h.batch_seq
+        )));
     }
     if !next_segment_ok(st, pos, segment, h.next_segment) {
         return Ok(Err(format!(
@@ -218,7 +224,10 @@ async fn try_batch(
         }
     };
     let Some(descs) = decode_batch_meta(&whole, &h, meta_crc, layout.max_value_bytes) else {
-        return Ok(Err(format!("{at}: batch {} meta checksum mismatch (torn or damaged)", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} meta checksum mismatch (torn or damaged)",
+            h.batch_seq
+        )));
     };
     for d in &descs {
         if d.kind == RecordKind::Tombstone {

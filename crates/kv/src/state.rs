@@ -135,11 +135,11 @@ impl State {
     /// log now continues at `end`: the previous segment is sealed when the log moved on.
     pub fn advance(&mut self, segment: u32, offset: u32, bytes: u32, end: LogPosition) {
         let prev = self.applied.segment;
-        if segment != prev {
-            if let Some(s) = self.segments.get_mut(prev as usize) {
-                s.state = SegState::Sealed;
-                s.covered = false;
-            }
+        if segment != prev
+            && let Some(s) = self.segments.get_mut(prev as usize)
+        {
+            s.state = SegState::Sealed;
+            s.covered = false;
         }
         if let Some(s) = self.segments.get_mut(segment as usize) {
             s.state = SegState::Open;
@@ -202,13 +202,7 @@ mod tests {
     /// million random keys of 16 bytes, measured with a counting allocator.
     #[test]
     fn index_memory_per_key_is_bounded() {
-        let layout = Layout::compute(
-            64 << 30,
-            4096,
-            &FormatOptions::default(),
-            [0; 16],
-        )
-        .unwrap();
+        let layout = Layout::compute(64 << 30, 4096, &FormatOptions::default(), [0; 16]).unwrap();
         let n = 1_000_000u64;
         let before = allocated_bytes();
         let mut st = State::new(
@@ -247,6 +241,9 @@ mod tests {
             per_key <= crate::INDEX_BYTES_PER_KEY_BOUND as f64,
             "{per_key} bytes per key"
         );
-        assert!(per_key >= 41.0, "{per_key}: below the entry size, the count is broken");
+        assert!(
+            per_key >= 41.0,
+            "{per_key}: below the entry size, the count is broken"
+        );
     }
 }

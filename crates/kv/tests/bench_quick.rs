@@ -41,11 +41,21 @@ fn quick_bench_reports_every_figure() {
             let v = m[step][field].as_f64().unwrap();
             assert!(v.is_finite() && v > 0.0, "{step}.{field} = {v} in {m}");
         }
-        let wa = m["compaction_50pct"]["write_amplification"].as_f64().unwrap();
+        let wa = m["compaction_50pct"]["write_amplification"]
+            .as_f64()
+            .unwrap();
         assert!(wa >= 1.0, "write amplification {wa} below 1");
-        assert!(m["compaction_50pct"]["compaction_bytes_reclaimed"].as_u64().unwrap() > 0);
+        assert!(
+            m["compaction_50pct"]["compaction_bytes_reclaimed"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
     }
     let r = &media[0]["reference"];
-    assert!(r["kv_vs_reference"]["store_4k"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        r["kv_vs_reference"]["store_4k"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
     assert!(run::table(&report).contains("ratio"));
 }

@@ -21,9 +21,13 @@ async fn garbage_store(rate_bytes_per_sec: u64) -> (Kv, Arc<ManualClock>) {
     let (kv, _) = Kv::open(dev, opts).await.unwrap();
     for round in 0..3u64 {
         for i in 0..60u64 {
-            kv.store(&i.to_be_bytes(), &value(round * 100 + i, 3000), StoreMode::Upsert)
-                .await
-                .unwrap();
+            kv.store(
+                &i.to_be_bytes(),
+                &value(round * 100 + i, 3000),
+                StoreMode::Upsert,
+            )
+            .await
+            .unwrap();
         }
     }
     (kv, clock)
@@ -51,7 +55,10 @@ async fn compaction_is_paced_to_the_throttle() {
     );
     // Everything still reads back.
     for i in 0..60u64 {
-        assert_eq!(kv.get(&i.to_be_bytes()).await.unwrap(), value(200 + i, 3000));
+        assert_eq!(
+            kv.get(&i.to_be_bytes()).await.unwrap(),
+            value(200 + i, 3000)
+        );
     }
 }
 
@@ -59,7 +66,10 @@ async fn compaction_is_paced_to_the_throttle() {
 async fn unlimited_compaction_never_sleeps() {
     let (kv, clock) = garbage_store(0).await;
     let report = kv.compact().await.unwrap();
-    assert!(report.segments_reclaimed > 0 && report.bytes_moved > 0, "{report:?}");
+    assert!(
+        report.segments_reclaimed > 0 && report.bytes_moved > 0,
+        "{report:?}"
+    );
     assert_eq!(clock.slept().as_secs_f64(), 0.0);
     assert_eq!(kv.stats().compaction_throttle_sleep_us, 0);
 }

@@ -11,7 +11,8 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, Pers
 
 use crate::loads::{Done, Error, key};
 
-pub const NAME: &str = "fjall 3.1.13, key-value separation (blobs >= 1 KiB), persist(SyncData) per insert";
+pub const NAME: &str =
+    "fjall 3.1.13, key-value separation (blobs >= 1 KiB), persist(SyncData) per insert";
 
 pub struct Reference {
     db: Database,
@@ -89,7 +90,10 @@ impl Reference {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let v = me.ks.get(key(prefix, x % keys))?.ok_or("fjall lost a key")?;
+                        let v = me
+                            .ks
+                            .get(key(prefix, x % keys))?
+                            .ok_or("fjall lost a key")?;
                         bytes += v.len() as u64;
                         done += 1;
                     }

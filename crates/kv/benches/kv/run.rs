@@ -70,13 +70,24 @@ pub async fn run_media(s: &Settings, media: &str) -> Result<Value, Error> {
     Kv::format(&dev, &FormatOptions::default()).await?;
     let (kv, _) = Kv::open(dev.clone(), Options::default()).await?;
     let cap = kv.usage().capacity_bytes;
-    let kv_seq = loads::kv_store(&kv, b'm', SEQ_IO_BYTES, SEQ_QD, cap * 2 / 5 / SEQ_IO_BYTES as u64, t).await?;
+    let kv_seq = loads::kv_store(
+        &kv,
+        b'm',
+        SEQ_IO_BYTES,
+        SEQ_QD,
+        cap * 2 / 5 / SEQ_IO_BYTES as u64,
+        t,
+    )
+    .await?;
     let before = kv.stats();
     let max_small = (cap / 4 / SMALL_BYTES as u64).max(1024);
     let kv_small = loads::kv_store(&kv, b's', SMALL_BYTES, SMALL_QD, max_small, t).await?;
     let after = kv.stats();
     let batches = after.batches - before.batches;
-    let mean_batch = ratio((after.batch_records - before.batch_records) as f64, batches as f64);
+    let mean_batch = ratio(
+        (after.batch_records - before.batch_records) as f64,
+        batches as f64,
+    );
     let flushes = after.flushes - before.flushes;
     let small_keys = kv_small.ops.max(1);
     let kv_read = loads::kv_retrieve(&kv, b's', small_keys, SMALL_BYTES, SMALL_QD, t).await?;
@@ -221,19 +232,27 @@ pub fn table(report: &Value) -> String {
         let wa = &m["compaction_50pct"];
         out += &format!(
             "{name:<5} 1 MiB store QD8   kv {:>9.1} MB/s   raw seq write {:>9.1} MB/s   ratio {:.2} (goal >= 0.9)\n",
-            f(&seq["kv"]["mb_per_sec"]), f(&seq["raw_seq_write_1m_qd8"]["mb_per_sec"]), f(&seq["ratio"])
+            f(&seq["kv"]["mb_per_sec"]),
+            f(&seq["raw_seq_write_1m_qd8"]["mb_per_sec"]),
+            f(&seq["ratio"])
         );
         out += &format!(
             "{name:<5} 4 KiB retrieve QD32 kv {:>9.0} IOPS  raw rand read {:>9.0} IOPS  ratio {:.2} (goal >= 0.9)\n",
-            f(&rr["kv"]["iops"]), f(&rr["raw_rand_read_4k_qd32"]["iops"]), f(&rr["ratio"])
+            f(&rr["kv"]["iops"]),
+            f(&rr["raw_rand_read_4k_qd32"]["iops"]),
+            f(&rr["ratio"])
         );
         out += &format!(
             "{name:<5} 4 KiB store QD32  kv {:>9.0} IOPS  raw write+flush {:>7.0} IOPS  ratio {:.2} (goal >= 0.9), {:.1} records/batch\n",
-            f(&sw["kv"]["iops"]), f(&sw["raw_seq_write_4k_qd32_flush_per_32"]["iops"]), f(&sw["ratio"]), f(&sw["mean_batch_records"])
+            f(&sw["kv"]["iops"]),
+            f(&sw["raw_seq_write_4k_qd32_flush_per_32"]["iops"]),
+            f(&sw["ratio"]),
+            f(&sw["mean_batch_records"])
         );
         out += &format!(
             "{name:<5} compaction, 50% live: write amplification {:.2} (goal <= 2), moved/reclaimed {:.2}\n",
-            f(&wa["write_amplification"]), f(&wa["moved_per_reclaimed"])
+            f(&wa["write_amplification"]),
+            f(&wa["moved_per_reclaimed"])
         );
         let r = &m["reference"];
         if !r.is_null() {
