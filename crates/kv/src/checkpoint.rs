@@ -155,7 +155,10 @@ pub(crate) async fn checkpoint(inner: &Inner, generation: u64) -> Result<Checkpo
     add(&c.checkpoints, 1);
     add(&c.checkpoint_bytes_written, bytes);
     add(&c.segments_reclaimed, freed);
-    add(&c.compaction_bytes_reclaimed, freed * inner.layout.segment());
+    add(
+        &c.compaction_bytes_reclaimed,
+        freed * inner.layout.segment(),
+    );
     if freed > 0 {
         inner.space_wake.notify_one();
     }
@@ -183,9 +186,7 @@ async fn read(dev: &dyn BlockDevice, offset: u64, len: u64) -> Result<IoBuf, Blo
     let mut done = 0usize;
     while done < out.len() {
         let n = CHUNK_BYTES.min(out.len() - done);
-        let buf = dev
-            .read(offset + done as u64, IoBuf::new_zeroed(n))
-            .await?;
+        let buf = dev.read(offset + done as u64, IoBuf::new_zeroed(n)).await?;
         out[done..done + n].copy_from_slice(&buf);
         done += n;
     }
@@ -249,10 +250,16 @@ async fn load_body(
     h: &CheckpointHeader,
 ) -> Result<State, String> {
     if h.segment_count != layout.segment_count {
-        return Err(format!("{} segments, format has {}", h.segment_count, layout.segment_count));
+        return Err(format!(
+            "{} segments, format has {}",
+            h.segment_count, layout.segment_count
+        ));
     }
     if h.entry_count > layout.max_keys {
-        return Err(format!("{} keys, format allows {}", h.entry_count, layout.max_keys));
+        return Err(format!(
+            "{} keys, format allows {}",
+            h.entry_count, layout.max_keys
+        ));
     }
     let expect = checkpoint_body_bytes(u64::from(h.segment_count), h.entry_count);
     if expect != Some(h.body_bytes) {
@@ -274,7 +281,11 @@ async fn load_body(
 }
 
 /// Rebuilds the state from a checksummed body, checking that it is self-consistent.
-pub(crate) fn decode_state(layout: &Layout, log: LogPosition, body: &[u8]) -> Result<State, String> {
+pub(crate) fn decode_state(
+    layout: &Layout,
+    log: LogPosition,
+    body: &[u8],
+) -> Result<State, String> {
     let count = layout.segment_count;
     let seg_bytes = layout.segment();
     let block = layout.block();
@@ -307,7 +318,10 @@ pub(crate) fn decode_state(layout: &Layout, log: LogPosition, body: &[u8]) -> Re
     {
         let open = &mut st.segments[log.segment as usize];
         if open.state != SegState::Sealed || open.written != log.offset {
-            return Err(format!("log segment {} not in use at its offset", log.segment));
+            return Err(format!(
+                "log segment {} not in use at its offset",
+                log.segment
+            ));
         }
         open.state = SegState::Open;
         open.covered = false;

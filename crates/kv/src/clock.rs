@@ -122,8 +122,8 @@ impl Pacer {
             return Duration::ZERO;
         }
         let floor = now.saturating_sub(MAX_CREDIT);
-        self.due = self.due.max(floor)
-            + Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec as f64);
+        self.due =
+            self.due.max(floor) + Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec as f64);
         if self.due > now {
             let wait = self.due - now;
             self.clock.sleep(wait).await;

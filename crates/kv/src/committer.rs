@@ -74,6 +74,9 @@ struct Apply {
     value_offset: u32,
 }
 
+/// A record as gathered for a user batch: key, kind, value and its crc.
+type Gathered = (Key, RecordKind, Option<(Vec<u8>, u32)>);
+
 /// A batch built but not yet placed in the log.
 struct Built {
     buf: IoBuf,
@@ -130,7 +133,7 @@ pub(crate) struct Committer {
     next_flush_id: u64,
     flush_running: bool,
     pool: Vec<IoBuf>,
-    stalled: Option<Built>,
+    stalled: Option<Box<Built>>,
     failed: Option<String>,
 }
 
@@ -242,7 +245,7 @@ impl Committer {
             return None;
         }
         if let Some(b) = self.stalled.take() {
-            match self.issue(b) {
+            match self.issue(*b) {
                 Ok(w) => {
                     self.inner.write().stalled = false;
                     return Some(w);
@@ -252,7 +255,10 @@ impl Committer {
                     if give_up {
                         self.refuse(b);
                     } else {
+                        // Compaction freed something but not enough: ask again.
                         self.stalled = Some(b);
+                        self.inner.write().stalled = true;
+                        self.inner.maint_wake.notify_one();
                     }
                 }
             }
@@ -301,7 +307,7 @@ impl Committer {
         let st = inner.read();
         let limit = inner.batch_max_bytes;
         let mut est = meta_bytes(0) as u64;
-        let mut records: Vec<(Key, RecordKind, Option<(Vec<u8>, u32)>)> = Vec::new();
+        let mut records: Vec<Gathered> = Vec::new();
         let mut waiters = Vec::new();
         let mut undo = Vec::new();
         let proj_before = (self.proj_keys, self.proj_live);
@@ -477,7 +483,16 @@ impl Committer {
         let mut descs = Vec::with_capacity(r.records.len());
         let mut applies = Vec::with_capacity(r.records.len());
         let mut filled = meta_bytes(r.records.len());
-        for (Relocation { key, seq, crc, value }, offset) in r.records.into_iter().zip(offsets) {
+        for (
+            Relocation {
+                key,
+                seq,
+                crc,
+                value,
+            },
+            offset,
+        ) in r.records.into_iter().zip(offsets)
+        {
             let at = offset as usize;
             buf[filled..at].fill(0);
             buf[at..at + value.len()].copy_from_slice(&value);
@@ -522,31 +537,26 @@ impl Committer {
         buf
     }
 
-    /// Takes a free segment as the log's successor if the reserve allows.
-    fn take_successor(&mut self, relocation: bool) {
-        let keep = if relocation {
-            0
-        } else {
-            self.inner.reserve_segments
-        };
+    /// Takes a free segment as the log's successor (any batch may: the reserve is kept
+    /// by refusing user batches the switch into it, see [`Committer::place`]).
+    fn take_successor(&mut self) {
         let mut st = self.inner.write();
-        let mut free = st.free_segments();
-        let Some(first) = free.next() else {
+        let Some(first) = st.free_segments().next() else {
             return;
         };
-        let count = 1 + free.count() as u32;
-        if count > keep {
-            st.segments[first as usize].state = SegState::Reserved;
-            self.pos.successor = first;
-            drop(st);
-            self.inner.maint_wake.notify_one();
-        }
+        st.segments[first as usize].state = SegState::Reserved;
+        self.pos.successor = first;
+        drop(st);
+        self.inner.maint_wake.notify_one();
     }
 
     /// Where a batch of `bytes` goes: the open segment if it fits, else the successor.
+    /// A user batch may move the log to the successor only while at least
+    /// `reserve_segments` other segments are free, so compaction always has the
+    /// successor plus the reserve to relocate into.
     fn place(&mut self, bytes: u64, relocation: bool) -> Option<(u32, u32)> {
         if self.pos.successor == NO_SEGMENT {
-            self.take_successor(relocation);
+            self.take_successor();
         }
         if u64::from(self.pos.offset) + bytes <= self.inner.layout.segment() {
             return Some((self.pos.segment, self.pos.offset));
@@ -554,18 +564,25 @@ impl Committer {
         if self.pos.successor == NO_SEGMENT {
             return None;
         }
+        if !relocation {
+            let free = self.inner.read().free_segments().count() as u32;
+            if free < self.inner.reserve_segments {
+                return None;
+            }
+        }
         self.pos.segment = self.pos.successor;
         self.pos.offset = 0;
         self.pos.successor = NO_SEGMENT;
-        self.take_successor(relocation);
+        self.take_successor();
         Some((self.pos.segment, 0))
     }
 
     /// Places a built batch, encodes its header and queues it as in flight.
-    fn issue(&mut self, mut b: Built) -> Result<(u64, IoBuf, u64), Built> {
+    fn issue(&mut self, b: Built) -> Result<(u64, IoBuf, u64), Box<Built>> {
+        let mut b = b;
         let bytes = b.buf.len() as u64;
         let Some((segment, offset)) = self.place(bytes, b.relocation) else {
-            return Err(b);
+            return Err(Box::new(b));
         };
         let layout = &self.inner.layout;
         let batch_seq = self.pos.next_batch_seq;
@@ -618,12 +635,17 @@ impl Committer {
             flush: None,
             durable: false,
         });
-        Ok((layout.device_offset(layout.addr(segment, offset)), b.buf, batch_seq))
+        Ok((
+            layout.device_offset(layout.addr(segment, offset)),
+            b.buf,
+            batch_seq,
+        ))
     }
 
     /// Refuses a batch that cannot be placed: its commands fail with capacity exceeded
     /// and their effects on later conditions are rolled back.
-    fn refuse(&mut self, b: Built) {
+    #[allow(clippy::boxed_local)] // the stalled batch is kept boxed
+    fn refuse(&mut self, b: Box<Built>) {
         for (key, prev) in b.undo.into_iter().rev() {
             match prev {
                 Some(o) => self.overlay.insert(key, o),
@@ -787,8 +809,8 @@ impl Committer {
                 st.advance(b.segment, b.offset, b.bytes, b.end);
                 outcomes.push(outcome);
             }
-            let due = st.applied_log_bytes - st.checkpoint_log_bytes
-                >= checkpoint_interval(&inner, &st);
+            let due =
+                st.applied_log_bytes - st.checkpoint_log_bytes >= checkpoint_interval(&inner, &st);
             sealed || due
         };
         for (b, outcome) in done.into_iter().zip(outcomes) {

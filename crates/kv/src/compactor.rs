@@ -167,21 +167,30 @@ impl Maintenance {
         }
     }
 
-    /// A store waits for a segment: reclaim something now or say that nothing can be.
+    /// A store waits for a segment: reclaim until a user batch may switch segments again,
+    /// or say that nothing can be reclaimed.
     async fn urgent(&mut self) -> Result<(), KvError> {
-        let free_before = self.inner.read().free_segments().count();
         let mut result = Ok(());
-        if !self.has_victims(Mode::Urgent) {
-            // Sealed segments not covered yet: a checkpoint covers them (and frees any
-            // pending ones).
-            result = self.checkpoint().await.map(|_| ());
+        let mut no_progress = false;
+        for _ in 0..64 {
+            let free = self.inner.read().free_segments().count() as u32;
+            if free > self.inner.reserve_segments {
+                break;
+            }
+            match self.round(Mode::Urgent, None).await {
+                Ok(r) if r.segments_reclaimed == 0 && !self.has_victims(Mode::Urgent) => {
+                    no_progress = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    no_progress = true;
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        if result.is_ok() {
-            result = self.round(Mode::Urgent, None).await.map(|_| ());
-        }
-        let mut st = self.inner.write();
-        st.no_progress = st.free_segments().count() <= free_before;
-        drop(st);
+        self.inner.write().no_progress = no_progress;
         self.inner.space_wake.notify_one();
         result
     }
@@ -245,6 +254,19 @@ impl Maintenance {
         }
     }
 
+    /// Whether a sealed segment not yet covered by a checkpoint would qualify.
+    fn uncovered_garbage(&self, mode: Mode) -> bool {
+        let floor = self.garbage_floor(mode).max(1);
+        let seg = self.inner.layout.segment();
+        let st = self.inner.read();
+        st.segments.iter().any(|s| {
+            s.state == SegState::Sealed
+                && !s.covered
+                && !s.damaged
+                && seg.saturating_sub(s.live) >= floor
+        })
+    }
+
     fn has_victims(&self, mode: Mode) -> bool {
         !self.victims(mode, None, 1).is_empty()
     }
@@ -266,7 +288,15 @@ impl Maintenance {
                 }
                 v
             }
-            None => self.victims(mode, None, max),
+            None => {
+                let mut v = self.victims(mode, None, max);
+                if v.is_empty() && self.uncovered_garbage(mode) {
+                    // Segments sealed since the last checkpoint: cover them first.
+                    self.checkpoint().await?;
+                    v = self.victims(mode, None, max);
+                }
+                v
+            }
         };
         let mut report = CompactionReport::default();
         if victims.is_empty() {
@@ -274,13 +304,28 @@ impl Maintenance {
         }
         add(&self.inner.counters.compaction_rounds, 1);
         let mut live = self.live_entries(&victims);
+        let mut freed = 0;
         for &v in &victims {
+            // Relocations may use the reserve; free what is already emptied before the
+            // reserve runs out.
+            let (free, pending) = {
+                let st = self.inner.read();
+                let pending = st
+                    .segments
+                    .iter()
+                    .filter(|s| s.state == SegState::PendingFree)
+                    .count();
+                (st.free_segments().count() as u32, pending)
+            };
+            if free <= self.inner.reserve_segments + 1 && pending > 0 {
+                freed += self.checkpoint().await?.segments_freed;
+            }
             let entries = live.remove(&v).unwrap_or_default();
             self.evacuate(v, entries, mode, &mut report).await?;
         }
-        let done = self.checkpoint().await?;
-        report.segments_reclaimed = done.segments_freed;
-        report.bytes_reclaimed = done.segments_freed * self.inner.layout.segment();
+        freed += self.checkpoint().await?.segments_freed;
+        report.segments_reclaimed = freed;
+        report.bytes_reclaimed = freed * self.inner.layout.segment();
         Ok(report)
     }
 

@@ -8,6 +8,7 @@ use blockdev::{BlockDevice, BlockError, IoBuf, WriteFlags};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::KvError;
 use crate::bytes::align_up;
 use crate::checkpoint;
 use crate::committer::Committer;
@@ -18,7 +19,6 @@ use crate::key::{Key, MAX_KEY_BYTES};
 use crate::options::Options;
 use crate::recovery::{self, RecoveryReport};
 use crate::stats::{Counters, Stats, Usage, add};
-use crate::KvError;
 
 /// Segments kept back for compaction: user stores never take the last ones.
 pub const RESERVE_SEGMENTS: u32 = 2;
@@ -85,7 +85,12 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Without `close`: stop the background tasks (in-flight commands have no one
         // waiting any more; what is durable is recovered at the next open).
-        for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             t.abort();
         }
     }
@@ -129,8 +134,12 @@ impl Kv {
         .await?;
         let snap = checkpoint::initial(&layout)?;
         checkpoint::write(dev.as_ref(), &layout, &snap).await?;
-        dev.write(0, IoBuf::from_slice(&layout.encode()), WriteFlags::default())
-            .await?;
+        dev.write(
+            0,
+            IoBuf::from_slice(&layout.encode()),
+            WriteFlags::default(),
+        )
+        .await?;
         dev.flush().await?;
         Ok(FormatInfo::from_layout(&layout))
     }
@@ -156,10 +165,12 @@ impl Kv {
         let usable_segments = u64::from(layout.segment_count.saturating_sub(RESERVE_SEGMENTS + 2));
         let capacity_bytes =
             usable_segments * layout.segment() * u64::from(opts.fill_percent) / 100;
-        let batch_max_bytes = u64::from(opts.batch_max_bytes)
-            .clamp(layout.block(), layout.segment() / 4);
+        let batch_max_bytes =
+            u64::from(opts.batch_max_bytes).clamp(layout.block(), layout.segment() / 4);
         let inner = Arc::new(Inner {
-            seg_gen: (0..layout.segment_count).map(|_| AtomicU64::new(0)).collect(),
+            seg_gen: (0..layout.segment_count)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             dev,
             layout,
             opts,
@@ -345,7 +356,10 @@ impl Kv {
         let key = Key::new(key)?;
         self.check_open()?;
         let st = self.inner().read();
-        st.index.get(&key).map(|e| e.len).ok_or(KvError::KeyNotFound)
+        st.index
+            .get(&key)
+            .map(|e| e.len)
+            .ok_or(KvError::KeyNotFound)
     }
 
     /// Whether `key` has a value (from memory: no device I/O).
@@ -408,7 +422,8 @@ impl Kv {
 
     /// Writes a checkpoint now (shortens the next open's replay).
     pub async fn checkpoint(&self) -> Result<(), KvError> {
-        self.maint(|reply| MaintCommand::Checkpoint { reply }).await?
+        self.maint(|reply| MaintCommand::Checkpoint { reply })
+            .await?
     }
 
     /// Finishes what was acknowledged, writes a checkpoint and stops the background

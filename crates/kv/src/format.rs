@@ -123,7 +123,12 @@ impl Layout {
         }
         let segments_upper = device_bytes / seg;
         let slot = checkpoint_body_bytes(segments_upper, max_keys)
-            .map(|b| align_up(b + block.max(CHECKPOINT_HEADER_BYTES as u64), REGION_ALIGN_BYTES))
+            .map(|b| {
+                align_up(
+                    b + block.max(CHECKPOINT_HEADER_BYTES as u64),
+                    REGION_ALIGN_BYTES,
+                )
+            })
             .filter(|s| *s < device_bytes);
         let Some(slot) = slot else {
             return bad(format!(
@@ -139,8 +144,8 @@ impl Layout {
                 "device of {device_bytes} bytes holds {segment_count} segments of {seg} bytes after the checkpoint slots (need {MIN_SEGMENTS})"
             ));
         }
-        let segment_count = u32::try_from(segment_count.min(u64::from(NO_SEGMENT - 1)))
-            .unwrap_or(NO_SEGMENT - 1);
+        let segment_count =
+            u32::try_from(segment_count.min(u64::from(NO_SEGMENT - 1))).unwrap_or(NO_SEGMENT - 1);
         Ok(Layout {
             uuid,
             block_bytes,
@@ -246,7 +251,9 @@ impl Layout {
         if u32_at(36)? != MAX_KEY_BYTES as u32 {
             return Err(corrupt("max key size is not 16".into()));
         }
-        layout.validate(device_bytes, u64_at(96)?).map_err(corrupt)?;
+        layout
+            .validate(device_bytes, u64_at(96)?)
+            .map_err(corrupt)?;
         Ok(layout)
     }
 
@@ -265,7 +272,7 @@ impl Layout {
         {
             return Err(format!("segment of {seg} bytes"));
         }
-        if self.segment_count < MIN_SEGMENTS || self.segment_count >= NO_SEGMENT {
+        if self.segment_count < MIN_SEGMENTS || self.segment_count == NO_SEGMENT {
             return Err(format!("{} segments", self.segment_count));
         }
         if self.max_keys == 0 {
@@ -650,9 +657,11 @@ mod tests {
 
     #[test]
     fn layout_rejects_impossible_options() {
-        let mut opts = FormatOptions::default();
         // 2 MiB values need 4 MiB + 2 blocks per segment.
-        opts.segment_bytes = 4 << 20;
+        let opts = FormatOptions {
+            segment_bytes: 4 << 20,
+            ..FormatOptions::default()
+        };
         assert!(Layout::compute(1 << 30, 4096, &opts, [0; 16]).is_err());
         // Too small a device.
         assert!(Layout::compute(16 << 20, 4096, &FormatOptions::default(), [0; 16]).is_err());
@@ -676,7 +685,11 @@ mod tests {
         for (o, l) in offs.iter().zip(lens) {
             let first = u64::from(*o) / 512;
             let last = (u64::from(*o) + u64::from(l) - 1) / 512;
-            assert_eq!(last - first + 1, u64::from(l).div_ceil(512), "len {l} at {o}");
+            assert_eq!(
+                last - first + 1,
+                u64::from(l).div_ceil(512),
+                "len {l} at {o}"
+            );
             assert!(u64::from(*o) + u64::from(l) <= total);
         }
     }

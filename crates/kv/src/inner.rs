@@ -41,7 +41,9 @@ pub(crate) enum Request {
         reply: Reply,
     },
     /// Answers once everything sent before it is durable (or failed).
-    Barrier { reply: Reply },
+    Barrier {
+        reply: Reply,
+    },
 }
 
 /// A value compaction moves (one relocation request is at most a batch).

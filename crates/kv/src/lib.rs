@@ -41,3 +41,39 @@ pub use stats::{BATCH_SIZE_BUCKETS, Stats, Usage};
 /// Bytes of index memory per key, measured (see `tests/memory.rs`): a `BTreeMap` of
 /// 17-byte keys and 24-byte entries. The test fails if it grows past this.
 pub const INDEX_BYTES_PER_KEY_BOUND: usize = 80;
+
+/// Counts heap bytes in use, for the index memory test.
+#[cfg(test)]
+mod test_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicIsize, Ordering};
+
+    static IN_USE: AtomicIsize = AtomicIsize::new(0);
+
+    struct Counting;
+
+    // SAFETY: defers every call to the system allocator unchanged; only counts sizes.
+    #[allow(unsafe_code)]
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            IN_USE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            // SAFETY: same contract as our caller's.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            IN_USE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+            // SAFETY: same contract as our caller's.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    /// Bytes allocated and not yet freed, by this whole test process (run the test that
+    /// reads it alone in its phase: other tests allocate concurrently, which only adds
+    /// noise it tolerates when measured over a million keys).
+    pub fn allocated_bytes() -> isize {
+        IN_USE.load(Ordering::Relaxed)
+    }
+}

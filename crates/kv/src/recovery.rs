@@ -190,7 +190,10 @@ async fn try_batch(
         )));
     }
     if h.prev_crc != pos.prev_crc {
-        return Ok(Err(format!("{at}: batch {} does not link to the previous batch", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} does not link to the previous batch",
+            h.batch_seq
+        )));
     }
     let bytes = u64::from(h.batch_bytes);
     let max_records = bytes.saturating_sub(BATCH_HEADER_BYTES as u64) / DESCRIPTOR_BYTES as u64;
@@ -201,7 +204,10 @@ async fn try_batch(
         || u64::from(offset) + bytes > seg_bytes
         || u64::from(h.record_count) > max_records
     {
-        return Ok(Err(format!("{at}: batch {} header fields are impossible", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} header fields are impossible",
+            h.batch_seq
+        )));
     }
     if !next_segment_ok(st, pos, segment, h.next_segment) {
         return Ok(Err(format!(
@@ -218,7 +224,10 @@ async fn try_batch(
         }
     };
     let Some(descs) = decode_batch_meta(&whole, &h, meta_crc, layout.max_value_bytes) else {
-        return Ok(Err(format!("{at}: batch {} meta checksum mismatch (torn or damaged)", h.batch_seq)));
+        return Ok(Err(format!(
+            "{at}: batch {} meta checksum mismatch (torn or damaged)",
+            h.batch_seq
+        )));
     };
     for d in &descs {
         if d.kind == RecordKind::Tombstone {
@@ -277,5 +286,135 @@ async fn read(
             Ok(Err(format!("media error at device offset {offset_bytes}")))
         }
         Err(e) => Err(KvError::Device(e)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use blockdev::{RamDevice, WriteFlags};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::bytes::put_u32;
+    use crate::checkpoint::{decode_state, initial_prev_crc};
+    use crate::format::{FormatOptions, SEGMENT_ENTRY_BYTES, meta_bytes};
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    async fn formatted() -> (Arc<dyn BlockDevice>, Layout) {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new("kv", 4 << 20));
+        let opts = FormatOptions {
+            segment_bytes: 64 << 10,
+            max_value_bytes: 8 << 10,
+            max_keys: Some(64),
+        };
+        let info = crate::Kv::format(&dev, &opts).await.unwrap();
+        let b = dev.read(0, IoBuf::new_zeroed(4096)).await.unwrap();
+        let layout = Layout::decode(&b, 4 << 20).unwrap();
+        assert_eq!(layout.segment_count, info.segment_count);
+        (dev, layout)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Batches that pass every checksum but carry arbitrary fields and descriptors:
+        /// replay never panics and never indexes a value outside the written log.
+        #[test]
+        fn forged_batches_never_panic(
+            batch_blocks in 1u32..40,
+            next_segment in prop_oneof![Just(NO_SEGMENT), 0u32..80],
+            descs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 40), 0..6),
+            kinds in proptest::collection::vec(0u8..5, 6),
+            fix_crcs in any::<bool>(),
+            seed in any::<u8>(),
+        ) {
+            rt().block_on(async {
+                let (dev, layout) = formatted().await;
+                let bytes = batch_blocks as usize * 512;
+                let mut buf = vec![seed; bytes.max(meta_bytes(descs.len()))];
+                buf[..BATCH_HEADER_BYTES].fill(0);
+                buf[0..8].copy_from_slice(b"FBKVLOG1");
+                put_u32(&mut buf, 12, descs.len() as u32);
+                buf[16..24].copy_from_slice(&1u64.to_le_bytes());
+                put_u32(&mut buf, 24, initial_prev_crc(&layout));
+                put_u32(&mut buf, 28, bytes as u32);
+                put_u32(&mut buf, 40, next_segment);
+                buf[48..64].copy_from_slice(&layout.uuid);
+                for (i, d) in descs.iter().enumerate() {
+                    let at = BATCH_HEADER_BYTES + i * DESCRIPTOR_BYTES;
+                    buf[at..at + DESCRIPTOR_BYTES].copy_from_slice(d);
+                    buf[at + 16] %= 18;
+                    buf[at + 17] = kinds[i];
+                    if fix_crcs {
+                        // Make the value checksum match whatever the descriptor points at.
+                        let len = u32::from_le_bytes(buf[at + 20..at + 24].try_into().unwrap()) % 600;
+                        let off = u32::from_le_bytes(buf[at + 24..at + 28].try_into().unwrap()) % bytes as u32;
+                        put_u32(&mut buf, at + 20, len);
+                        put_u32(&mut buf, at + 24, off);
+                        let end = (off + len) as usize;
+                        if end <= buf.len() {
+                            let crc = crc32c::crc32c(&buf[off as usize..end]);
+                            put_u32(&mut buf, at + 28, crc);
+                        }
+                    }
+                }
+                let meta = meta_bytes(descs.len());
+                let crc = crc32c::crc32c(&buf[12..meta]);
+                put_u32(&mut buf, 8, crc);
+                buf.resize(buf.len().div_ceil(512) * 512, 0);
+                dev.write(layout.device_offset(0), IoBuf::from_slice(&buf), WriteFlags::default())
+                    .await
+                    .unwrap();
+                if let Ok(r) = recover(dev.as_ref(), &layout).await {
+                    for e in r.state.index.values() {
+                        let seg = layout.segment_of(e.addr) as usize;
+                        let in_seg = e.addr % layout.segment();
+                        prop_assert!(in_seg + u64::from(e.len) <= u64::from(r.state.segments[seg].written));
+                        prop_assert!(e.len >= 1 && e.len <= layout.max_value_bytes);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+
+        /// Checkpoint bodies that pass their checksum but hold arbitrary bytes.
+        #[test]
+        fn forged_checkpoint_bodies_never_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..4096),
+            segment in 0u32..100,
+            successor in prop_oneof![Just(NO_SEGMENT), 0u32..100],
+            offset in 0u32..70_000,
+        ) {
+            rt().block_on(async {
+                let (_dev, layout) = formatted().await;
+                let mut body = body;
+                // A plausible segment table so decoding reaches the entries sometimes.
+                let table = layout.segment_count as usize * SEGMENT_ENTRY_BYTES;
+                if body.len() > table {
+                    for i in 0..layout.segment_count as usize {
+                        body[i * 8 + 4] &= 1;
+                        body[i * 8 + 5..i * 8 + 8].fill(0);
+                    }
+                }
+                let log = LogPosition {
+                    segment,
+                    offset,
+                    successor,
+                    prev_crc: 0,
+                    next_batch_seq: 1,
+                    next_record_seq: 1,
+                };
+                let _ = decode_state(&layout, log, &body);
+            });
+        }
     }
 }

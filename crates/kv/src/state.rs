@@ -135,11 +135,11 @@ impl State {
     /// log now continues at `end`: the previous segment is sealed when the log moved on.
     pub fn advance(&mut self, segment: u32, offset: u32, bytes: u32, end: LogPosition) {
         let prev = self.applied.segment;
-        if segment != prev {
-            if let Some(s) = self.segments.get_mut(prev as usize) {
-                s.state = SegState::Sealed;
-                s.covered = false;
-            }
+        if segment != prev
+            && let Some(s) = self.segments.get_mut(prev as usize)
+        {
+            s.state = SegState::Sealed;
+            s.covered = false;
         }
         if let Some(s) = self.segments.get_mut(segment as usize) {
             s.state = SegState::Open;
@@ -188,5 +188,62 @@ impl State {
             segment_count: layout.segment_count,
             free_segments: free,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::format::FormatOptions;
+    use crate::test_alloc::allocated_bytes;
+
+    /// The index memory per key stated in the docs (`INDEX_BYTES_PER_KEY_BOUND`): a
+    /// million random keys of 16 bytes, measured with a counting allocator.
+    #[test]
+    fn index_memory_per_key_is_bounded() {
+        let layout = Layout::compute(64 << 30, 4096, &FormatOptions::default(), [0; 16]).unwrap();
+        let n = 1_000_000u64;
+        let before = allocated_bytes();
+        let mut st = State::new(
+            layout.segment_count,
+            LogPosition {
+                segment: 0,
+                offset: 0,
+                successor: 1,
+                prev_crc: 0,
+                next_batch_seq: 1,
+                next_record_seq: 1,
+            },
+        );
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut k = [0u8; 16];
+            k[..8].copy_from_slice(&x.to_le_bytes());
+            k[8..].copy_from_slice(&i.to_le_bytes());
+            st.put(
+                &layout,
+                Key::new(&k).unwrap(),
+                Entry {
+                    addr: i * 4096,
+                    seq: i,
+                    len: 4096,
+                    crc: 0,
+                },
+            );
+        }
+        let per_key = (allocated_bytes() - before) as f64 / n as f64;
+        eprintln!("index: {per_key:.1} bytes per key");
+        assert!(
+            per_key <= crate::INDEX_BYTES_PER_KEY_BOUND as f64,
+            "{per_key} bytes per key"
+        );
+        assert!(
+            per_key >= 41.0,
+            "{per_key}: below the entry size, the count is broken"
+        );
     }
 }

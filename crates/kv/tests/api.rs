@@ -22,7 +22,10 @@ async fn store_retrieve_delete_exist() {
     kv.delete(b"alpha").await.unwrap();
     assert!(!kv.exists(b"alpha").unwrap());
     assert!(matches!(kv.get(b"alpha").await, Err(KvError::KeyNotFound)));
-    assert!(matches!(kv.delete(b"alpha").await, Err(KvError::KeyNotFound)));
+    assert!(matches!(
+        kv.delete(b"alpha").await,
+        Err(KvError::KeyNotFound)
+    ));
 }
 
 #[tokio::test]
@@ -69,14 +72,18 @@ async fn store_options_give_distinct_errors() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::KeyNotFound);
     assert!(!kv.exists(b"k").unwrap());
-    kv.store(b"k", b"v1", StoreMode::OnlyIfAbsent).await.unwrap();
+    kv.store(b"k", b"v1", StoreMode::OnlyIfAbsent)
+        .await
+        .unwrap();
     let e = kv
         .store(b"k", b"v2", StoreMode::OnlyIfAbsent)
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::KeyExists);
     assert_eq!(kv.get(b"k").await.unwrap(), b"v1");
-    kv.store(b"k", b"v3", StoreMode::OnlyIfExists).await.unwrap();
+    kv.store(b"k", b"v3", StoreMode::OnlyIfExists)
+        .await
+        .unwrap();
     assert_eq!(kv.get(b"k").await.unwrap(), b"v3");
     assert!(kv.stats().rejected >= 2);
 }
@@ -204,9 +211,13 @@ async fn reopen_after_close_and_after_drop_keeps_everything_acknowledged() {
     let dev = ram(8 << 20);
     let kv = fresh(&dev).await;
     for i in 0..200u64 {
-        kv.store(&i.to_be_bytes(), &value(i, 100 + i as usize * 20), StoreMode::Upsert)
-            .await
-            .unwrap();
+        kv.store(
+            &i.to_be_bytes(),
+            &value(i, 100 + i as usize * 20),
+            StoreMode::Upsert,
+        )
+        .await
+        .unwrap();
     }
     kv.delete(&7u64.to_be_bytes()).await.unwrap();
     kv.close().await.unwrap();
@@ -225,7 +236,9 @@ async fn reopen_after_close_and_after_drop_keeps_everything_acknowledged() {
         }
     }
     // More changes, then drop without close: replay brings them back.
-    kv.store(b"late", b"value", StoreMode::Upsert).await.unwrap();
+    kv.store(b"late", b"value", StoreMode::Upsert)
+        .await
+        .unwrap();
     kv.delete(&8u64.to_be_bytes()).await.unwrap();
     drop(kv);
     let (kv, report) = Kv::open(dev.clone(), small_options()).await.unwrap();
@@ -270,7 +283,10 @@ async fn capacity_exceeded_by_keys_and_by_bytes() {
     let mut stored = 0u64;
     let mut i = 0u64;
     let err = loop {
-        match kv.store(&i.to_be_bytes(), &value(i, 8192), StoreMode::Upsert).await {
+        match kv
+            .store(&i.to_be_bytes(), &value(i, 8192), StoreMode::Upsert)
+            .await
+        {
             Ok(()) => stored += 8192 + 40,
             Err(e) => break e,
         }
@@ -278,7 +294,10 @@ async fn capacity_exceeded_by_keys_and_by_bytes() {
         assert!(i < 10_000);
     };
     assert_eq!(err.kind(), ErrorKind::CapacityExceeded, "{err}");
-    assert!(stored <= cap && stored + 8232 > cap, "stored {stored} of {cap}");
+    assert!(
+        stored <= cap && stored + 8232 > cap,
+        "stored {stored} of {cap}"
+    );
     // Everything stored reads back; deleting frees capacity for new stores.
     for j in 0..i {
         assert_eq!(kv.get(&j.to_be_bytes()).await.unwrap(), value(j, 8192));
@@ -287,9 +306,13 @@ async fn capacity_exceeded_by_keys_and_by_bytes() {
         kv.delete(&j.to_be_bytes()).await.unwrap();
     }
     for j in 0..i / 2 {
-        kv.store(&(j + 100_000).to_be_bytes(), &value(j, 8192), StoreMode::Upsert)
-            .await
-            .unwrap();
+        kv.store(
+            &(j + 100_000).to_be_bytes(),
+            &value(j, 8192),
+            StoreMode::Upsert,
+        )
+        .await
+        .unwrap();
     }
     assert!(kv.stats().segments_reclaimed > 0, "{:?}", kv.stats());
 }

@@ -77,7 +77,11 @@ async fn flipped_bits_in_a_value_fail_the_retrieve_never_return_wrong_bytes() {
     let handle = faulty.handle();
     let dev: Arc<dyn BlockDevice> = faulty;
     let kv = fresh(&dev).await;
-    for (k, len) in [(&b"small"[..], 100usize), (b"aligned", 4096), (b"odd", 3001)] {
+    for (k, len) in [
+        (&b"small"[..], 100usize),
+        (b"aligned", 4096),
+        (b"odd", 3001),
+    ] {
         kv.store(k, &value(len as u64, len), StoreMode::Upsert)
             .await
             .unwrap();
@@ -133,7 +137,9 @@ async fn damaged_bytes_on_the_media_are_caught_and_compaction_keeps_their_segmen
             .await
             .unwrap();
     }
-    kv.store(b"tiny", &value(77, 60), StoreMode::Upsert).await.unwrap();
+    kv.store(b"tiny", &value(77, 60), StoreMode::Upsert)
+        .await
+        .unwrap();
     kv.close().await.unwrap();
     drop(kv);
     // Damage key 5's value (block-aligned) and the small packed value on the media.
@@ -161,7 +167,10 @@ async fn damaged_bytes_on_the_media_are_caught_and_compaction_keeps_their_segmen
         ErrorKind::Unrecovered
     );
     for i in (0..40u64).filter(|i| *i != 5) {
-        assert_eq!(kv.get(&i.to_be_bytes()).await.unwrap(), value(i + 100, 1500));
+        assert_eq!(
+            kv.get(&i.to_be_bytes()).await.unwrap(),
+            value(i + 100, 1500)
+        );
     }
 }
 
@@ -249,9 +258,15 @@ async fn recovery_stops_at_a_torn_batch_and_keeps_everything_before() {
     let dev: Arc<dyn BlockDevice> = rec.clone();
     Kv::format(&dev, &small_format()).await.unwrap();
     let (kv, rec) = open_no_flush(&rec.durable_image()).await;
-    kv.store(b"a", &value(1, 1500), StoreMode::Upsert).await.unwrap();
-    kv.store(b"b", &value(2, 3000), StoreMode::Upsert).await.unwrap();
-    kv.store(b"c", &value(3, 100), StoreMode::Upsert).await.unwrap();
+    kv.store(b"a", &value(1, 1500), StoreMode::Upsert)
+        .await
+        .unwrap();
+    kv.store(b"b", &value(2, 3000), StoreMode::Upsert)
+        .await
+        .unwrap();
+    kv.store(b"c", &value(3, 100), StoreMode::Upsert)
+        .await
+        .unwrap();
     let pending = rec.pending_writes();
     assert_eq!(pending.len(), 3);
     // Batch b torn: its header block landed, one value block did not.
@@ -282,7 +297,10 @@ async fn recovery_stops_at_a_torn_batch_and_keeps_everything_before() {
     assert!(!kv.exists(b"b").unwrap(), "{report:?}");
     assert!(!kv.exists(b"c").unwrap(), "{report:?}");
     assert_eq!(report.replayed_batches, 1);
-    assert!(report.stop_reason.contains("fails its checksum"), "{report:?}");
+    assert!(
+        report.stop_reason.contains("fails its checksum"),
+        "{report:?}"
+    );
 }
 
 #[tokio::test]
@@ -362,10 +380,7 @@ async fn populated() -> (Arc<RamDevice>, BTreeMap<Vec<u8>, Vec<Vec<u8>>>) {
     (ram_dev, history)
 }
 
-async fn open_and_read_everything(
-    image: RamDevice,
-    history: &BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
-) {
+async fn open_and_read_everything(image: RamDevice, history: &BTreeMap<Vec<u8>, Vec<Vec<u8>>>) {
     let dev: Arc<dyn BlockDevice> = Arc::new(image);
     let Ok((kv, _)) = Kv::open(dev, small_options()).await else {
         return;

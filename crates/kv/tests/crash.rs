@@ -65,10 +65,16 @@ impl Capturing {
             })
         };
         push(self.rec.durable_image(), format!("op {n} ({op}): durable"));
-        push(self.rec.current_image(), format!("op {n} ({op}): everything"));
+        push(
+            self.rec.current_image(),
+            format!("op {n} ({op}): everything"),
+        );
         for s in 0..2 {
             let seed = self.seed ^ (n << 8) ^ s;
-            push(self.rec.crash_image(seed), format!("op {n} ({op}): seed {seed}"));
+            push(
+                self.rec.crash_image(seed),
+                format!("op {n} ({op}): seed {seed}"),
+            );
         }
     }
 }
@@ -134,7 +140,7 @@ async fn check(image: &RamDevice, expect: &Expect, what: &str) -> (Kv, Arc<Crash
             Err(KvError::KeyNotFound) => None,
             Err(e) => panic!("{what}: key {key:?}: {e} ({report:?})"),
         };
-        let ok = got == st.acked || st.pending.iter().any(|p| *p == got);
+        let ok = got == st.acked || st.pending.contains(&got);
         assert!(
             ok,
             "{what}: key {key:?} holds {:?} bytes; acked {:?}, pending {:?}; {report:?}",
@@ -148,7 +154,10 @@ async fn check(image: &RamDevice, expect: &Expect, what: &str) -> (Kv, Arc<Crash
     }
     // No key appears that was never written.
     for k in kv.list(b"", usize::MAX).unwrap() {
-        assert!(expect.contains_key(k.as_bytes()), "{what}: unknown key {k:?}");
+        assert!(
+            expect.contains_key(k.as_bytes()),
+            "{what}: unknown key {k:?}"
+        );
     }
     (kv, rec)
 }
@@ -170,7 +179,10 @@ async fn check_again(kv: Kv, rec: Arc<CrashRecorder>, expect: &Expect, what: &st
     }
     let mut rng = StdRng::seed_from_u64(seed);
     for i in 0..6u64 {
-        let key = expect.keys().nth(rng.random_range(0..expect.len().max(1))).cloned();
+        let key = expect
+            .keys()
+            .nth(rng.random_range(0..expect.len().max(1)))
+            .cloned();
         let Some(key) = key else { break };
         let v = value(seed ^ i, rng.random_range(1..3000));
         kv.store(&key, &v, StoreMode::Upsert).await.unwrap();
@@ -178,7 +190,12 @@ async fn check_again(kv: Kv, rec: Arc<CrashRecorder>, expect: &Expect, what: &st
     }
     let image = rec.crash_image(seed);
     drop(kv);
-    let (kv2, _) = check(&image, &now, &format!("{what}, written to and crashed again")).await;
+    let (kv2, _) = check(
+        &image,
+        &now,
+        &format!("{what}, written to and crashed again"),
+    )
+    .await;
     drop(kv2);
 }
 
@@ -250,7 +267,10 @@ async fn workload(seed: u64, steps: usize) -> usize {
                         .pending
                         .push(change.clone());
                     if std::env::var_os("KV_DEBUG").is_some() {
-                        eprintln!("step {step}: {k:?} <- {:?}", change.as_ref().map(|v| v.len()));
+                        eprintln!(
+                            "step {step}: {k:?} <- {:?}",
+                            change.as_ref().map(|v| v.len())
+                        );
                     }
                     let kv = kv.clone();
                     let expect = expect.clone();
@@ -275,14 +295,23 @@ async fn workload(seed: u64, steps: usize) -> usize {
             let what = format!("seed {seed} step {step}, {}", c.what);
             let (kv2, rec2) = check(&c.image, &c.expect, &what).await;
             if i % 7 == 0 {
-                check_again(kv2, rec2, &c.expect, &what, seed ^ (step as u64) << 16 ^ i as u64)
-                    .await;
+                check_again(
+                    kv2,
+                    rec2,
+                    &c.expect,
+                    &what,
+                    seed ^ (step as u64) << 16 ^ i as u64,
+                )
+                .await;
             }
             checked += 1;
         }
     }
     let s = kv.stats();
-    assert!(s.segments_reclaimed > 0, "the workload never compacted: {s:?}");
+    assert!(
+        s.segments_reclaimed > 0,
+        "the workload never compacted: {s:?}"
+    );
     assert!(s.checkpoints > 2, "{s:?}");
     checked
 }
@@ -290,7 +319,11 @@ async fn workload(seed: u64, steps: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_point_recovers_acknowledged_state() {
     let mut images = 0;
-    for seed in std::env::var("KV_SEED").ok().and_then(|s| s.parse().ok()).map_or(0..3, |s: u64| s..s + 1) {
+    for seed in std::env::var("KV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(0..3, |s: u64| s..s + 1)
+    {
         images += workload(seed, 180).await;
     }
     assert!(images > 1000, "only {images} crash images checked");

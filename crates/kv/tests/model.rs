@@ -50,7 +50,9 @@ const KEYS: u8 = 24;
 
 fn key(i: u8) -> Vec<u8> {
     let len = 1 + usize::from(i) * 5 % 16;
-    (0..len).map(|j| i.wrapping_add((j as u8).wrapping_mul(37))).collect()
+    (0..len)
+        .map(|j| i.wrapping_add((j as u8).wrapping_mul(37)))
+        .collect()
 }
 
 fn len_strategy() -> impl Strategy<Value = usize> {
@@ -128,7 +130,11 @@ async fn run_ops(dev: Arc<dyn BlockDevice>, ops: Vec<Op>) {
             }
             Op::Exists { key: k } => {
                 let key = key(k);
-                assert_eq!(kv.exists(&key).unwrap(), model.contains_key(&key), "step {step}");
+                assert_eq!(
+                    kv.exists(&key).unwrap(),
+                    model.contains_key(&key),
+                    "step {step}"
+                );
             }
             Op::List { from, max } => {
                 let from = from.map(key).unwrap_or_default();
@@ -138,8 +144,11 @@ async fn run_ops(dev: Arc<dyn BlockDevice>, ops: Vec<Op>) {
                     .iter()
                     .map(|k| k.as_bytes().to_vec())
                     .collect();
-                let want: Vec<Vec<u8>> =
-                    model.range(from.clone()..).take(max).map(|(k, _)| k.clone()).collect();
+                let want: Vec<Vec<u8>> = model
+                    .range(from.clone()..)
+                    .take(max)
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 assert_eq!(got, want, "step {step}: list from {from:?} max {max}");
             }
             Op::Burst { keys, seed } => {
@@ -166,7 +175,11 @@ async fn run_ops(dev: Arc<dyn BlockDevice>, ops: Vec<Op>) {
                 }
                 drop(kv);
                 let (k, report) = Kv::open(dev.clone(), small_options()).await.unwrap();
-                assert_eq!(report.key_count, model.len() as u64, "step {step}: {report:?}");
+                assert_eq!(
+                    report.key_count,
+                    model.len() as u64,
+                    "step {step}: {report:?}"
+                );
                 kv = k;
             }
             Op::Checkpoint => kv.checkpoint().await.unwrap(),
@@ -201,7 +214,11 @@ async fn run_ops(dev: Arc<dyn BlockDevice>, ops: Vec<Op>) {
 /// Footprint with 512-byte blocks (RAM and the file devices used here).
 fn footprint(len: usize) -> u64 {
     let len = len as u64;
-    40 + if len >= 512 { len.div_ceil(512) * 512 } else { len }
+    40 + if len >= 512 {
+        len.div_ceil(512) * 512
+    } else {
+        len
+    }
 }
 
 fn rt() -> tokio::runtime::Runtime {

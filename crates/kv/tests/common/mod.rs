@@ -17,9 +17,11 @@ pub fn small_format() -> FormatOptions {
 
 /// Options for small stores: small batches, frequent checkpoints, unthrottled compaction.
 pub fn small_options() -> Options {
-    let mut o = Options::default();
-    o.batch_max_bytes = 16 << 10;
-    o.checkpoint_interval_bytes = 256 << 10;
+    let mut o = Options {
+        batch_max_bytes: 16 << 10,
+        checkpoint_interval_bytes: 256 << 10,
+        ..Options::default()
+    };
     o.compaction.throttle_bytes_per_sec = 0;
     o
 }
