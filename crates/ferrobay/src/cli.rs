@@ -125,6 +125,15 @@ mod tests {
             .is_err()
         );
         assert!(parse(&["up"]).is_ok());
+        // A KV namespace: --max-value-size only with --kv, never with --block-size.
+        let ns = |extra: &[&str]| {
+            let mut a = vec!["node", "ns", "create", "--drive", "d0", "--size", "1G"];
+            a.extend_from_slice(extra);
+            parse(&a)
+        };
+        assert!(ns(&["--kv", "--max-value-size", "1M", "--max-keys", "1000"]).is_ok());
+        assert!(ns(&["--max-value-size", "1M"]).is_err());
+        assert!(ns(&["--kv", "--block-size", "4096"]).is_err());
         assert!(parse(&["up", "--port", "99999"]).is_err());
         // --lease-ttl-ms only means something with --meta.
         assert!(

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use storage_node::api::{AttachRequest, CreateNamespaceRequest, DEFAULT_HTTP_PORT};
+use storage_node::api::{
+    AttachRequest, CreateNamespaceRequest, DEFAULT_HTTP_PORT, KvCreateOptions,
+};
 use storage_node::{NodeClient, NodeConfig, StorageNode};
 
 #[derive(Args, Debug)]
@@ -113,13 +115,23 @@ pub struct ApiArgs {
 #[derive(Subcommand, Debug)]
 pub enum NsCommand {
     List(ApiArgs),
-    /// Carve a new namespace out of a drive.
+    /// Carve a new namespace out of a drive: NVM (blocks), or Key Value with --kv.
     Create {
         #[command(flatten)]
         api: ApiArgs,
-        /// Size, e.g. 10G.
+        /// Size, e.g. 10G (a KV namespace is rounded up to whole MiB).
         #[arg(long)]
         size: String,
+        /// A Key Value namespace (NVMe KV command set): a log-structured store formatted
+        /// on the extent; hosts see it as /dev/ngXnY.
+        #[arg(long, conflicts_with = "block_size")]
+        kv: bool,
+        /// Largest value of a KV namespace, e.g. 2M (default 2M, at most 4M).
+        #[arg(long, requires = "kv")]
+        max_value_size: Option<String>,
+        /// Most keys of a KV namespace (default: one per 8 KiB, at least 1024).
+        #[arg(long, requires = "kv")]
+        max_keys: Option<u64>,
         /// Drive to carve from (its default subsystem gets the namespace).
         #[arg(long, conflicts_with = "subsystem")]
         drive: Option<String>,
@@ -376,6 +388,9 @@ async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
         NsCommand::Create {
             api,
             size,
+            kv,
+            max_value_size,
+            max_keys,
             drive,
             subsystem,
             block_size,
@@ -385,6 +400,21 @@ async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
             if drive.is_none() && subsystem.is_none() {
                 anyhow::bail!("ns create needs --drive NAME or --subsystem NQN");
             }
+            let kv = if kv {
+                let max_value_bytes = match max_value_size {
+                    Some(s) => Some(
+                        u32::try_from(blockdev::parse_size_bytes(&s)?)
+                            .with_context(|| format!("--max-value-size {s}: at most 4M"))?,
+                    ),
+                    None => None,
+                };
+                Some(KvCreateOptions {
+                    max_value_bytes,
+                    max_keys,
+                })
+            } else {
+                None
+            };
             let req = CreateNamespaceRequest {
                 subsystem_nqn: subsystem,
                 drive,
@@ -392,6 +422,7 @@ async fn ns(cmd: NsCommand) -> anyhow::Result<ExitCode> {
                 block_size_bytes: block_size,
                 nsid,
                 attach: detached.then(Default::default),
+                kv,
             };
             let v = client(&api)?.create_namespace(&req).await?;
             print(api.json, &v, |v| namespaces_table(std::slice::from_ref(v)))?;

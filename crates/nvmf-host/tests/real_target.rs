@@ -96,7 +96,7 @@ async fn connect_identify_verify_all_digest_modes() {
             assert_eq!(c.admin().negotiated().digests.bits(), bits);
             assert_eq!(c.id().subnqn, NQN);
             assert_eq!(c.id().cntlid, c.cntlid());
-            assert_eq!(c.max_transfer_bytes(), 1 << 20);
+            assert_eq!(c.max_transfer_bytes(), TargetConfig::default().mdts_bytes);
             assert_eq!(c.active_namespaces().await.unwrap(), vec![1, 2]);
             let ns1 = RemoteNamespace::open(&c, 1).await.unwrap();
             let ns2 = RemoteNamespace::open(&c, 2).await.unwrap();

@@ -20,6 +20,9 @@ pub struct TargetConfig {
     /// nodes export one NQN.
     pub cntlid_max: u16,
     /// Largest data transfer of one command (MDTS); a power-of-two multiple of 4 KiB.
+    /// A Key Value Store or Retrieve moves its whole value in one command, so this also
+    /// bounds the largest value a KV namespace may accept. Default 4 MiB, the most Linux
+    /// nvmet offers; Linux hosts still split block I/O at `max_sectors_kb` (1280 KiB).
     pub mdts_bytes: u32,
     /// In-capsule data accepted on I/O queues (IOCCSZ); at least 8 KiB.
     pub in_capsule_bytes: u32,
@@ -67,7 +70,7 @@ impl Default for TargetConfig {
         TargetConfig {
             cntlid_min: 1,
             cntlid_max: 0xFFEF,
-            mdts_bytes: 1 << 20,
+            mdts_bytes: 4 << 20,
             in_capsule_bytes: 16 << 10,
             maxh2cdata_bytes: 128 << 10,
             c2h_chunk_bytes: 128 << 10,
@@ -188,6 +191,75 @@ pub struct NamespaceConfig {
     pub ana_group: u32,
 }
 
+/// One Key Value namespace: keys and values in a [`crate::KvBackend`].
+#[derive(Clone)]
+pub struct KvNamespaceConfig {
+    /// 1-based namespace ID; 0 picks the lowest free one.
+    pub nsid: u32,
+    pub backend: Arc<dyn crate::KvBackend>,
+    /// Largest value (KV format 0 KVVML), 1 byte to the target's MDTS.
+    pub max_value_bytes: u32,
+    /// Most keys (MNKS; 0: not reported).
+    pub max_keys: u64,
+    /// Space the namespace occupies (for stats and Identify Controller TNVMCAP).
+    pub size_bytes: u64,
+    /// Name of what stores it (a drive), for stats.
+    pub device: String,
+    pub nguid: [u8; 16],
+    pub eui64: [u8; 8],
+    pub uuid: [u8; 16],
+    /// Attach to every controller of the subsystem (true) or to none until attached.
+    pub attached: bool,
+    /// Reservation state; `None` uses the target's factory.
+    pub reservations: Option<Arc<dyn crate::Reservations>>,
+    pub ana_group: u32,
+}
+
+impl KvNamespaceConfig {
+    /// A namespace over `backend` with random identifiers, attached to every host.
+    pub fn new(nsid: u32, backend: Arc<dyn crate::KvBackend>, max_value_bytes: u32) -> Self {
+        let (nguid, eui64, uuid) = random_ids();
+        let u = backend.usage();
+        KvNamespaceConfig {
+            nsid,
+            max_keys: u.max_keys,
+            size_bytes: u.capacity_bytes,
+            backend,
+            max_value_bytes,
+            device: "kv".to_string(),
+            nguid,
+            eui64,
+            uuid,
+            attached: true,
+            reservations: None,
+            ana_group: DEFAULT_ANA_GROUP,
+        }
+    }
+}
+
+impl std::fmt::Debug for KvNamespaceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvNamespaceConfig")
+            .field("nsid", &self.nsid)
+            .field("device", &self.device)
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field("max_keys", &self.max_keys)
+            .field("ana_group", &self.ana_group)
+            .finish()
+    }
+}
+
+/// Random NGUID, EUI-64 (the NGUID's low half) and UUID for a new namespace.
+fn random_ids() -> ([u8; 16], [u8; 8], [u8; 16]) {
+    let uuid = *uuid::Uuid::new_v4().as_bytes();
+    let mut nguid = *uuid::Uuid::new_v4().as_bytes();
+    // NGUID must be non-zero; the random UUID practically guarantees it.
+    nguid[0] |= 0x01;
+    let mut eui64 = [0u8; 8];
+    eui64.copy_from_slice(&nguid[8..16]);
+    (nguid, eui64, uuid)
+}
+
 /// The ANA group of namespaces that name none.
 pub const DEFAULT_ANA_GROUP: u32 = 1;
 
@@ -201,12 +273,7 @@ impl NamespaceConfig {
             512
         };
         let size_bytes = info.size_bytes - info.size_bytes % u64::from(block_size_bytes);
-        let uuid = *uuid::Uuid::new_v4().as_bytes();
-        let mut nguid = *uuid::Uuid::new_v4().as_bytes();
-        // NGUID must be non-zero; the random UUID practically guarantees it.
-        nguid[0] |= 0x01;
-        let mut eui64 = [0u8; 8];
-        eui64.copy_from_slice(&nguid[8..16]);
+        let (nguid, eui64, uuid) = random_ids();
         NamespaceConfig {
             nsid,
             device,

@@ -82,6 +82,10 @@ pub(crate) struct Controller {
     /// The port the admin queue connected through: its ANA states apply to this
     /// controller.
     pub listener: Arc<ListenerInfo>,
+    /// The I/O command sets the controller runs, as a CSI vector (bit n = CSI n), set
+    /// when CC.EN goes to 1 (CC.CSS 000b: NVM; 110b: NVM and KV). Namespaces of other
+    /// command sets are inactive for it.
+    pub io_command_sets: AtomicU64,
 }
 
 /// The admin queue a controller is created on: its connection and the listener it came
@@ -136,7 +140,20 @@ impl Controller {
             aer_outstanding: AtomicU32::new(0),
             aborts_outstanding: AtomicU32::new(0),
             listener,
+            io_command_sets: AtomicU64::new(0),
         }
+    }
+
+    /// Whether namespaces of command set `csi` are active for this controller.
+    pub fn runs_command_set(&self, csi: u8) -> bool {
+        self.io_command_sets.load(Ordering::Acquire) & nvme_proto::identify::csi::vector_bit(csi)
+            != 0
+    }
+
+    /// Whether `ns` is an active namespace of this controller: attached to its host and
+    /// of a command set it was enabled with.
+    pub fn is_active(&self, ns: &crate::namespace::Namespace) -> bool {
+        ns.is_attached_to(&self.hostnqn) && self.runs_command_set(ns.csi())
     }
 
     pub fn is_dead(&self) -> bool {

@@ -1,21 +1,31 @@
 //! Entry point for fuzzing command handling: one connection fed from a byte string over an
-//! in-memory stream, against a target with one small RAM namespace and a live controller
-//! (ID 1) whose I/O queues the input may connect.
+//! in-memory stream, against a target with a small RAM namespace (NVM, NSID 1), a
+//! `BTreeMap` Key Value namespace (NSID 2) and a live controller (ID 1, enabled with all
+//! I/O command sets as Linux does) whose I/O queues the input may connect.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nvme_proto::fabrics::{ConnectCommand, ConnectData, PropertySet, PropertySize, reg};
+use nvme_proto::kv::{KvCommand, KvKey, StoreMode};
 use nvme_proto::opcode::io;
 use nvme_proto::tcp::{CH_BYTES, CommonHeader, Digests, Framing, IcReq, PduHeader, encode_header};
 use nvme_proto::{Command, SglDescriptor};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::{NamespaceConfig, SubsystemConfig, Target, TargetConfig};
+use crate::{
+    KvNamespaceConfig, MemKvBackend, NamespaceConfig, SubsystemConfig, Target, TargetConfig,
+};
 
-/// Subsystem NQN the fuzz target exports (namespace 1, 1 MiB of RAM, any host).
+/// Subsystem NQN the fuzz target exports (namespace 1: 1 MiB of RAM; namespace 2: Key
+/// Value, values up to 64 KiB; any host).
 pub const FUZZ_SUBNQN: &str = "nqn.2026-01.io.ferrobay:fuzz";
+/// NSID of the fuzz target's Key Value namespace.
+pub const FUZZ_KV_NSID: u32 = 2;
+/// CC of the pre-connected controller: enabled, CC.CSS = 110b (all I/O command sets),
+/// IOSQES 6, IOCQES 4 — what Linux writes (0x00460061 without MPS/AMS bits).
+const FUZZ_CC: u64 = 1 | (6 << 4) | (6 << 16) | (4 << 20);
 /// Host NQN of the pre-connected admin queue (controller ID 1, host ID `[1; 16]`).
 pub const FUZZ_HOSTNQN: &str =
     "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
@@ -100,6 +110,57 @@ pub fn fuzz_seed_io_session() -> Vec<u8> {
     v
 }
 
+/// A valid I/O-queue session on the Key Value namespace: ICReq, Connect (QID 1), an
+/// in-capsule Store, Retrieve, Exist, List, Delete, and a Retrieve of the deleted key.
+pub fn fuzz_seed_kv_session() -> Vec<u8> {
+    let mut v = icreq();
+    v.extend(connect(1, 1, 1));
+    let Ok(key) = KvKey::new(b"fuzz/k1") else {
+        return v;
+    };
+    let mut store = KvCommand::Store {
+        key,
+        value_size_bytes: 512,
+        mode: StoreMode::Always,
+        no_compression: false,
+    }
+    .to_command(2, FUZZ_KV_NSID);
+    store.set_sgl1(SglDescriptor::in_capsule(0, 512));
+    v.extend(pdu(&PduHeader::CapsuleCmd(store), &[0x5A; 512]));
+    for (cid, (cmd, data_len)) in (3u16..).zip([
+        (
+            KvCommand::Retrieve {
+                key,
+                host_buffer_bytes: 512,
+                raw: false,
+            },
+            512,
+        ),
+        (KvCommand::Exist { key }, 0),
+        (
+            KvCommand::List {
+                start: None,
+                host_buffer_bytes: 256,
+            },
+            256,
+        ),
+        (KvCommand::Delete { key }, 0),
+        (
+            KvCommand::Retrieve {
+                key,
+                host_buffer_bytes: 512,
+                raw: false,
+            },
+            512,
+        ),
+    ]) {
+        let mut c = cmd.to_command(cid, FUZZ_KV_NSID);
+        c.set_sgl1(SglDescriptor::transport(data_len));
+        v.extend(pdu(&PduHeader::CapsuleCmd(c), &[]));
+    }
+    v
+}
+
 /// Reads one PDU (for the harness's own admin queue).
 async fn read_pdu<S: AsyncRead + Unpin>(s: &mut S) -> Option<()> {
     let mut ch = [0u8; CH_BYTES];
@@ -116,7 +177,8 @@ async fn read_pdu<S: AsyncRead + Unpin>(s: &mut S) -> Option<()> {
 ///
 /// cargo-fuzz target:
 /// `fuzz_target!(|data: &[u8]| { nvmf_target::fuzz_one_connection(data); });`
-/// with [`fuzz_seed_admin_session`] and [`fuzz_seed_io_session`] as corpus seeds.
+/// with [`fuzz_seed_admin_session`], [`fuzz_seed_io_session`] and
+/// [`fuzz_seed_kv_session`] as corpus seeds.
 pub fn fuzz_one_connection(bytes: &[u8]) -> usize {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -136,6 +198,11 @@ pub fn fuzz_one_connection(bytes: &[u8]) -> usize {
         }
         let dev = Arc::new(blockdev::RamDevice::new("fuzz0", 1 << 20));
         let _ = target.add_namespace(FUZZ_SUBNQN, NamespaceConfig::whole_device(1, dev));
+        let kv = std::sync::Arc::new(MemKvBackend::new(1 << 20, 256));
+        let _ = target.add_kv_namespace(
+            FUZZ_SUBNQN,
+            KvNamespaceConfig::new(FUZZ_KV_NSID, kv, 64 << 10),
+        );
         let local = SocketAddr::from(([127, 0, 0, 1], 4420));
 
         // The pre-connected admin queue (controller 1), kept open during the run.
@@ -147,7 +214,7 @@ pub fn fuzz_one_connection(bytes: &[u8]) -> usize {
         let en = PropertySet {
             size: PropertySize::Four,
             ofst: reg::CC,
-            value: 1 | (6 << 16) | (4 << 20),
+            value: FUZZ_CC,
         }
         .to_command(2);
         setup.extend(pdu(&PduHeader::CapsuleCmd(en), &[]));

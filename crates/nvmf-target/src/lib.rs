@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Seams for the node layer: [`NamespaceManager`] (Namespace Management / Attachment
-//! commands), [`Reservations`] (per-namespace reservation state machine),
+//! commands), [`KvBackend`] (the store behind a Key Value namespace,
+//! [`Target::add_kv_namespace`]), [`Reservations`] (per-namespace reservation state machine),
 //! [`Target::set_persistent_health`] (SMART counters that survive restarts) and
 //! [`Target::stats`] (metrics).
 //!
@@ -32,6 +33,8 @@ mod discovery;
 mod error;
 mod fence;
 mod fuzz;
+mod kv_backend;
+mod kv_mem;
 mod log_throttle;
 mod namespace;
 mod ns_manager;
@@ -46,15 +49,18 @@ mod transport;
 
 pub use ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, AnaState};
 pub use config::{
-    ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES,
-    SubsystemConfig, TargetConfig,
+    ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, KvNamespaceConfig, MIN_MAXH2CDATA_BYTES,
+    NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,
 };
 pub use error::TargetError;
 pub use fuzz::{
-    FUZZ_HOSTNQN, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session,
+    FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
+    fuzz_seed_io_session, fuzz_seed_kv_session,
 };
+pub use kv_backend::{KvBackend, KvBackendError, KvFuture, KvRetrieved, KvUsage};
+pub use kv_mem::MemKvBackend;
 pub use namespace::{Attachment, NamespaceInfo};
-pub use ns_manager::{CreateNamespace, NamespaceManager};
+pub use ns_manager::{CreateKvNamespace, CreateNamespace, NamespaceManager};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};
 pub use resv_api::{HostRef, NoReservations, Reservations, ResvEffects};
 pub use stats::{

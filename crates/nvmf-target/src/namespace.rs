@@ -1,9 +1,15 @@
-//! A namespace: a block range of a device, its identifiers, reservations and counters.
+//! A namespace: a block range of a device (NVM) or a key-value store (KV), its
+//! identifiers, reservations and counters.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 use blockdev::{BlockDevice, DeviceKind};
+use nvme_proto::identify::csi;
+use nvme_proto::kv::KvFormat;
+
+use crate::kv_backend::KvBackend;
 
 use crate::fence::InflightTable;
 use crate::resv_api::Reservations;
@@ -34,25 +40,27 @@ impl Attachment {
     }
 }
 
-/// The I/O command set a namespace speaks: it decides what an I/O opcode means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The I/O command set a namespace speaks and what stores it: it decides what an I/O
+/// opcode means.
 pub(crate) enum CommandSet {
     /// NVM (CSI 00h): logical blocks on a device range.
-    Nvm,
+    Nvm(Arc<BlockMedia>),
+    /// Key Value (CSI 01h): keys and values in a [`KvBackend`].
+    Kv(Arc<KvMedia>),
 }
 
 impl CommandSet {
     /// The Command Set Identifier reported in Identify.
-    pub fn csi(self) -> u8 {
+    pub fn csi(&self) -> u8 {
         match self {
-            CommandSet::Nvm => nvme_proto::identify::csi::NVM,
+            CommandSet::Nvm(_) => csi::NVM,
+            CommandSet::Kv(_) => csi::KEY_VALUE,
         }
     }
 }
 
-pub(crate) struct Namespace {
-    pub nsid: u32,
-    pub command_set: CommandSet,
+/// The device range behind an NVM namespace.
+pub(crate) struct BlockMedia {
     pub device: Arc<dyn BlockDevice>,
     pub offset_bytes: u64,
     pub size_bytes: u64,
@@ -60,6 +68,57 @@ pub(crate) struct Namespace {
     pub lba_shift: u32,
     /// Size in logical blocks.
     pub blocks: u64,
+}
+
+impl BlockMedia {
+    /// Whether deallocated blocks read back as zeroes: the device discards, and its
+    /// kind guarantees zeroes after a discard (docs/blockdev.md: RAM, null, regular
+    /// files; a kernel block device returns whatever the drive does).
+    pub fn discard_reads_zeroes(&self) -> bool {
+        let info = self.device.info();
+        info.supports_discard
+            && matches!(
+                info.kind,
+                DeviceKind::Ram | DeviceKind::Null | DeviceKind::File
+            )
+    }
+
+    /// Byte offset on the device of LBA `slba` and the length of `nlb` blocks, or None if
+    /// the range leaves the namespace.
+    #[inline]
+    pub fn byte_range(&self, slba: u64, nlb: u64) -> Option<(u64, u64)> {
+        let end = slba.checked_add(nlb)?;
+        if end > self.blocks {
+            return None;
+        }
+        Some((
+            self.offset_bytes + (slba << self.lba_shift),
+            nlb << self.lba_shift,
+        ))
+    }
+
+    /// The LBA of byte offset `off` on the device, for error reports.
+    pub fn lba_of(&self, off: u64) -> u64 {
+        off.saturating_sub(self.offset_bytes) >> self.lba_shift
+    }
+}
+
+/// The store behind a KV namespace and its format.
+pub(crate) struct KvMedia {
+    pub backend: Arc<dyn KvBackend>,
+    /// KV format 0 (the only one): key and value limits, Identify CNS 05h.
+    pub format: KvFormat,
+    /// Name of what stores it (the drive), for stats.
+    pub device: String,
+    /// Space the namespace occupies, bytes.
+    pub size_bytes: u64,
+    /// Key Value Configuration feature (FID 20h) EDNEK: Delete of an absent key fails.
+    pub ednek: AtomicBool,
+}
+
+pub(crate) struct Namespace {
+    pub nsid: u32,
+    pub command_set: CommandSet,
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],
     pub uuid: [u8; 16],
@@ -94,40 +153,59 @@ impl Namespace {
         }
     }
 
-    /// Whether deallocated blocks read back as zeroes: the device discards, and its
-    /// kind guarantees zeroes after a discard (docs/blockdev.md: RAM, null, regular
-    /// files; a kernel block device returns whatever the drive does).
-    pub fn discard_reads_zeroes(&self) -> bool {
-        let info = self.device.info();
-        info.supports_discard
-            && matches!(
-                info.kind,
-                DeviceKind::Ram | DeviceKind::Null | DeviceKind::File
-            )
+    pub fn csi(&self) -> u8 {
+        self.command_set.csi()
     }
 
-    /// Byte offset on the device of LBA `slba` and the length of `nlb` blocks, or None if
-    /// the range leaves the namespace.
-    #[inline]
-    pub fn byte_range(&self, slba: u64, nlb: u64) -> Option<(u64, u64)> {
-        let end = slba.checked_add(nlb)?;
-        if end > self.blocks {
-            return None;
+    /// The device range of an NVM namespace.
+    pub fn block(&self) -> Option<&Arc<BlockMedia>> {
+        match &self.command_set {
+            CommandSet::Nvm(b) => Some(b),
+            CommandSet::Kv(_) => None,
         }
-        Some((
-            self.offset_bytes + (slba << self.lba_shift),
-            nlb << self.lba_shift,
-        ))
+    }
+
+    /// The store of a KV namespace.
+    pub fn kv(&self) -> Option<&Arc<KvMedia>> {
+        match &self.command_set {
+            CommandSet::Kv(k) => Some(k),
+            CommandSet::Nvm(_) => None,
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        match &self.command_set {
+            CommandSet::Nvm(b) => b.size_bytes,
+            CommandSet::Kv(k) => k.size_bytes,
+        }
+    }
+
+    pub fn device_name(&self) -> String {
+        match &self.command_set {
+            CommandSet::Nvm(b) => b.device.info().name.clone(),
+            CommandSet::Kv(k) => k.device.clone(),
+        }
+    }
+
+    /// Whether the device has a volatile write cache (Identify Controller VWC).
+    pub fn volatile_write_cache(&self) -> bool {
+        self.block()
+            .is_some_and(|b| b.device.info().volatile_write_cache)
     }
 
     pub fn info(&self, subnqn: &str) -> NamespaceInfo {
+        let (offset_bytes, block_size_bytes) = match &self.command_set {
+            CommandSet::Nvm(b) => (b.offset_bytes, b.block_size_bytes),
+            CommandSet::Kv(_) => (0, 0),
+        };
         NamespaceInfo {
             subnqn: subnqn.to_string(),
             nsid: self.nsid,
-            device: self.device.info().name.clone(),
-            offset_bytes: self.offset_bytes,
-            size_bytes: self.size_bytes,
-            block_size_bytes: self.block_size_bytes,
+            csi: self.csi(),
+            device: self.device_name(),
+            offset_bytes,
+            size_bytes: self.size_bytes(),
+            block_size_bytes,
             nguid: self.nguid,
             eui64: self.eui64,
             uuid: self.uuid,
@@ -142,9 +220,13 @@ impl Namespace {
 pub struct NamespaceInfo {
     pub subnqn: String,
     pub nsid: u32,
+    /// Command Set Identifier: 0 NVM, 1 Key Value.
+    pub csi: u8,
     pub device: String,
+    /// Where an NVM namespace starts on its device (0 for KV).
     pub offset_bytes: u64,
     pub size_bytes: u64,
+    /// LBA size of an NVM namespace (0 for KV, which has no logical blocks).
     pub block_size_bytes: u32,
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],

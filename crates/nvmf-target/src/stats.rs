@@ -123,7 +123,7 @@ impl NsCounters {
 pub struct NsStatsSnapshot {
     pub read_ops: u64,
     pub write_ops: u64,
-    /// Flush, write zeroes, DSM, compare, reservations.
+    /// Flush, write zeroes, DSM, compare, reservations; KV List, Exist, Delete.
     pub other_ops: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
@@ -269,8 +269,12 @@ pub struct TargetStats {
 pub struct NamespaceStats {
     pub subsystem: String,
     pub nsid: u32,
+    /// Command Set Identifier: 0 NVM, 1 Key Value.
+    pub csi: u8,
     pub device: String,
     pub size_bytes: u64,
+    /// Capacity and keys of a KV namespace.
+    pub kv_usage: Option<crate::KvUsage>,
     pub stats: NsStatsSnapshot,
 }
 

@@ -2,7 +2,9 @@
 //! session fed through it gets exactly the expected answers.
 //! `FUZZ_CASES=N` runs more mutations.
 
-use nvmf_target::{fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session};
+use nvmf_target::{
+    fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session, fuzz_seed_kv_session,
+};
 use proptest::prelude::*;
 
 #[test]
@@ -20,7 +22,15 @@ fn fixed_inputs() {
         fuzz_one_connection(&io),
         128 + 24 + 24 + (24 + 512) + 24 + 24
     );
+    let kv = fuzz_seed_kv_session();
+    // ICResp, Connect; Store; Retrieve data (512) + response; Exist; List data (the
+    // host's 256 bytes) + response; Delete; Retrieve of the deleted key (no data).
+    assert_eq!(
+        fuzz_one_connection(&kv),
+        128 + 24 + 24 + (24 + 512 + 24) + 24 + (24 + 256 + 24) + 24 + 24
+    );
     for cut in [1, 8, 100, 128, 200, s.len() - 1] {
+        fuzz_one_connection(&kv[..cut.min(kv.len())]);
         fuzz_one_connection(&s[..cut]);
         fuzz_one_connection(&io[..cut.min(io.len())]);
     }
@@ -37,11 +47,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
     #[test]
     fn mutated_sessions(
-        io: bool,
+        seed in 0u8..3,
         flips in proptest::collection::vec((0usize..2000, 0u8..8), 0..4),
         tail in proptest::collection::vec(any::<u8>(), 0..600),
     ) {
-        let mut s = if io { fuzz_seed_io_session() } else { fuzz_seed_admin_session() };
+        let mut s = match seed {
+            0 => fuzz_seed_admin_session(),
+            1 => fuzz_seed_io_session(),
+            _ => fuzz_seed_kv_session(),
+        };
         for (at, bit) in flips {
             if let Some(b) = s.get_mut(at) {
                 *b ^= 1 << bit;
@@ -63,6 +77,7 @@ fn fuzz_corpus_seeds_match() {
     for (name, bytes) in [
         ("seed-admin-session", nvmf_target::fuzz_seed_admin_session()),
         ("seed-io-session", nvmf_target::fuzz_seed_io_session()),
+        ("seed-kv-session", nvmf_target::fuzz_seed_kv_session()),
     ] {
         let path = dir.join(name);
         if write {

@@ -44,6 +44,7 @@ async fn connect_properties_and_identify() {
     assert_eq!(cap.mqes, 127);
     assert!(cap.cqr);
     assert_eq!(cap.css & Cap::CSS_NVM, Cap::CSS_NVM);
+    assert_ne!(cap.css & Cap::CSS_IO_COMMAND_SETS, 0, "NVM and KV offered");
     let (_, vs) = a.prop_get(reg::VS, PropertySize::Four).await;
     assert_eq!(vs, 0x0002_0000);
     // Commands before CC.EN are a sequence error.
@@ -61,7 +62,7 @@ async fn connect_properties_and_identify() {
     assert!(id.ioccsz >= 4 && id.iorcsz >= 1);
     assert_eq!(id.icdoff, 0);
     assert_ne!(id.sgls & 0x3, 0);
-    assert_eq!(id.mdts, 8, "1 MiB in 4 KiB pages");
+    assert_eq!(id.mdts, 10, "4 MiB in 4 KiB pages");
     assert_eq!(id.cntrltype, 1);
     assert_eq!(id.subnqn, SUBNQN);
     assert_ne!(id.cmic & 0x2, 0, "multi-controller");
@@ -72,7 +73,7 @@ async fn connect_properties_and_identify() {
     let ns = IdentifyNamespace::decode(&data).expect("id-ns");
     assert_eq!(ns.nsze, DEV_BYTES / 512);
     assert_eq!(ns.lba_format().lba_bytes(), 512);
-    assert!(u64::from(ns.noiob) * 512 <= 1 << 20);
+    assert!(u64::from(ns.noiob) * 512 <= 4 << 20);
     assert_eq!(ns.nmic & 1, 1);
     // Active namespace list.
     let (c, data) = a
@@ -209,9 +210,9 @@ async fn io_status_codes() {
         q.expect_status(write_cmd(1, 0, 1), Some(&d), 0).await,
         Status::DATA_SGL_LENGTH_INVALID.dnr()
     );
-    // Larger than MDTS.
+    // Larger than MDTS (4 MiB).
     assert_eq!(
-        q.expect_status(read_cmd(1, 0, 4096), None, 2 << 20).await,
+        q.expect_status(read_cmd(1, 0, 16384), None, 8 << 20).await,
         Status::INVALID_FIELD.dnr()
     );
     // Unknown opcode.

@@ -49,6 +49,35 @@ pub struct NamespaceView {
     pub uuid: String,
     pub attachment: AttachmentView,
     pub created_unix_ms: u64,
+    /// Command set: `nvm` (blocks) or `kv` (Key Value).
+    #[serde(default = "nvm_kind")]
+    pub kind: String,
+    /// A Key Value namespace's format and usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvNamespaceView>,
+}
+
+fn nvm_kind() -> String {
+    "nvm".to_string()
+}
+
+/// A Key Value namespace: how its store was formatted and what it holds now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvNamespaceView {
+    /// Largest value, bytes.
+    pub max_value_bytes: u32,
+    /// Most keys.
+    pub max_keys: u64,
+    pub segment_bytes: u32,
+    /// "ok", or why the store is not serving (it could not be opened).
+    pub status: String,
+    pub key_count: u64,
+    /// Bytes the live values take in the log (Identify NUSE).
+    pub used_bytes: u64,
+    /// Bytes of values the store accepts (Identify NSZE).
+    pub capacity_bytes: u64,
+    /// Overwritten and deleted values not yet compacted away.
+    pub garbage_bytes: u64,
 }
 
 /// `POST /api/v1/namespaces`. Give the subsystem or the drive (its default subsystem).
@@ -69,6 +98,20 @@ pub struct CreateNamespaceRequest {
     /// (none = created detached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<AttachmentView>,
+    /// A Key Value namespace (`None`: NVM). Its size is rounded up to whole MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvCreateOptions>,
+}
+
+/// Format parameters of a new Key Value namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvCreateOptions {
+    /// Largest value, bytes: 1 to the node's MDTS (4 MiB); default 2 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_value_bytes: Option<u32>,
+    /// Most keys; default one per 8 KiB of the namespace (at least 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_keys: Option<u64>,
 }
 
 /// `POST .../attach` and `POST .../detach`: every host (`all`) or the listed host NQNs.
@@ -126,6 +169,15 @@ pub struct DriveHealth {
     pub data_units_read: u64,
     pub data_units_written: u64,
     pub command_errors: u64,
+    /// Key Value namespaces on the drive and what their stores hold.
+    #[serde(default)]
+    pub kv_namespaces: u32,
+    #[serde(default)]
+    pub kv_keys: u64,
+    #[serde(default)]
+    pub kv_used_bytes: u64,
+    #[serde(default)]
+    pub kv_capacity_bytes: u64,
     /// From the drive itself (all I/O since the node started).
     pub device_read_ops: u64,
     pub device_write_ops: u64,

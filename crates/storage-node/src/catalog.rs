@@ -11,11 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rand::RngCore;
 use uuid::Uuid;
 
-use crate::extent::{ExtentAllocator, ExtentError};
+use crate::extent::{EXTENT_UNIT_BYTES, ExtentAllocator, ExtentError};
 use crate::naming::{self, NamespaceIds, NamingError};
 use crate::state::{
-    Attachment, DriveRecord, LoadSource, NamespaceRecord, NodeState, ReservationState, StateError,
-    StateFile, StateStore, SubsystemRecord,
+    Attachment, DriveRecord, LoadSource, NamespaceKind, NamespaceRecord, NodeState,
+    ReservationState, StateError, StateFile, StateStore, SubsystemRecord,
 };
 
 /// Highest NSID the node hands out in one subsystem (bounds per-subsystem state).
@@ -70,6 +70,9 @@ pub struct NewNamespace {
     /// Default: the lowest free NSID.
     pub nsid: Option<u32>,
     pub attachment: Attachment,
+    /// NVM, or Key Value with the store's format parameters. A KV namespace takes whole
+    /// allocation units: its size is rounded up to [`EXTENT_UNIT_BYTES`].
+    pub kind: NamespaceKind,
 }
 
 /// How the state was found at open.
@@ -270,6 +273,7 @@ impl Catalog {
             attachment: Attachment::All,
             created_unix_ms: now_unix_ms(),
             reservation: ReservationState::default(),
+            kind: NamespaceKind::Nvm,
         });
         self.commit(next)?;
         Ok(nqn)
@@ -296,7 +300,12 @@ impl Catalog {
         {
             return Err(CatalogError::BadBlockSize(block_size_bytes));
         }
-        if req.size_bytes == 0 || !req.size_bytes.is_multiple_of(u64::from(block_size_bytes)) {
+        let size_bytes = if req.kind.is_kv() {
+            req.size_bytes.div_ceil(EXTENT_UNIT_BYTES) * EXTENT_UNIT_BYTES
+        } else {
+            req.size_bytes
+        };
+        if size_bytes == 0 || !size_bytes.is_multiple_of(u64::from(block_size_bytes)) {
             return Err(CatalogError::BadSize {
                 size_bytes: req.size_bytes,
                 block_size_bytes,
@@ -326,7 +335,7 @@ impl Catalog {
             CatalogError::Inconsistent(format!("no allocator for {}", drive.name))
         })?;
         let extents = alloc
-            .allocate(req.size_bytes)
+            .allocate(size_bytes)
             .map_err(|source| CatalogError::Extent {
                 drive: drive.name.clone(),
                 source,
@@ -336,7 +345,7 @@ impl Catalog {
             subsystem_nqn: req.nqn.clone(),
             nsid,
             drive_uuid: drive.uuid,
-            size_bytes: req.size_bytes,
+            size_bytes,
             extents,
             block_size_bytes,
             nguid: ids.nguid,
@@ -345,6 +354,7 @@ impl Catalog {
             attachment: normalize(req.attachment.clone()),
             created_unix_ms: now_unix_ms(),
             reservation: ReservationState::default(),
+            kind: req.kind.clone(),
         };
         let mut next = self.state.clone();
         next.namespaces.push(record.clone());
@@ -379,6 +389,16 @@ impl Catalog {
         a: Attachment,
     ) -> Result<(), CatalogError> {
         self.change_namespace(nqn, nsid, |n| n.attachment = normalize(a))
+    }
+
+    /// Records the kind a namespace ended up with (a KV store's parameters as formatted).
+    pub fn set_kind(
+        &mut self,
+        nqn: &str,
+        nsid: u32,
+        kind: NamespaceKind,
+    ) -> Result<(), CatalogError> {
+        self.change_namespace(nqn, nsid, |n| n.kind = kind)
     }
 
     pub fn set_reservation(
@@ -577,6 +597,7 @@ mod tests {
             block_size_bytes: None,
             nsid: None,
             attachment: Attachment::All,
+            kind: NamespaceKind::Nvm,
         }
     }
 

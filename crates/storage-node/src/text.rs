@@ -49,6 +49,8 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `ns list`: one row per namespace; a KV namespace shows its used bytes and keys
+/// (NVM ones its block size), and a line below the table if its store is not serving.
 pub fn namespaces_table(nss: &[NamespaceView]) -> String {
     let rows: Vec<Vec<String>> = nss
         .iter()
@@ -60,29 +62,57 @@ pub fn namespaces_table(nss: &[NamespaceView]) -> String {
             } else {
                 n.attachment.hosts.join(",")
             };
+            let (block, used, keys) = match &n.kv {
+                Some(kv) => (
+                    "-".to_string(),
+                    human_bytes(kv.used_bytes),
+                    kv.key_count.to_string(),
+                ),
+                None => (
+                    n.block_size_bytes.to_string(),
+                    "-".to_string(),
+                    "-".to_string(),
+                ),
+            };
             vec![
                 n.subsystem_nqn.clone(),
                 n.nsid.to_string(),
+                n.kind.clone(),
                 n.drive.clone(),
                 human_bytes(n.size_bytes),
-                n.block_size_bytes.to_string(),
+                block,
+                used,
+                keys,
                 n.nguid.clone(),
                 attached,
             ]
         })
         .collect();
-    table(
+    let mut out = table(
         &[
             "SUBSYSTEM",
             "NSID",
+            "KIND",
             "DRIVE",
             "SIZE",
             "BLOCK",
+            "USED",
+            "KEYS",
             "NGUID",
             "ATTACHED",
         ],
         &rows,
-    )
+    );
+    for n in nss {
+        if let Some(kv) = n.kv.as_ref().filter(|kv| kv.status != "ok") {
+            let _ = writeln!(
+                out,
+                "namespace {} of {}: KV store not serving: {}",
+                n.nsid, n.subsystem_nqn, kv.status
+            );
+        }
+    }
+    out
 }
 
 pub fn subsystems_table(subs: &[SubsystemView]) -> String {
@@ -167,6 +197,18 @@ pub fn health_text(h: &HealthReport) -> String {
         ],
         &rows,
     ));
+    for d in h.drives.iter().filter(|d| d.kv_namespaces > 0) {
+        let _ = writeln!(
+            out,
+            "{}: {} KV namespace{}, {} keys, {} used of {}",
+            d.name,
+            d.kv_namespaces,
+            if d.kv_namespaces == 1 { "" } else { "s" },
+            d.kv_keys,
+            human_bytes(d.kv_used_bytes),
+            human_bytes(d.kv_capacity_bytes)
+        );
+    }
     out
 }
 
@@ -197,11 +239,28 @@ mod tests {
                 hosts: vec![],
             },
             created_unix_ms: 0,
+            kind: "nvm".into(),
+            kv: None,
         };
-        let t = namespaces_table(&[n]);
+        let kv = NamespaceView {
+            nsid: 2,
+            size_bytes: 64 << 20,
+            kind: "kv".into(),
+            kv: Some(crate::api::KvNamespaceView {
+                key_count: 3,
+                used_bytes: 6144,
+                status: "corrupt KV store: no valid checkpoint".into(),
+                ..Default::default()
+            }),
+            ..n.clone()
+        };
+        let t = namespaces_table(&[n, kv]);
         assert_eq!(
             t,
-            "SUBSYSTEM  NSID  DRIVE  SIZE  BLOCK  NGUID  ATTACHED\nnqn.x      1     d0     8M    512    ab     none\n"
+            "SUBSYSTEM  NSID  KIND  DRIVE  SIZE  BLOCK  USED  KEYS  NGUID  ATTACHED\n\
+             nqn.x      1     nvm   d0     8M    512    -     -     ab     none\n\
+             nqn.x      2     kv    d0     64M   -      6K    3     ab     none\n\
+             namespace 2 of nqn.x: KV store not serving: corrupt KV store: no valid checkpoint\n"
         );
     }
 }

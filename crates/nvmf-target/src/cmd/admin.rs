@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use blockdev::IoBuf;
 use nvme_proto::fabrics::{Cc, Csts};
-use nvme_proto::identify::{CtrlList, NsAttachCommand, NsMgmtCommand, NsMgmtCreate};
+use nvme_proto::identify::{CtrlList, NsAttachCommand, NsMgmtCommand, NsMgmtCreate, csi};
+use nvme_proto::kv::KvNsCreate;
 use nvme_proto::opcode::admin;
 use nvme_proto::{Command, Status};
 
@@ -15,7 +16,7 @@ use crate::Target;
 use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::Controller;
-use crate::ns_manager::CreateNamespace;
+use crate::ns_manager::{CreateKvNamespace, CreateNamespace};
 use crate::subsystem::SubsysKind;
 use crate::sync::{lock, read};
 use crate::transport::handle::ConnRequest;
@@ -25,6 +26,8 @@ use tokio::sync::oneshot;
 pub(crate) const AERL: u8 = 3;
 /// Abort Command Limit, 0's based.
 pub(crate) const ACL: u8 = 3;
+/// SQE byte of Namespace Management's CSI (CDW11 bits 31:24), for the error log.
+const NS_MGMT_CSI_SQE_BYTE: u16 = 47;
 
 impl QueueContext {
     pub(crate) fn exec_admin(
@@ -111,28 +114,63 @@ impl QueueContext {
                 let Ok(c) = NsMgmtCreate::decode(data.unwrap_or(&[])) else {
                     return Status::DATA_SGL_LENGTH_INVALID.dnr().into();
                 };
-                let idx = c.flbas & 0xF;
-                let block_size_bytes = match idx {
-                    0 => 512,
-                    1 => 4096,
-                    _ => return Status::INVALID_FORMAT.dnr().into(),
-                };
-                if c.nsze == 0 || c.ncap == 0 || c.ncap > c.nsze {
-                    return Outcome::status(Status::INVALID_FIELD.dnr()).into();
-                }
-                let req = CreateNamespace {
-                    size_blocks: c.nsze,
-                    capacity_blocks: c.ncap,
-                    lba_format: idx,
-                    block_size_bytes,
-                    nmic: c.nmic,
-                    anagrpid: c.anagrpid,
-                    csi: m.csi,
+                let create: Box<dyn FnOnce() -> Result<u32, Status> + Send> = match m.csi {
+                    csi::NVM => {
+                        let idx = c.flbas & 0xF;
+                        let block_size_bytes = match idx {
+                            0 => 512,
+                            1 => 4096,
+                            _ => return Status::INVALID_FORMAT.dnr().into(),
+                        };
+                        if c.nsze == 0 || c.ncap == 0 || c.ncap > c.nsze {
+                            return Outcome::status(Status::INVALID_FIELD.dnr()).into();
+                        }
+                        let req = CreateNamespace {
+                            size_blocks: c.nsze,
+                            capacity_blocks: c.ncap,
+                            lba_format: idx,
+                            block_size_bytes,
+                            nmic: c.nmic,
+                            anagrpid: c.anagrpid,
+                            csi: m.csi,
+                        };
+                        Box::new(move || mgr.create(&target, &subnqn, &req))
+                    }
+                    csi::KEY_VALUE => {
+                        if !ctrl.runs_command_set(csi::KEY_VALUE) {
+                            return Outcome::status(Status::IO_COMMAND_SET_NOT_ENABLED.dnr())
+                                .with_loc(NS_MGMT_CSI_SQE_BYTE)
+                                .into();
+                        }
+                        let k = match KvNsCreate::from_create(&c) {
+                            Ok(k) => k,
+                            Err(st) => return Outcome::status(st).into(),
+                        };
+                        // One KV format (index 0); no thin provisioning: NCAP is 0 or NSZE.
+                        if k.format_index != 0 {
+                            return Status::INVALID_FORMAT.dnr().into();
+                        }
+                        if k.size_bytes == 0
+                            || (k.capacity_bytes != 0 && k.capacity_bytes != k.size_bytes)
+                        {
+                            return Outcome::status(Status::INVALID_FIELD.dnr()).into();
+                        }
+                        let req = CreateKvNamespace {
+                            size_bytes: k.size_bytes,
+                            format_index: k.format_index,
+                            nmic: k.nmic,
+                            anagrpid: k.anagrpid,
+                        };
+                        Box::new(move || mgr.create_kv(&target, &subnqn, &req))
+                    }
+                    _ => {
+                        return Outcome::status(Status::IO_COMMAND_SET_NOT_SUPPORTED.dnr())
+                            .with_loc(NS_MGMT_CSI_SQE_BYTE)
+                            .into();
+                    }
                 };
                 Dispatch::Later(Box::pin(async move {
-                    let r = tokio::task::spawn_blocking(move || mgr.create(&target, &subnqn, &req))
-                        .await;
-                    match r {
+                    match tokio::task::spawn_blocking(create).await {
                         Ok(Ok(nsid)) => Outcome::dw0(nsid),
                         Ok(Err(st)) => Outcome::status(st),
                         Err(_) => Outcome::status(Status::INTERNAL_ERROR),

@@ -11,7 +11,7 @@ use crate::cmd::context::QueueContext;
 use crate::cmd::nvm::io_error;
 use crate::cmd::{Dispatch, Outcome, block_error_status};
 use crate::fence::InflightGuard;
-use crate::namespace::Namespace;
+use crate::namespace::{BlockMedia, Namespace};
 use crate::stats::OpKind;
 
 impl QueueContext {
@@ -19,6 +19,7 @@ impl QueueContext {
         &mut self,
         cmd: &Command,
         ns: Arc<Namespace>,
+        blk: Arc<BlockMedia>,
         data: Option<IoBuf>,
         guard: Option<InflightGuard>,
     ) -> Dispatch {
@@ -41,7 +42,7 @@ impl QueueContext {
             if r.nlb == 0 {
                 continue;
             }
-            match ns.byte_range(r.slba, u64::from(r.nlb)) {
+            match blk.byte_range(r.slba, u64::from(r.nlb)) {
                 Some(e) => extents.push(e),
                 None => {
                     return Dispatch::Now(io_error(
@@ -52,7 +53,7 @@ impl QueueContext {
                 }
             }
         }
-        if !d.deallocate() || !ns.device.info().supports_discard {
+        if !d.deallocate() || !blk.device.info().supports_discard {
             return Outcome::ok().into();
         }
         let shard = self.shard;
@@ -61,7 +62,7 @@ impl QueueContext {
             let t0 = Instant::now();
             let mut result = Ok(());
             for (off, len) in extents {
-                if let Err(e) = ns.device.discard(off, len).await {
+                if let Err(e) = blk.device.discard(off, len).await {
                     result = Err(e);
                     break;
                 }

@@ -1,6 +1,7 @@
 //! Fabrics commands: Connect, Property Get/Set, Disconnect.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use blockdev::IoBuf;
 use nvme_proto::fabrics::{
@@ -12,6 +13,7 @@ use nvme_proto::opcode::fctype;
 use nvme_proto::{Command, Status};
 
 use crate::cmd::context::{QueueBinding, QueueContext};
+use crate::cmd::identify::io_command_set_combination;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{AdminQueue, Controller};
 use crate::subsystem::SubsysKind;
@@ -173,15 +175,21 @@ impl QueueContext {
         let Ok(pg) = PropertyGet::from_command(cmd) else {
             return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(40);
         };
+        let discovery = q.ctrl.subsys.kind == SubsysKind::Discovery;
         let (value, size) = match pg.ofst {
             reg::CAP => (
                 Cap {
                     mqes: self.target.config.mqes,
                     cqr: true,
                     to_500ms: CAP_TIMEOUT_500MS,
-                    // Like Linux nvmet, discovery controllers report NVM too: hosts then
-                    // enable them with CC.CSS = NVM.
-                    css: Cap::CSS_NVM,
+                    // I/O controllers offer the I/O command sets (NVM and Key Value):
+                    // hosts enable them with CC.CSS = 110b. Like Linux nvmet, discovery
+                    // controllers report NVM only: hosts enable them with CC.CSS = NVM.
+                    css: if discovery {
+                        Cap::CSS_NVM
+                    } else {
+                        Cap::CSS_NVM | Cap::CSS_IO_COMMAND_SETS
+                    },
                     mpsmin: 0,
                     mpsmax: 0,
                     ..Cap::default()
@@ -238,6 +246,10 @@ impl QueueContext {
             } else {
                 csts.rdy = true;
                 csts.cfs = false;
+                let sets = new.enabled_io_command_sets(io_command_set_combination());
+                ctrl.io_command_sets.store(sets, Ordering::Release);
+                // Namespaces of the sets now running become active: cached lookups go.
+                ctrl.subsys.bump_ns_generation();
             }
         } else if !new.en && old.en {
             // Controller reset: not ready, shutdown state cleared.
@@ -260,10 +272,17 @@ impl QueueContext {
             let c = ctrl.clone();
             tokio::spawn(async move {
                 for ns in c.subsys.namespaces() {
-                    if ns.device.info().volatile_write_cache
-                        && ns.is_attached_to(&c.hostnqn)
-                        && let Err(e) = ns.device.flush().await
-                    {
+                    if !ns.is_attached_to(&c.hostnqn) {
+                        continue;
+                    }
+                    let flushed = match (ns.block(), ns.kv()) {
+                        (Some(b), _) if b.device.info().volatile_write_cache => {
+                            b.device.flush().await.map_err(|e| e.to_string())
+                        }
+                        (_, Some(k)) => k.backend.flush().await.map_err(|e| e.to_string()),
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = flushed {
                         tracing::warn!(nsid = ns.nsid, error = %e, "flush at shutdown failed");
                     }
                 }

@@ -1,17 +1,19 @@
 //! Get Features / Set Features.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use blockdev::IoBuf;
 use nvme_proto::features::{
-    GetFeatures, HOST_ID_EXHID, NumberOfQueues, RESV_PERSIST_PTPL, SetFeatures, VWC_WCE, aec,
-    capabilities, fid, resv_mask, sel,
+    GetFeatures, HOST_ID_EXHID, IoCommandSetProfile, KvConfig, NumberOfQueues, RESV_PERSIST_PTPL,
+    SetFeatures, VWC_WCE, aec, capabilities, fid, resv_mask, sel,
 };
 use nvme_proto::{Command, Status};
 
 use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::Controller;
+use crate::namespace::KvMedia;
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
 
@@ -29,6 +31,22 @@ const RESV_MASK_BITS: u32 = resv_mask::REGISTRATION_PREEMPTED
     | resv_mask::RESERVATION_PREEMPTED;
 
 impl QueueContext {
+    /// The KV namespace a Key Value Configuration feature names: Invalid Namespace for
+    /// an inactive NSID, Invalid Field for a namespace of another command set (the
+    /// feature is KV specific).
+    fn kv_feature_ns(&mut self, nsid: u32) -> Result<Arc<KvMedia>, Dispatch> {
+        let Some(ns) = self.active_ns(nsid) else {
+            return Err(Outcome::status(Status::INVALID_NAMESPACE.dnr())
+                .with_loc(4)
+                .into());
+        };
+        ns.kv().cloned().ok_or_else(|| {
+            Outcome::status(Status::INVALID_FIELD.dnr())
+                .with_loc(40)
+                .into()
+        })
+    }
+
     pub(crate) fn get_features(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let g = GetFeatures::from_command(cmd);
         let discovery = ctrl.subsys.kind == SubsysKind::Discovery;
@@ -39,7 +57,9 @@ impl QueueContext {
         }
         if g.sel == sel::SUPPORTED_CAPABILITIES {
             let caps = match g.fid {
-                fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE => {
+                fid::RESERVATION_NOTIFICATION_MASK
+                | fid::RESERVATION_PERSISTENCE
+                | fid::KEY_VALUE_CONFIG => {
                     capabilities::CHANGEABLE | capabilities::NAMESPACE_SPECIFIC
                 }
                 fid::NUMBER_OF_QUEUES | fid::POWER_MANAGEMENT | fid::HOST_IDENTIFIER => 0,
@@ -81,6 +101,17 @@ impl QueueContext {
                 }
             }
             fid::KEEP_ALIVE_TIMER => st.kato_ms,
+            // One combination (NVM + KV), index 0, whatever CC.CSS says.
+            fid::IO_COMMAND_SET_PROFILE => IoCommandSetProfile { iocsci: 0 }.to_dw(),
+            fid::KEY_VALUE_CONFIG => {
+                drop(st);
+                let kv = match self.kv_feature_ns(g.nsid) {
+                    Ok(kv) => kv,
+                    Err(d) => return d,
+                };
+                let ednek = !default && kv.ednek.load(Ordering::Relaxed);
+                return Outcome::dw0(KvConfig { ednek }.to_dw()).into();
+            }
             fid::HOST_IDENTIFIER => {
                 if g.cdw11 & HOST_ID_EXHID == 0 {
                     return Outcome::status(Status::INVALID_FIELD.dnr())
@@ -178,6 +209,27 @@ impl QueueContext {
             }
             // On fabrics the host identifier comes with Connect.
             fid::HOST_IDENTIFIER => Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr()).into(),
+            fid::IO_COMMAND_SET_PROFILE => match IoCommandSetProfile::from_cdw11(s.cdw11) {
+                Err(st) => Outcome::status(st).with_loc(44).into(),
+                // Index 0 (NVM + KV) is the only combination offered (Identify CNS 1Ch).
+                Ok(p) if p.iocsci == 0 => Outcome::ok().into(),
+                Ok(_) => Outcome::status(Status::IO_COMMAND_SET_COMBINATION_REJECTED.dnr())
+                    .with_loc(44)
+                    .into(),
+            },
+            fid::KEY_VALUE_CONFIG => {
+                let cfg = match KvConfig::from_cdw11(s.cdw11) {
+                    Ok(c) => c,
+                    Err(st) => return Outcome::status(st).with_loc(44).into(),
+                };
+                match self.kv_feature_ns(s.nsid) {
+                    Ok(kv) => {
+                        kv.ednek.store(cfg.ednek, Ordering::Relaxed);
+                        Outcome::ok().into()
+                    }
+                    Err(d) => d,
+                }
+            }
             fid::RESERVATION_NOTIFICATION_MASK => {
                 if self.active_ns(s.nsid).is_none() && s.nsid != u32::MAX {
                     return Outcome::status(Status::INVALID_NAMESPACE.dnr())

@@ -1,15 +1,20 @@
-//! Identify: controller, namespace, namespace lists, descriptors, controller lists.
+//! Identify: controller, namespace (NVM, KV, command set independent), namespace lists
+//! (all and per command set), descriptors, I/O command set combinations, controller lists.
 
 use std::sync::Arc;
 
 use blockdev::IoBuf;
 use nvme_proto::fabrics::Vs;
 use nvme_proto::identify::controller::bits as cbits;
+use nvme_proto::identify::independent::bits as ibits;
 use nvme_proto::identify::namespace::bits as nbits;
 use nvme_proto::identify::{
     CtrlList, IDENTIFY_DATA_BYTES, IdentifyCommand, IdentifyController, IdentifyNamespace,
-    LbaFormat, NsIdDescriptor, NsIdDescriptorList, NsList, PowerStateDescriptor, cns, csi,
+    IdentifyNsIndependent, IoCommandSetCombinations, LbaFormat, NsIdDescriptor, NsIdDescriptorList,
+    NsList, PowerStateDescriptor, cns, csi,
 };
+use nvme_proto::kv::identify::KV_FORMAT_COUNT;
+use nvme_proto::kv::{KvFormat, KvIdentifyController, KvIdentifyNamespace};
 use nvme_proto::{Command, Status};
 
 use crate::ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, ana_limits};
@@ -17,7 +22,7 @@ use crate::cmd::admin::{ACL, AERL};
 use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{Controller, ERROR_LOG_ENTRIES};
-use crate::namespace::Namespace;
+use crate::namespace::{BlockMedia, KvMedia, Namespace};
 use crate::subsystem::SubsysKind;
 use crate::sync::read;
 
@@ -41,6 +46,31 @@ fn guid_of(name: &str) -> [u8; 16] {
     out
 }
 
+/// The I/O command sets this target offers, as one combination (Identify CNS 1Ch entry
+/// 0, the only I/O Command Set Profile).
+pub(crate) const IO_COMMAND_SETS: [u8; 2] = [csi::NVM, csi::KEY_VALUE];
+
+/// The vector of the one combination: bit n for CSI n.
+pub(crate) fn io_command_set_combination() -> u64 {
+    IoCommandSetCombinations::single(&IO_COMMAND_SETS).get(0)
+}
+
+/// SQE byte of the Identify CSI (CDW11 bits 31:24), for the error log.
+const CSI_SQE_BYTE: u16 = 47;
+
+fn invalid_namespace() -> Dispatch {
+    Outcome::status(Status::INVALID_NAMESPACE.dnr())
+        .with_loc(4)
+        .into()
+}
+
+/// The structure asked for does not exist for the namespace's command set.
+fn invalid_command_set() -> Dispatch {
+    Outcome::status(Status::INVALID_IO_COMMAND_SET.dnr())
+        .with_loc(CSI_SQE_BYTE)
+        .into()
+}
+
 impl QueueContext {
     pub(crate) fn identify(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let id = IdentifyCommand::from_command(cmd);
@@ -51,19 +81,16 @@ impl QueueContext {
                 .into();
         }
         let subsys = &ctrl.subsys;
+        let mdts_bytes = self.target.config.mdts_bytes;
         match id.cns {
             cns::CONTROLLER => data_out(&self.identify_controller(ctrl)[..]),
             cns::NAMESPACE | cns::ALLOCATED_NAMESPACE => {
                 let allocated = id.cns == cns::ALLOCATED_NAMESPACE;
                 if id.nsid == u32::MAX {
-                    return data_out(
-                        &common_namespace(self.target.config.mdts_bytes).to_bytes()[..],
-                    );
+                    return data_out(&common_namespace(mdts_bytes).to_bytes()[..]);
                 }
                 if id.nsid == 0 || id.nsid > MAX_NAMESPACES {
-                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
-                        .with_loc(4)
-                        .into();
+                    return invalid_namespace();
                 }
                 let ns = if allocated {
                     subsys.namespace(id.nsid)
@@ -71,33 +98,41 @@ impl QueueContext {
                     self.active_ns(id.nsid)
                 };
                 match ns {
-                    Some(ns) => data_out(
-                        &identify_namespace(&ns, self.target.config.mdts_bytes).to_bytes()[..],
-                    ),
+                    Some(ns) => match ns.block() {
+                        Some(blk) => {
+                            data_out(&identify_namespace(&ns, blk, mdts_bytes).to_bytes()[..])
+                        }
+                        // The NVM Identify Namespace does not describe a KV namespace.
+                        None => invalid_command_set(),
+                    },
                     // Inactive NSID: zero-filled data.
                     None => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
                 }
             }
-            cns::ACTIVE_NS_LIST | cns::ALLOCATED_NS_LIST => {
+            cns::ACTIVE_NS_LIST
+            | cns::ALLOCATED_NS_LIST
+            | cns::CS_ACTIVE_NS_LIST
+            | cns::CS_ALLOCATED_NS_LIST => {
                 if id.nsid >= 0xFFFF_FFFE {
-                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
-                        .with_loc(4)
-                        .into();
+                    return invalid_namespace();
+                }
+                let allocated =
+                    matches!(id.cns, cns::ALLOCATED_NS_LIST | cns::CS_ALLOCATED_NS_LIST);
+                let of_csi = matches!(id.cns, cns::CS_ACTIVE_NS_LIST | cns::CS_ALLOCATED_NS_LIST);
+                if of_csi && !IO_COMMAND_SETS.contains(&id.csi) {
+                    return invalid_command_set();
                 }
                 let all = subsys.namespaces();
                 let nsids = all
                     .iter()
-                    .filter(|ns| {
-                        id.cns == cns::ALLOCATED_NS_LIST || ns.is_attached_to(&ctrl.hostnqn)
-                    })
+                    .filter(|ns| allocated || ctrl.is_active(ns))
+                    .filter(|ns| !of_csi || ns.csi() == id.csi)
                     .map(|ns| ns.nsid);
                 data_out(&NsList::above(nsids, id.nsid).to_bytes()[..])
             }
             cns::NS_ID_DESCRIPTORS => {
                 let Some(ns) = self.active_ns(id.nsid) else {
-                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
-                        .with_loc(4)
-                        .into();
+                    return invalid_namespace();
                 };
                 let mut d = Vec::new();
                 if ns.eui64 != [0; 8] {
@@ -109,22 +144,53 @@ impl QueueContext {
                 if ns.uuid != [0; 16] {
                     d.push(NsIdDescriptor::Uuid(ns.uuid));
                 }
-                d.push(NsIdDescriptor::Csi(ns.command_set.csi()));
+                d.push(NsIdDescriptor::Csi(ns.csi()));
                 data_out(&NsIdDescriptorList { descriptors: d }.to_bytes()[..])
             }
-            // NVM command set specific structures: no limits beyond MDTS → all zero.
-            cns::CS_CONTROLLER if id.csi == csi::NVM => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
-            cns::CS_NAMESPACE if id.csi == csi::NVM => match self.active_ns(id.nsid) {
-                Some(_) => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
-                None => Outcome::status(Status::INVALID_NAMESPACE.dnr())
-                    .with_loc(4)
-                    .into(),
+            // NVM command set specific controller data: no limits beyond MDTS → all
+            // zero. KV 1.0 defines no KV controller fields (a later revision's version
+            // field stays 0).
+            cns::CS_CONTROLLER => match id.csi {
+                csi::NVM => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+                csi::KEY_VALUE => data_out(&KvIdentifyController::default().to_bytes()[..]),
+                _ => invalid_command_set(),
             },
+            cns::CS_NAMESPACE | cns::CS_ALLOCATED_NAMESPACE => {
+                if !IO_COMMAND_SETS.contains(&id.csi) {
+                    return invalid_command_set();
+                }
+                let ns = if id.cns == cns::CS_ALLOCATED_NAMESPACE {
+                    subsys.namespace(id.nsid)
+                } else {
+                    self.active_ns(id.nsid)
+                };
+                let Some(ns) = ns else {
+                    return invalid_namespace();
+                };
+                if ns.csi() != id.csi {
+                    return invalid_command_set();
+                }
+                match ns.kv() {
+                    Some(kv) => data_out(&kv_identify_namespace(&ns, kv).to_bytes()[..]),
+                    // NVM command set specific namespace data: no fields in use.
+                    None => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+                }
+            }
+            cns::CS_INDEPENDENT_NAMESPACE => {
+                if id.nsid == 0 || id.nsid > MAX_NAMESPACES {
+                    return invalid_namespace();
+                }
+                match self.active_ns(id.nsid) {
+                    Some(ns) => data_out(&independent_namespace(&ns).to_bytes()[..]),
+                    None => data_out(&[0u8; IDENTIFY_DATA_BYTES]),
+                }
+            }
+            cns::IO_COMMAND_SET => {
+                data_out(&IoCommandSetCombinations::single(&IO_COMMAND_SETS).to_bytes()[..])
+            }
             cns::NS_ATTACHED_CTRL_LIST => {
                 let Some(ns) = subsys.namespace(id.nsid) else {
-                    return Outcome::status(Status::INVALID_NAMESPACE.dnr())
-                        .with_loc(4)
-                        .into();
+                    return invalid_namespace();
                 };
                 let ids = subsys
                     .live_controllers()
@@ -155,8 +221,11 @@ impl QueueContext {
         let namespaces = subsys.namespaces();
         let vwc = namespaces
             .iter()
-            .any(|ns| ns.device.info().volatile_write_cache && ns.is_attached_to(&ctrl.hostnqn));
-        let total_bytes: u128 = namespaces.iter().map(|ns| u128::from(ns.size_bytes)).sum();
+            .any(|ns| ns.volatile_write_cache() && ns.is_attached_to(&ctrl.hostnqn));
+        let total_bytes: u128 = namespaces
+            .iter()
+            .map(|ns| u128::from(ns.size_bytes()))
+            .sum();
         let ns_mgmt = read(&self.target.ns_manager).is_some();
         let mut psd = [PowerStateDescriptor::default(); 32];
         psd[0].mp = 2500; // 25 W in centiwatts: an informational maximum.
@@ -251,28 +320,69 @@ fn common_namespace(_mdts_bytes: u32) -> IdentifyNamespace {
     }
 }
 
-pub(crate) fn identify_namespace(ns: &Namespace, mdts_bytes: u32) -> IdentifyNamespace {
+pub(crate) fn identify_namespace(
+    ns: &Namespace,
+    blk: &BlockMedia,
+    mdts_bytes: u32,
+) -> IdentifyNamespace {
     let (nlbaf, lbaf) = lba_formats();
     let mut dlfeat = nbits::DLFEAT_WRITE_ZEROES_DEALLOCATES;
-    if ns.discard_reads_zeroes() {
+    if blk.discard_reads_zeroes() {
         dlfeat |= nbits::DLFEAT_READ_ZEROES;
     }
-    let noiob = (u64::from(mdts_bytes) >> ns.lba_shift).min(u64::from(u16::MAX)) as u16;
+    let noiob = (u64::from(mdts_bytes) >> blk.lba_shift).min(u64::from(u16::MAX)) as u16;
     IdentifyNamespace {
-        nsze: ns.blocks,
-        ncap: ns.blocks,
-        nuse: ns.blocks,
+        nsze: blk.blocks,
+        ncap: blk.blocks,
+        nuse: blk.blocks,
         nlbaf,
-        flbas: IdentifyNamespace::flbas_for(if ns.block_size_bytes == 4096 { 1 } else { 0 }),
+        flbas: IdentifyNamespace::flbas_for(if blk.block_size_bytes == 4096 { 1 } else { 0 }),
         nmic: nbits::NMIC_SHARED,
         rescap: ns.reservations.capabilities(),
         dlfeat,
         noiob,
-        nvmcap: u128::from(ns.size_bytes),
+        nvmcap: u128::from(blk.size_bytes),
         anagrpid: ns.ana_group,
         nguid: ns.nguid,
         eui64: ns.eui64,
         lbaf,
         ..IdentifyNamespace::default()
+    }
+}
+
+/// The KV Identify Namespace (CNS 05h, CSI 01h): sizes in bytes from the store's usage,
+/// the one KV format.
+pub(crate) fn kv_identify_namespace(ns: &Namespace, kv: &KvMedia) -> KvIdentifyNamespace {
+    let u = kv.backend.usage();
+    let mut kvf = [KvFormat::default(); KV_FORMAT_COUNT];
+    kvf[0] = kv.format;
+    KvIdentifyNamespace {
+        nsze_bytes: u.capacity_bytes,
+        nuse_bytes: u.used_bytes,
+        nmic: nbits::NMIC_SHARED,
+        rescap: ns.reservations.capabilities(),
+        anagrpid: ns.ana_group,
+        nguid: ns.nguid,
+        eui64: ns.eui64,
+        kvf,
+        ..KvIdentifyNamespace::default()
+    }
+}
+
+/// The command set independent Identify Namespace (CNS 08h), which Linux reads for
+/// namespaces of command sets other than NVM: ready unless the store could not be opened.
+pub(crate) fn independent_namespace(ns: &Namespace) -> IdentifyNsIndependent {
+    let ready = ns.kv().is_none_or(|k| k.backend.is_ready());
+    IdentifyNsIndependent {
+        nsfeat: if ns.volatile_write_cache() {
+            0
+        } else {
+            ibits::NSFEAT_VWC_NOT_PRESENT
+        },
+        nmic: ibits::NMIC_SHARED,
+        rescap: ns.reservations.capabilities(),
+        anagrpid: ns.ana_group,
+        nstat: if ready { ibits::NSTAT_READY } else { 0 },
+        ..IdentifyNsIndependent::default()
     }
 }

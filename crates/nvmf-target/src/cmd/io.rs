@@ -1,7 +1,7 @@
 //! I/O queue commands: the namespace is looked up (through a per-connection cache), its
 //! ANA state on this port is checked, and the command goes to the namespace's I/O command
-//! set, which decides what the opcode means (NVM is the only one so far; the Key Value
-//! command set reuses NVM's opcode numbers for other commands).
+//! set, which decides what the opcode means (`nvm` or `kv`: the Key Value command set
+//! reuses NVM's opcode numbers for other commands, e.g. 01h is Write or Store).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +11,7 @@ use nvme_proto::opcode::io;
 use nvme_proto::{Command, Status};
 
 use crate::cmd::context::QueueContext;
-use crate::cmd::{Dispatch, Outcome, nvm};
+use crate::cmd::{Dispatch, Outcome, kv, nvm};
 use crate::namespace::{CommandSet, Namespace};
 
 /// NSIDs up to this are cached in a vector; larger ones are looked up every time.
@@ -32,7 +32,8 @@ pub(crate) struct NsCache {
 }
 
 impl QueueContext {
-    /// The active namespace `nsid` of this queue's controller (attached to its host).
+    /// The active namespace `nsid` of this queue's controller (attached to its host, of a
+    /// command set the controller was enabled with).
     pub(crate) fn active_ns(&mut self, nsid: u32) -> Option<Arc<Namespace>> {
         self.active_ns_io(nsid).map(|a| a.ns)
     }
@@ -55,7 +56,7 @@ impl QueueContext {
         }
         let found = subsys
             .namespace(nsid)
-            .filter(|ns| ns.is_attached_to(&q.ctrl.hostnqn))
+            .filter(|ns| q.ctrl.is_active(ns))
             .map(|ns| ActiveNs {
                 inflight: ns.inflight.counter(&q.ctrl.hostid),
                 ns,
@@ -81,7 +82,7 @@ impl QueueContext {
             if let Some(b) = data {
                 self.pool.put(b);
             }
-            let st = if op == io::FABRICS || !nvm::known_opcode(op) {
+            let st = if op == io::FABRICS || !(nvm::known_opcode(op) || kv::known_opcode(op)) {
                 Status::INVALID_OPCODE.dnr()
             } else {
                 Status::INVALID_NAMESPACE.dnr()
@@ -106,8 +107,15 @@ impl QueueContext {
                 ..Outcome::status(st).with_loc(0)
             });
         }
-        match active.ns.command_set {
-            CommandSet::Nvm => self.exec_nvm(cmd, active, data, xfer_len),
+        match &active.ns.command_set {
+            CommandSet::Nvm(blk) => {
+                let blk = blk.clone();
+                self.exec_nvm(cmd, active, blk, data, xfer_len)
+            }
+            CommandSet::Kv(media) => {
+                let media = media.clone();
+                self.exec_kv(cmd, active, media, data, xfer_len)
+            }
         }
     }
 }

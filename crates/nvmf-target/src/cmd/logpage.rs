@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use blockdev::IoBuf;
-use nvme_proto::log::effects::effect;
+use nvme_proto::log::effects::{effect, io_effects_kv};
 use nvme_proto::log::{
     ChangedNsList, CommandEffectsLog, ErrorInfoEntry, FirmwareSlotLog, GetLogPageCommand,
     ReservationNotificationLog, SmartLog, ana, lid, log_page_range,
@@ -98,14 +98,14 @@ impl QueueContext {
                 st.changed_ns_overflow = false;
                 list.to_bytes().to_vec()
             }
-            (lid::COMMANDS_SUPPORTED_EFFECTS, false) => effects_log().to_bytes().to_vec(),
+            (lid::COMMANDS_SUPPORTED_EFFECTS, false) => effects_log(g.csi).to_bytes().to_vec(),
             (lid::ANA, false) => {
                 // The groups of this host's active namespaces, in this port's states.
                 let namespaces: Vec<(u32, u32)> = ctrl
                     .subsys
                     .namespaces()
                     .iter()
-                    .filter(|ns| ns.is_attached_to(&ctrl.hostnqn))
+                    .filter(|ns| ctrl.is_active(ns))
                     .map(|ns| (ns.ana_group, ns.nsid))
                     .collect();
                 ctrl.listener
@@ -149,8 +149,11 @@ impl QueueContext {
     }
 }
 
-fn effects_log() -> CommandEffectsLog {
-    let mut l = CommandEffectsLog::default();
+/// Commands Supported and Effects for command set `csi` (Get Log Page CDW14 bits 31:24):
+/// the admin half is the same for every set, the I/O half is the set's own (Linux reads
+/// the page per CSI of the namespaces it finds). A CSI not offered gets an empty I/O half.
+fn effects_log(csi: u8) -> CommandEffectsLog {
+    let mut admin_effects = [0u32; 256];
     for op in [
         admin::GET_LOG_PAGE,
         admin::IDENTIFY,
@@ -159,24 +162,26 @@ fn effects_log() -> CommandEffectsLog {
         admin::ASYNC_EVENT_REQUEST,
         admin::KEEP_ALIVE,
     ] {
-        l.admin[usize::from(op)] = effect::CSUPP;
+        admin_effects[usize::from(op)] = effect::CSUPP;
     }
-    l.admin[usize::from(admin::SET_FEATURES)] = effect::CSUPP | effect::CCC;
+    admin_effects[usize::from(admin::SET_FEATURES)] = effect::CSUPP | effect::CCC;
     for op in [admin::NAMESPACE_MANAGEMENT, admin::NAMESPACE_ATTACHMENT] {
-        l.admin[usize::from(op)] = effect::CSUPP | effect::NCC | effect::NIC | effect::CCC;
+        admin_effects[usize::from(op)] = effect::CSUPP | effect::NCC | effect::NIC | effect::CCC;
     }
+    let mut nvm = [0u32; 256];
     for op in [io::READ, io::COMPARE, io::FLUSH, io::RESERVATION_REPORT] {
-        l.io[usize::from(op)] = effect::CSUPP;
+        nvm[usize::from(op)] = effect::CSUPP;
     }
     for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MANAGEMENT] {
-        l.io[usize::from(op)] = effect::CSUPP | effect::LBCC;
+        nvm[usize::from(op)] = effect::CSUPP | effect::LBCC;
     }
     for op in [
         io::RESERVATION_REGISTER,
         io::RESERVATION_ACQUIRE,
         io::RESERVATION_RELEASE,
     ] {
-        l.io[usize::from(op)] = effect::CSUPP;
+        nvm[usize::from(op)] = effect::CSUPP;
     }
-    l
+    let kv = io_effects_kv(true);
+    CommandEffectsLog::for_csi(&admin_effects, csi, &nvm, &kv)
 }

@@ -1,5 +1,6 @@
 //! Command execution: fabrics and admin commands, I/O commands by the namespace's command
-//! set (`io` looks the namespace up, `nvm` is the NVM command set).
+//! set (`io` looks the namespace up, `nvm` is the NVM command set, `kv` the Key Value
+//! command set).
 //!
 //! Commands run on a [`context::QueueContext`] (what a command sees of its queue). A command
 //! either completes at once ([`Dispatch::Now`]) or becomes a future polled by the
@@ -13,6 +14,7 @@ pub(crate) mod fabrics;
 pub(crate) mod features;
 pub(crate) mod identify;
 pub(crate) mod io;
+pub(crate) mod kv;
 pub(crate) mod logpage;
 pub(crate) mod nvm;
 pub(crate) mod resv;
@@ -39,7 +41,8 @@ pub(crate) struct Outcome {
     pub status: Status,
     pub dw0: u32,
     pub dw1: u32,
-    /// Controller-to-host data (sent only on success).
+    /// Controller-to-host data (sent only on success), padded with zeros or cut to the
+    /// host's transfer length.
     pub data: Option<IoBuf>,
     /// A buffer to give back to the pool (write data).
     pub spare: Option<IoBuf>,

@@ -1,6 +1,7 @@
 //! NVM command set: Read, Write, Flush, Write Zeroes, Dataset Management, Compare, and the
 //! reservation commands (dispatched to the namespace's [`crate::Reservations`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use crate::cmd::context::QueueContext;
 use crate::cmd::io::ActiveNs;
 use crate::cmd::{Acct, Dispatch, Outcome, block_error_status};
 use crate::fence::InflightGuard;
-use crate::namespace::Namespace;
+use crate::namespace::{BlockMedia, Namespace};
 use crate::resv_api::HostRef;
 use crate::stats::OpKind;
 
@@ -24,6 +25,7 @@ impl QueueContext {
         &mut self,
         cmd: &Command,
         active: ActiveNs,
+        blk: Arc<BlockMedia>,
         data: Option<IoBuf>,
         xfer_len: u32,
     ) -> Dispatch {
@@ -71,14 +73,14 @@ impl QueueContext {
         match op {
             io::READ | io::WRITE | io::COMPARE => {
                 let nlb = u64::from(cmd.nlb());
-                let len = nlb << ns.lba_shift;
+                let len = nlb << blk.lba_shift;
                 if len > mdts {
                     return fail(self, data, Status::INVALID_FIELD.dnr(), 48);
                 }
                 if u64::from(xfer_len) != len {
                     return fail(self, data, Status::DATA_SGL_LENGTH_INVALID.dnr(), 24);
                 }
-                let Some((off, _)) = ns.byte_range(cmd.slba(), nlb) else {
+                let Some((off, _)) = blk.byte_range(cmd.slba(), nlb) else {
                     return fail(self, data, Status::LBA_OUT_OF_RANGE.dnr(), 40);
                 };
                 let health = self.target.clone();
@@ -88,7 +90,7 @@ impl QueueContext {
                         Dispatch::Later(Box::pin(async move {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
-                            let r = ns.device.read(off, buf).await;
+                            let r = blk.device.read(off, buf).await;
                             let us = t0.elapsed().as_micros() as u64;
                             match r {
                                 Ok(buf) => {
@@ -108,6 +110,7 @@ impl QueueContext {
                                     device_failure(
                                         media_errors,
                                         &ns,
+                                        &blk,
                                         shard,
                                         OpKind::Read,
                                         len,
@@ -128,7 +131,7 @@ impl QueueContext {
                         Dispatch::Later(Box::pin(async move {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
-                            let r = ns.device.write(off, buf, flags).await;
+                            let r = blk.device.write(off, buf, flags).await;
                             drop(guard);
                             let us = t0.elapsed().as_micros() as u64;
                             match r {
@@ -150,6 +153,7 @@ impl QueueContext {
                                     device_failure(
                                         media_errors,
                                         &ns,
+                                        &blk,
                                         shard,
                                         OpKind::Write,
                                         len,
@@ -170,7 +174,7 @@ impl QueueContext {
                         Dispatch::Later(Box::pin(async move {
                             ns.counters.start(shard);
                             let t0 = Instant::now();
-                            let r = ns.device.read(off, buf).await;
+                            let r = blk.device.read(off, buf).await;
                             let us = t0.elapsed().as_micros() as u64;
                             match r {
                                 Ok(buf) => {
@@ -182,7 +186,7 @@ impl QueueContext {
                                         io_error(
                                             Status::COMPARE_FAILURE.dnr(),
                                             ns.nsid,
-                                            cmd_slba(off, &ns),
+                                            blk.lba_of(off),
                                         )
                                     };
                                     o.spare = Some(buf);
@@ -193,6 +197,7 @@ impl QueueContext {
                                     device_failure(
                                         media_errors,
                                         &ns,
+                                        &blk,
                                         shard,
                                         OpKind::Other,
                                         0,
@@ -214,7 +219,7 @@ impl QueueContext {
                 Dispatch::Later(Box::pin(async move {
                     ns.counters.start(shard);
                     let t0 = Instant::now();
-                    let r = ns.device.flush().await;
+                    let r = blk.device.flush().await;
                     let us = t0.elapsed().as_micros() as u64;
                     ns.counters
                         .finish(shard, OpKind::Other, 0, us, r.is_ok(), false);
@@ -229,19 +234,19 @@ impl QueueContext {
                     self.pool.put(b);
                 }
                 let nlb = u64::from(cmd.nlb());
-                let Some((off, len)) = ns.byte_range(cmd.slba(), nlb) else {
+                let Some((off, len)) = blk.byte_range(cmd.slba(), nlb) else {
                     return fail(self, None, Status::LBA_OUT_OF_RANGE.dnr(), 40);
                 };
                 // DEAC: deallocate when deallocated blocks read back as zeroes (what Write
                 // Zeroes promises); otherwise write zeroes.
-                let deallocate = cmd.cdw12() & dsm_cdw12::DEAC != 0 && ns.discard_reads_zeroes();
+                let deallocate = cmd.cdw12() & dsm_cdw12::DEAC != 0 && blk.discard_reads_zeroes();
                 Dispatch::Later(Box::pin(async move {
                     ns.counters.start(shard);
                     let t0 = Instant::now();
                     let r = if deallocate {
-                        ns.device.discard(off, len).await
+                        blk.device.discard(off, len).await
                     } else {
-                        ns.device.write_zeroes(off, len).await
+                        blk.device.write_zeroes(off, len).await
                     };
                     drop(guard);
                     let us = t0.elapsed().as_micros() as u64;
@@ -249,13 +254,11 @@ impl QueueContext {
                         .finish(shard, OpKind::Other, 0, us, r.is_ok(), false);
                     match r {
                         Ok(()) => Outcome::ok(),
-                        Err(e) => {
-                            io_error(block_error_status(&e, false), ns.nsid, cmd_slba(off, &ns))
-                        }
+                        Err(e) => io_error(block_error_status(&e, false), ns.nsid, blk.lba_of(off)),
                     }
                 }))
             }
-            io::DATASET_MANAGEMENT => self.exec_dsm(cmd, ns, data, guard),
+            io::DATASET_MANAGEMENT => self.exec_dsm(cmd, ns, blk, data, guard),
             _ => fail(self, data, Status::INVALID_OPCODE.dnr(), 0),
         }
     }
@@ -267,6 +270,7 @@ impl QueueContext {
 fn device_failure(
     media_errors: &AtomicU64,
     ns: &Namespace,
+    blk: &BlockMedia,
     shard: usize,
     kind: OpKind,
     bytes: u64,
@@ -280,12 +284,7 @@ fn device_failure(
         media_errors.fetch_add(1, Ordering::Relaxed);
     }
     ns.counters.finish(shard, kind, bytes, us, false, media);
-    io_error(block_error_status(e, is_read), ns.nsid, cmd_slba(off, ns))
-}
-
-/// The LBA of byte offset `off` on the device, for error reports.
-fn cmd_slba(off: u64, ns: &Namespace) -> u64 {
-    off.saturating_sub(ns.offset_bytes) >> ns.lba_shift
+    io_error(block_error_status(e, is_read), ns.nsid, blk.lba_of(off))
 }
 
 pub(crate) fn io_error(st: Status, nsid: u32, lba: u64) -> Outcome {

@@ -74,8 +74,10 @@ impl Target {
                 namespaces.push(NamespaceStats {
                     subsystem: nqn.clone(),
                     nsid: ns.nsid,
-                    device: ns.device.info().name.clone(),
-                    size_bytes: ns.size_bytes,
+                    csi: ns.csi(),
+                    device: ns.device_name(),
+                    size_bytes: ns.size_bytes(),
+                    kv_usage: ns.kv().map(|k| k.backend.usage()),
                     stats: ns.counters.snapshot(),
                 });
             }

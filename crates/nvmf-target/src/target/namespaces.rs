@@ -1,20 +1,35 @@
 //! Namespaces of a subsystem and their attachment to hosts.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+
+use nvme_proto::kv::{KvFormat, KvKey};
 
 use crate::TargetError;
 use crate::ana::{ANA_MAX_GROUPS, ana_limits};
 use crate::cmd::identify::MAX_NAMESPACES;
-use crate::config::NamespaceConfig;
-use crate::namespace::{Attachment, CommandSet, Namespace, NamespaceInfo};
+use crate::config::{KvNamespaceConfig, NamespaceConfig};
+use crate::namespace::{Attachment, BlockMedia, CommandSet, KvMedia, Namespace, NamespaceInfo};
+use crate::resv_api::Reservations;
 use crate::subsystem::{SubsysKind, Subsystem};
 use crate::sync::write;
 use crate::target::Target;
 
+/// What every namespace kind gives [`Target::insert_namespace`].
+struct NewNs {
+    nsid: u32,
+    command_set: CommandSet,
+    nguid: [u8; 16],
+    eui64: [u8; 8],
+    uuid: [u8; 16],
+    attached: bool,
+    reservations: Option<Arc<dyn Reservations>>,
+    ana_group: u32,
+}
+
 impl Target {
-    /// Adds a namespace and returns its NSID. Attached controllers get a
-    /// namespace-attribute-changed event.
+    /// Adds an NVM namespace (a block range of a device) and returns its NSID. Attached
+    /// controllers get a namespace-attribute-changed event.
     pub fn add_namespace(&self, nqn: &str, cfg: NamespaceConfig) -> Result<u32, TargetError> {
         let s = self
             .inner
@@ -55,10 +70,79 @@ impl Target {
                 ));
             }
         }
-        if !(1..=ANA_MAX_GROUPS).contains(&cfg.ana_group) {
+        let block = Arc::new(BlockMedia {
+            device: cfg.device.clone(),
+            offset_bytes: cfg.offset_bytes,
+            size_bytes: cfg.size_bytes,
+            block_size_bytes: bs,
+            lba_shift: bs.trailing_zeros(),
+            blocks: cfg.size_bytes / u64::from(bs),
+        });
+        self.insert_namespace(
+            &s,
+            NewNs {
+                nsid: cfg.nsid,
+                command_set: CommandSet::Nvm(block),
+                nguid: cfg.nguid,
+                eui64: cfg.eui64,
+                uuid: cfg.uuid,
+                attached: cfg.attached,
+                reservations: cfg.reservations,
+                ana_group: cfg.ana_group,
+            },
+        )
+    }
+
+    /// Adds a Key Value namespace (CSI 01h) over `cfg.backend` and returns its NSID.
+    /// Hosts see it once their controller enabled all I/O command sets (CC.CSS = 110b,
+    /// which Linux does); its largest value must fit one transfer (MDTS).
+    pub fn add_kv_namespace(&self, nqn: &str, cfg: KvNamespaceConfig) -> Result<u32, TargetError> {
+        let s = self
+            .inner
+            .subsystem(nqn)
+            .filter(|s| s.kind == SubsysKind::Nvm)
+            .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
+        let mdts = self.inner.config.mdts_bytes;
+        if cfg.max_value_bytes == 0 || cfg.max_value_bytes > mdts {
+            return Err(TargetError::InvalidNamespace(format!(
+                "largest value of {} bytes must be 1 byte to the transfer limit (MDTS) of {mdts} bytes",
+                cfg.max_value_bytes
+            )));
+        }
+        let kv = Arc::new(KvMedia {
+            backend: cfg.backend,
+            format: KvFormat {
+                max_key_bytes: KvKey::MAX_BYTES as u16,
+                afo: 0,
+                max_value_bytes: cfg.max_value_bytes,
+                max_keys: u32::try_from(cfg.max_keys).unwrap_or(u32::MAX),
+            },
+            device: cfg.device,
+            size_bytes: cfg.size_bytes,
+            ednek: AtomicBool::new(false),
+        });
+        self.insert_namespace(
+            &s,
+            NewNs {
+                nsid: cfg.nsid,
+                command_set: CommandSet::Kv(kv),
+                nguid: cfg.nguid,
+                eui64: cfg.eui64,
+                uuid: cfg.uuid,
+                attached: cfg.attached,
+                reservations: cfg.reservations,
+                ana_group: cfg.ana_group,
+            },
+        )
+    }
+
+    /// Picks the NSID, makes the namespace and tells attached controllers.
+    fn insert_namespace(&self, s: &Arc<Subsystem>, new: NewNs) -> Result<u32, TargetError> {
+        let nqn = s.nqn.as_str();
+        if !(1..=ANA_MAX_GROUPS).contains(&new.ana_group) {
             return Err(TargetError::InvalidNamespace(format!(
                 "ANA group {} is not in 1..={ANA_MAX_GROUPS}",
-                cfg.ana_group
+                new.ana_group
             )));
         }
         let (_, mnan) = ana_limits(self.inner.config.mdts_bytes, MAX_NAMESPACES);
@@ -69,12 +153,12 @@ impl Target {
                     "{nqn} already has the most namespaces the target reports (MNAN {mnan})"
                 )));
             }
-            let nsid = if cfg.nsid == 0 {
+            let nsid = if new.nsid == 0 {
                 (1..u32::MAX)
                     .find(|n| !map.contains_key(n))
                     .ok_or_else(|| TargetError::NoFreeNsid(nqn.to_string()))?
             } else {
-                cfg.nsid
+                new.nsid
             };
             if nsid == 0 || nsid == u32::MAX {
                 return Err(TargetError::InvalidNamespace(
@@ -87,37 +171,30 @@ impl Target {
                     nsid,
                 });
             }
-            let reservations = cfg
+            let reservations = new
                 .reservations
-                .clone()
                 .unwrap_or_else(|| self.inner.new_reservations(nqn, nsid));
             let ns = Namespace {
                 nsid,
-                command_set: CommandSet::Nvm,
-                device: cfg.device.clone(),
-                offset_bytes: cfg.offset_bytes,
-                size_bytes: cfg.size_bytes,
-                block_size_bytes: bs,
-                lba_shift: bs.trailing_zeros(),
-                blocks: cfg.size_bytes / u64::from(bs),
-                nguid: cfg.nguid,
-                eui64: cfg.eui64,
-                uuid: cfg.uuid,
+                command_set: new.command_set,
+                nguid: new.nguid,
+                eui64: new.eui64,
+                uuid: new.uuid,
                 reservations,
-                attachment: RwLock::new(if cfg.attached {
+                attachment: RwLock::new(if new.attached {
                     Attachment::all()
                 } else {
                     Attachment::none()
                 }),
                 counters: Default::default(),
-                ana_group: cfg.ana_group,
+                ana_group: new.ana_group,
                 inflight: Default::default(),
             };
             map.insert(nsid, Arc::new(ns));
             nsid
         };
         s.bump_ns_generation();
-        if cfg.attached {
+        if new.attached {
             for c in s.live_controllers() {
                 c.namespace_changed(nsid);
             }

@@ -92,7 +92,7 @@ impl Session {
         cqe.sqhd = self.sq_head;
         let mut need_resp = true;
         if let Some(mut buf) = o.data.take() {
-            if o.status.is_success() && xfer_len > 0 {
+            if o.status.is_success() && xfer_len > 0 && !buf.is_empty() {
                 if buf.len() != xfer_len {
                     // Pad or cut to what the host asked for (log pages, identify).
                     let mut b = self.ctx.pool.get_zeroed(xfer_len);

@@ -40,8 +40,21 @@ pub struct DriveSample {
     pub stats: DeviceStats,
 }
 
-/// Renders a target stats snapshot plus drive counters.
-pub fn render_stats(node_name: &str, stats: &TargetStats, drives: &[DriveSample]) -> String {
+/// A Key Value namespace's store as `/metrics` reports it.
+pub struct KvSample {
+    pub subsystem: String,
+    pub nsid: u32,
+    pub usage: kv::Usage,
+    pub stats: kv::Stats,
+}
+
+/// Renders a target stats snapshot plus drive and KV store counters.
+pub fn render_stats(
+    node_name: &str,
+    stats: &TargetStats,
+    drives: &[DriveSample],
+    kv: &[KvSample],
+) -> String {
     let mut out = String::with_capacity(4096);
     let node = esc(node_name);
     let ns = &stats.namespaces;
@@ -309,14 +322,119 @@ pub fn render_stats(node_name: &str, stats: &TargetStats, drives: &[DriveSample]
             (dl(d), field(&d.stats).to_string())
         });
     }
+    render_kv(&mut out, &node, kv);
     out
+}
+
+/// Per-namespace figures of the KV stores: usage gauges and operation counters.
+fn render_kv(out: &mut String, node: &str, kv: &[KvSample]) {
+    let kl = |k: &KvSample| {
+        format!(
+            "node=\"{node}\",subsystem=\"{}\",nsid=\"{}\"",
+            esc(&k.subsystem),
+            k.nsid
+        )
+    };
+    type UsageField = fn(&kv::Usage) -> u64;
+    let gauges: [(&str, &str, UsageField); 5] = [
+        ("ferrobay_kv_keys", "Keys stored.", |u| u.key_count),
+        (
+            "ferrobay_kv_used_bytes",
+            "Bytes the live values take in the log (Identify NUSE).",
+            |u| u.live_bytes,
+        ),
+        (
+            "ferrobay_kv_garbage_bytes",
+            "Bytes of overwritten and deleted values not yet compacted.",
+            |u| u.garbage_bytes,
+        ),
+        (
+            "ferrobay_kv_capacity_bytes",
+            "Bytes of values the store accepts (Identify NSZE).",
+            |u| u.capacity_bytes,
+        ),
+        (
+            "ferrobay_kv_free_segments",
+            "Log segments free for writing.",
+            |u| u64::from(u.free_segments),
+        ),
+    ];
+    for (name, help, field) in gauges {
+        family(out, name, "gauge", help, kv, |k| {
+            (kl(k), field(&k.usage).to_string())
+        });
+    }
+    type StatsField = fn(&kv::Stats) -> u64;
+    let counters: [(&str, &str, StatsField); 15] = [
+        ("ferrobay_kv_stores_total", "Values stored.", |s| s.stores),
+        (
+            "ferrobay_kv_store_bytes_total",
+            "Bytes of values stored.",
+            |s| s.store_bytes,
+        ),
+        ("ferrobay_kv_retrieves_total", "Values read.", |s| {
+            s.retrieves
+        }),
+        (
+            "ferrobay_kv_retrieve_bytes_total",
+            "Bytes of values read.",
+            |s| s.retrieve_bytes,
+        ),
+        ("ferrobay_kv_deletes_total", "Keys deleted.", |s| s.deletes),
+        ("ferrobay_kv_exists_total", "Exist lookups.", |s| s.exists),
+        ("ferrobay_kv_lists_total", "List calls.", |s| s.lists),
+        (
+            "ferrobay_kv_rejected_total",
+            "Commands refused (store conditions, sizes, capacity).",
+            |s| s.rejected,
+        ),
+        (
+            "ferrobay_kv_log_bytes_written_total",
+            "Bytes written to the log (values, headers, relocations).",
+            |s| s.log_bytes_written,
+        ),
+        (
+            "ferrobay_kv_batches_total",
+            "Group-commit log writes.",
+            |s| s.batches,
+        ),
+        ("ferrobay_kv_flushes_total", "Device flushes.", |s| {
+            s.flushes
+        }),
+        (
+            "ferrobay_kv_checkpoints_total",
+            "Index checkpoints written.",
+            |s| s.checkpoints,
+        ),
+        (
+            "ferrobay_kv_compaction_bytes_reclaimed_total",
+            "Bytes of log segments compaction freed.",
+            |s| s.compaction_bytes_reclaimed,
+        ),
+        (
+            "ferrobay_kv_checksum_errors_total",
+            "Values whose checksum did not match on a read.",
+            |s| s.checksum_errors,
+        ),
+        (
+            "ferrobay_kv_space_stalls_total",
+            "Times a write waited for compaction to free a segment.",
+            |s| s.space_stalls,
+        ),
+    ];
+    for (name, help, field) in counters {
+        family(out, name, "counter", help, kv, |k| {
+            (kl(k), field(&k.stats).to_string())
+        });
+    }
 }
 
 /// The node's `/metrics` page.
 pub fn render(node: &StorageNode) -> String {
     let stats = node.target().stats();
     let drives = node.drive_samples();
-    render_stats(node.name(), &stats, &drives)
+    let kv = node.kv_samples();
+    render_stats(node.name(), &stats, &drives, &kv)
 }
 
 #[cfg(test)]
@@ -341,6 +459,8 @@ mod tests {
             namespaces: vec![NamespaceStats {
                 subsystem: "nqn.2026-01.io.ferrobay:n1:d0".into(),
                 nsid: 1,
+                csi: 0,
+                kv_usage: None,
                 device: "ram:1G".into(),
                 size_bytes: 1 << 30,
                 stats: s,
@@ -367,7 +487,20 @@ mod tests {
                 ..Default::default()
             },
         }];
-        let text = render_stats("n1", &stats, &drives);
+        let kv = [KvSample {
+            subsystem: "nqn.2026-01.io.ferrobay:n1:d0".into(),
+            nsid: 2,
+            usage: kv::Usage {
+                key_count: 12,
+                live_bytes: 4096,
+                ..Default::default()
+            },
+            stats: kv::Stats {
+                stores: 14,
+                ..Default::default()
+            },
+        }];
+        let text = render_stats("n1", &stats, &drives, &kv);
         let l = "node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"1\"";
         for want in [
             format!("ferrobay_namespace_read_ops_total{{{l}}} 7"),
@@ -385,6 +518,10 @@ mod tests {
             "host=\"nqn.h\\\"x\"".to_string(),
             "# TYPE ferrobay_namespace_latency_seconds histogram".to_string(),
             "ferrobay_drive_flushes_total{node=\"n1\",drive=\"d0\",spec=\"ram:1G\"} 2".to_string(),
+            "ferrobay_kv_keys{node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"2\"} 12".to_string(),
+            "ferrobay_kv_used_bytes{node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"2\"} 4096".to_string(),
+            "ferrobay_kv_stores_total{node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"2\"} 14".to_string(),
+            "# TYPE ferrobay_kv_keys gauge".to_string(),
         ] {
             assert!(text.contains(&want), "missing {want} in\n{text}");
         }

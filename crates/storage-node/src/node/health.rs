@@ -15,6 +15,21 @@ pub(crate) fn data_units(bytes: u64) -> u64 {
 }
 
 impl StorageNode {
+    /// Each KV namespace's store figures, for `/metrics`.
+    pub fn kv_samples(&self) -> Vec<crate::http::metrics::KvSample> {
+        self.kv_namespaces()
+            .iter()
+            .filter_map(|((nqn, nsid), e)| {
+                e.engine.as_ref().map(|k| crate::http::metrics::KvSample {
+                    subsystem: nqn.clone(),
+                    nsid: *nsid,
+                    usage: k.usage(),
+                    stats: k.stats(),
+                })
+            })
+            .collect()
+    }
+
     /// Each drive's own counters, for `/metrics`.
     pub fn drive_samples(&self) -> Vec<crate::http::metrics::DriveSample> {
         let c = self.catalog();
@@ -85,6 +100,12 @@ impl StorageNode {
                 h.host_write_commands += ns.stats.write_ops;
                 h.command_errors += ns.stats.errors;
                 h.media_errors += ns.stats.media_errors;
+                if let Some(u) = ns.kv_usage {
+                    h.kv_namespaces += 1;
+                    h.kv_keys += u.key_count;
+                    h.kv_used_bytes += u.used_bytes;
+                    h.kv_capacity_bytes += u.capacity_bytes;
+                }
                 read_bytes += ns.stats.read_bytes;
                 write_bytes += ns.stats.write_bytes;
             }

@@ -2,9 +2,12 @@
 
 mod drives;
 mod health;
+mod kv;
 mod nsmgr;
 mod ops;
 mod resv;
+
+pub use kv::DEFAULT_KV_MAX_VALUE_BYTES;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use blockdev::{BlockDevice, IoEngine};
 use nvmf_target::{
-    ListenerHandle, ListenerOptions, NamespaceConfig, PersistentHealth, SubsystemConfig, Target,
-    TargetConfig, TargetError,
+    KvNamespaceConfig, ListenerHandle, ListenerOptions, NamespaceConfig, PersistentHealth,
+    SubsystemConfig, Target, TargetConfig, TargetError,
 };
 use rand::SeedableRng;
 use uuid::Uuid;
@@ -23,7 +26,9 @@ use uuid::Uuid;
 use crate::catalog::{Catalog, CatalogError, Origin};
 use crate::extent_device::ExtentDevice;
 use crate::naming::{NamingError, NodeDrive};
-use crate::state::{Attachment, DataDirLock, FsStore, LoadSource, NamespaceRecord, StateError};
+use crate::state::{
+    Attachment, DataDirLock, FsStore, LoadSource, NamespaceKind, NamespaceRecord, StateError,
+};
 
 /// The well-known NVMe/TCP discovery port.
 pub const DISCOVERY_PORT: u16 = 8009;
@@ -172,6 +177,8 @@ pub(crate) struct NodeInner {
     catalog: Arc<Mutex<Catalog>>,
     /// Opened drives by UUID.
     drives: BTreeMap<Uuid, Arc<dyn BlockDevice>>,
+    /// The stores of the Key Value namespaces, by (subsystem NQN, NSID).
+    kv: Mutex<kv::KvNamespaces>,
     /// Set once the listeners are open (after the namespace manager is installed).
     listeners: OnceLock<Listeners>,
     http: Mutex<Option<crate::http::HttpServer>>,
@@ -326,9 +333,14 @@ impl StorageNode {
             power_on_hours: smart.power_on_seconds / 3600,
             unsafe_shutdowns: smart.unsafe_shutdowns + u64::from(!smart.clean_shutdown),
         });
+        // Key Value namespaces: their stores recover before hosts can reach them.
+        let kv_entries = kv::open_all(&catalog.state().namespaces, &devices).await;
         let catalog = Arc::new(Mutex::new(catalog));
-        if let Err(e) = bring_up(&target, &catalog, &devices) {
+        if let Err(e) = bring_up(&target, &catalog, &devices, &kv_entries) {
             target.shutdown(SHUTDOWN_TIMEOUT).await;
+            for ((nqn, nsid), entry) in &kv_entries {
+                let _ = kv::close(nqn, *nsid, entry).await;
+            }
             return Err(e);
         }
         let node_uuid = lock_catalog(&catalog).state().node_uuid;
@@ -339,6 +351,7 @@ impl StorageNode {
             target: target.clone(),
             catalog: catalog.clone(),
             drives: devices,
+            kv: Mutex::new(kv_entries),
             listeners: OnceLock::new(),
             http: Mutex::new(None),
             started: now,
@@ -487,6 +500,13 @@ impl StorageNode {
         }
         self.inner.target.shutdown(SHUTDOWN_TIMEOUT).await;
         let mut flush_error = None;
+        // No host reaches the KV stores any more: make them durable and checkpoint them.
+        let kv_entries = std::mem::take(&mut *self.kv_namespaces());
+        for ((nqn, nsid), entry) in &kv_entries {
+            if let Err(e) = kv::close(nqn, *nsid, entry).await {
+                flush_error = Some(e);
+            }
+        }
         for dev in self.inner.drives.values() {
             if let Err(e) = dev.flush().await {
                 tracing::error!(drive = %dev.info().name, error = %e, "flush at shutdown failed");
@@ -528,6 +548,10 @@ impl StorageNode {
             return Err(NodeError::Conflict("the node is shutting down".into()));
         }
         Ok(())
+    }
+
+    pub(crate) fn kv_namespaces(&self) -> MutexGuard<'_, kv::KvNamespaces> {
+        self.inner.kv.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn drive_device(&self, uuid: Uuid) -> Result<&Arc<dyn BlockDevice>, NodeError> {
@@ -583,11 +607,13 @@ async fn listen_all(
     Ok((nvme_listeners, discovery_listener))
 }
 
-/// Adds every subsystem and namespace of the state to the target.
+/// Adds every subsystem and namespace of the state to the target (KV namespaces over
+/// their opened stores in `kv_entries`).
 fn bring_up(
     target: &Target,
     catalog: &Arc<Mutex<Catalog>>,
     devices: &BTreeMap<Uuid, Arc<dyn BlockDevice>>,
+    kv_entries: &kv::KvNamespaces,
 ) -> Result<(), NodeError> {
     let state = lock_catalog(catalog).state().clone();
     for s in &state.subsystems {
@@ -603,7 +629,26 @@ fn bring_up(
         let drive = devices
             .get(&ns.drive_uuid)
             .ok_or_else(|| NodeError::Internal(format!("drive {} is not open", ns.drive_uuid)))?;
-        target.add_namespace(&ns.subsystem_nqn, namespace_config(drive, ns, catalog)?)?;
+        match &ns.kind {
+            NamespaceKind::Nvm => {
+                target.add_namespace(&ns.subsystem_nqn, namespace_config(drive, ns, catalog)?)?;
+            }
+            NamespaceKind::Kv(_) => {
+                let entry = kv_entries
+                    .get(&(ns.subsystem_nqn.clone(), ns.nsid))
+                    .ok_or_else(|| {
+                        NodeError::Internal(format!(
+                            "KV namespace {}/{} was not opened",
+                            ns.subsystem_nqn, ns.nsid
+                        ))
+                    })?;
+                let drive_name = drive.info().name.clone();
+                target.add_kv_namespace(
+                    &ns.subsystem_nqn,
+                    kv_namespace_config(&drive_name, ns, entry, catalog)?,
+                )?;
+            }
+        }
         if let Attachment::Hosts(_) = ns.attachment {
             target.set_namespace_attachment(
                 &ns.subsystem_nqn,
@@ -628,6 +673,43 @@ pub(crate) fn namespace_config(
         offset_bytes,
         size_bytes: ns.size_bytes,
         block_size_bytes: ns.block_size_bytes,
+        nguid: ns.nguid,
+        eui64: ns.eui64,
+        uuid: *ns.uuid.as_bytes(),
+        attached: ns.attachment == Attachment::All,
+        reservations: Some(resv::reservations_for(catalog, ns)),
+        ana_group: nvmf_target::DEFAULT_ANA_GROUP,
+    })
+}
+
+/// The target's configuration of a persisted Key Value namespace served by `entry`.
+pub(crate) fn kv_namespace_config(
+    drive_name: &str,
+    ns: &NamespaceRecord,
+    entry: &kv::KvEntry,
+    catalog: &Arc<Mutex<Catalog>>,
+) -> Result<KvNamespaceConfig, NodeError> {
+    let NamespaceKind::Kv(params) = &ns.kind else {
+        return Err(NodeError::Internal(format!(
+            "namespace {}/{} is not a KV namespace",
+            ns.subsystem_nqn, ns.nsid
+        )));
+    };
+    // The store's own format decides, when it is open.
+    let (max_value_bytes, max_keys) = match &entry.engine {
+        Some(e) => {
+            let f = e.format_info();
+            (f.max_value_bytes, f.max_keys)
+        }
+        None => (params.max_value_bytes, params.max_keys),
+    };
+    Ok(KvNamespaceConfig {
+        nsid: ns.nsid,
+        backend: entry.backend.clone(),
+        max_value_bytes,
+        max_keys,
+        size_bytes: ns.size_bytes,
+        device: drive_name.to_string(),
         nguid: ns.nguid,
         eui64: ns.eui64,
         uuid: *ns.uuid.as_bytes(),

@@ -4,10 +4,13 @@
 use std::sync::Weak;
 
 use nvme_proto::Status;
-use nvmf_target::{CreateNamespace, NamespaceManager, Target};
+use nvmf_target::{CreateKvNamespace, CreateNamespace, NamespaceManager, Target};
 
 use crate::catalog::{CatalogError, NewNamespace};
-use crate::state::Attachment;
+use crate::extent::EXTENT_UNIT_BYTES;
+use crate::state::{Attachment, NamespaceKind};
+
+use super::kv::{DEFAULT_KV_MAX_VALUE_BYTES, resolve_params};
 
 use super::{
     ErrorKind, NodeError, NodeInner, StorageNode, from_target_attachment, to_target_attachment,
@@ -73,11 +76,36 @@ impl NamespaceManager for NsManager {
             nsid: None,
             // Created detached, as Namespace Management requires; hosts attach it.
             attachment: Attachment::Hosts(Vec::new()),
+            kind: NamespaceKind::Nvm,
         };
         let mut c = node.catalog();
         node.create_locked(&mut c, &new)
             .map(|r| r.nsid)
             .map_err(|e| log_failure("create", subnqn, &e))
+    }
+
+    /// `nvme create-ns --csi 1`: a Key Value namespace of NSZE bytes (rounded up to
+    /// whole MiB) with the node's default format (values up to 2 MiB), created detached.
+    fn create_kv(
+        &self,
+        _target: &Target,
+        subnqn: &str,
+        req: &CreateKvNamespace,
+    ) -> Result<u32, Status> {
+        let node = self.node()?;
+        let size_bytes = req.size_bytes.div_ceil(EXTENT_UNIT_BYTES) * EXTENT_UNIT_BYTES;
+        let new = NewNamespace {
+            nqn: subnqn.to_string(),
+            size_bytes,
+            block_size_bytes: None,
+            nsid: None,
+            attachment: Attachment::Hosts(Vec::new()),
+            kind: NamespaceKind::Kv(resolve_params(size_bytes, DEFAULT_KV_MAX_VALUE_BYTES, None)),
+        };
+        let mut c = node.catalog();
+        node.create_locked(&mut c, &new)
+            .map(|r| r.nsid)
+            .map_err(|e| log_failure("create KV", subnqn, &e))
     }
 
     fn delete(&self, _target: &Target, subnqn: &str, nsid: u32) -> Result<(), Status> {

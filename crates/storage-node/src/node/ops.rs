@@ -10,13 +10,18 @@ use std::sync::Arc;
 use blockdev::BlockDevice;
 
 use crate::api::{
-    AttachRequest, AttachmentView, CreateNamespaceRequest, NamespaceView, NodeInfo, SubsystemView,
+    AttachRequest, AttachmentView, CreateNamespaceRequest, KvNamespaceView, NamespaceView,
+    NodeInfo, SubsystemView,
 };
 use crate::catalog::{Catalog, NewNamespace};
+use crate::extent::EXTENT_UNIT_BYTES;
 use crate::naming;
-use crate::state::{Attachment, NamespaceRecord, NodeState, SubsystemRecord, hex_encode};
+use crate::state::{
+    Attachment, KvParams, NamespaceKind, NamespaceRecord, NodeState, SubsystemRecord, hex_encode,
+};
 
-use super::{NodeError, StorageNode, namespace_config, to_target_attachment};
+use super::kv::{self, KvEntry};
+use super::{NodeError, StorageNode, kv_namespace_config, namespace_config, to_target_attachment};
 
 pub(crate) fn attachment_view(a: &Attachment) -> AttachmentView {
     match a {
@@ -38,8 +43,46 @@ fn drive_name(state: &NodeState, uuid: uuid::Uuid) -> String {
         .unwrap_or_default()
 }
 
-pub(crate) fn namespace_view(state: &NodeState, n: &NamespaceRecord) -> NamespaceView {
+/// The API view of a namespace; a KV namespace's usage from its store in `kv`.
+pub(crate) fn namespace_view(
+    state: &NodeState,
+    n: &NamespaceRecord,
+    kv: &kv::KvNamespaces,
+) -> NamespaceView {
+    let kv_view = match &n.kind {
+        NamespaceKind::Nvm => None,
+        NamespaceKind::Kv(p) => {
+            let entry = kv.get(&(n.subsystem_nqn.clone(), n.nsid));
+            let mut v = KvNamespaceView {
+                max_value_bytes: p.max_value_bytes,
+                max_keys: p.max_keys,
+                segment_bytes: p.segment_bytes,
+                status: "ok".to_string(),
+                ..KvNamespaceView::default()
+            };
+            match entry.and_then(|e| e.engine.as_ref().map(|k| (e, k))) {
+                Some((e, engine)) => {
+                    let u = engine.usage();
+                    v.key_count = u.key_count;
+                    v.used_bytes = u.live_bytes;
+                    v.capacity_bytes = u.capacity_bytes;
+                    v.garbage_bytes = u.garbage_bytes;
+                    if let Some(why) = engine.failure().or_else(|| e.failure.clone()) {
+                        v.status = why;
+                    }
+                }
+                None => {
+                    v.status = entry
+                        .and_then(|e| e.failure.clone())
+                        .unwrap_or_else(|| "not open".to_string());
+                }
+            }
+            Some(v)
+        }
+    };
     NamespaceView {
+        kind: if n.kind.is_kv() { "kv" } else { "nvm" }.to_string(),
+        kv: kv_view,
         subsystem_nqn: n.subsystem_nqn.clone(),
         nsid: n.nsid,
         drive: drive_name(state, n.drive_uuid),
@@ -114,7 +157,12 @@ impl StorageNode {
     pub fn list_namespaces(&self) -> Vec<NamespaceView> {
         let c = self.catalog();
         let s = c.state();
-        let mut v: Vec<NamespaceView> = s.namespaces.iter().map(|n| namespace_view(s, n)).collect();
+        let kv = self.kv_namespaces();
+        let mut v: Vec<NamespaceView> = s
+            .namespaces
+            .iter()
+            .map(|n| namespace_view(s, n, &kv))
+            .collect();
         v.sort_by(|a, b| (&a.subsystem_nqn, a.nsid).cmp(&(&b.subsystem_nqn, b.nsid)));
         v
     }
@@ -123,7 +171,7 @@ impl StorageNode {
         let c = self.catalog();
         let s = c.state();
         s.namespace(nqn, nsid)
-            .map(|n| namespace_view(s, n))
+            .map(|n| namespace_view(s, n, &self.kv_namespaces()))
             .ok_or_else(|| NodeError::NotFound(format!("no namespace {nsid} in {nqn}")))
     }
 
@@ -194,54 +242,129 @@ impl StorageNode {
                     Attachment::Hosts(v.hosts.clone())
                 }
             };
+            let kind = match &req.kv {
+                None => NamespaceKind::Nvm,
+                Some(o) => {
+                    if req.block_size_bytes.is_some() {
+                        return Err(NodeError::BadRequest(
+                            "a KV namespace has no block size".into(),
+                        ));
+                    }
+                    let max_value = o.max_value_bytes.unwrap_or(kv::DEFAULT_KV_MAX_VALUE_BYTES);
+                    node.check_kv_max_value(max_value)?;
+                    if o.max_keys == Some(0) {
+                        return Err(NodeError::BadRequest(
+                            "a KV namespace needs max keys of at least 1".into(),
+                        ));
+                    }
+                    let size = req.size_bytes.div_ceil(EXTENT_UNIT_BYTES) * EXTENT_UNIT_BYTES;
+                    NamespaceKind::Kv(kv::resolve_params(size, max_value, o.max_keys))
+                }
+            };
             let new = NewNamespace {
                 nqn,
                 size_bytes: req.size_bytes,
                 block_size_bytes: req.block_size_bytes,
                 nsid: req.nsid,
                 attachment,
+                kind,
             };
             let record = node.create_locked(&mut c, &new)?;
-            Ok(namespace_view(c.state(), &record))
+            Ok(namespace_view(c.state(), &record, &node.kv_namespaces()))
         })
         .await
     }
 
-    /// Persists, zeroes and exports a new namespace; undoes the persisted part on failure.
+    /// Persists, zeroes (NVM) or formats (KV) and exports a new namespace; undoes the
+    /// persisted part on failure.
     pub(crate) fn create_locked(
         &self,
         c: &mut Catalog,
         new: &NewNamespace,
     ) -> Result<NamespaceRecord, NodeError> {
         let record = c.create_namespace(new)?;
-        let applied = self.drive_device(record.drive_uuid).and_then(|drive| {
-            zero_extents(drive, &record)?;
-            let target = &self.inner.target;
-            target.add_namespace(
-                &record.subsystem_nqn,
-                namespace_config(drive, &record, &self.inner.catalog)?,
-            )?;
-            if let Attachment::Hosts(h) = &record.attachment
-                && !h.is_empty()
-            {
-                let a = to_target_attachment(&record.attachment);
-                if let Err(e) =
-                    target.set_namespace_attachment(&record.subsystem_nqn, record.nsid, a)
-                {
-                    let _ = target.remove_namespace(&record.subsystem_nqn, record.nsid);
-                    return Err(e.into());
+        let applied = self
+            .drive_device(record.drive_uuid)
+            .and_then(|drive| match &record.kind {
+                NamespaceKind::Nvm => {
+                    zero_extents(drive, &record)?;
+                    self.inner.target.add_namespace(
+                        &record.subsystem_nqn,
+                        namespace_config(drive, &record, &self.inner.catalog)?,
+                    )?;
+                    self.apply_new_attachment(&record)
                 }
-            }
-            Ok(())
-        });
+                NamespaceKind::Kv(params) => self.bring_up_new_kv(drive, &record, params),
+            });
         if let Err(e) = applied {
             if let Err(undo) = c.delete_namespace(&record.subsystem_nqn, record.nsid) {
                 tracing::error!(error = %undo, "cannot undo namespace creation in the node state");
             }
             return Err(e);
         }
-        tracing::info!(nqn = %record.subsystem_nqn, nsid = record.nsid, size_bytes = record.size_bytes, "namespace created");
+        tracing::info!(nqn = %record.subsystem_nqn, nsid = record.nsid, size_bytes = record.size_bytes, kind = ?record.kind, "namespace created");
         Ok(record)
+    }
+
+    /// A new namespace created for some hosts only: the target follows the record.
+    fn apply_new_attachment(&self, record: &NamespaceRecord) -> Result<(), NodeError> {
+        let target = &self.inner.target;
+        if let Attachment::Hosts(h) = &record.attachment
+            && !h.is_empty()
+        {
+            let a = to_target_attachment(&record.attachment);
+            if let Err(e) = target.set_namespace_attachment(&record.subsystem_nqn, record.nsid, a) {
+                let _ = target.remove_namespace(&record.subsystem_nqn, record.nsid);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Formats and opens the store of a new KV namespace and exports it; closes the
+    /// store again if exporting fails. Blocking: runs on a blocking thread.
+    fn bring_up_new_kv(
+        &self,
+        drive: &Arc<dyn BlockDevice>,
+        record: &NamespaceRecord,
+        params: &KvParams,
+    ) -> Result<(), NodeError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| NodeError::Internal("formatting needs a tokio runtime".into()))?;
+        let dev = kv::kv_device(drive, record)?;
+        let (engine, formatted) =
+            handle.block_on(kv::format_and_open(dev, &kv::options_of(params)))?;
+        if formatted != *params {
+            tracing::warn!(nqn = %record.subsystem_nqn, nsid = record.nsid, ?params, ?formatted, "KV store formatted with other parameters than recorded");
+        }
+        let entry = KvEntry::serving(engine);
+        let (nqn, nsid) = (record.subsystem_nqn.clone(), record.nsid);
+        let exported = kv_namespace_config(&drive.info().name, record, &entry, &self.inner.catalog)
+            .and_then(|cfg| Ok(self.inner.target.add_kv_namespace(&nqn, cfg)?))
+            .and_then(|_| self.apply_new_attachment(record));
+        match exported {
+            Ok(()) => {
+                self.kv_namespaces().insert((nqn, nsid), entry);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = handle.block_on(kv::close(&nqn, nsid, &entry));
+                Err(e)
+            }
+        }
+    }
+
+    /// A KV namespace's largest value must fit one NVMe/TCP transfer (the target's MDTS)
+    /// and the engine's limit.
+    pub(crate) fn check_kv_max_value(&self, max_value_bytes: u32) -> Result<(), NodeError> {
+        let mdts = self.inner.target.config().mdts_bytes;
+        let limit = mdts.min(::kv::MAX_VALUE_BYTES_LIMIT);
+        if max_value_bytes == 0 || max_value_bytes > limit {
+            return Err(NodeError::BadRequest(format!(
+                "largest KV value of {max_value_bytes} bytes: must be 1 to {limit} bytes (the node's NVMe/TCP transfer limit, MDTS)"
+            )));
+        }
+        Ok(())
     }
 
     /// Removes a namespace from the target and the state; its extents become free.
@@ -267,6 +390,14 @@ impl StorageNode {
         match self.inner.target.remove_namespace(nqn, nsid) {
             Ok(()) | Err(nvmf_target::TargetError::NoSuchNamespace { .. }) => {}
             Err(e) => return Err(e.into()),
+        }
+        // No host reaches it any more: stop its store before its extents become free.
+        let entry = self.kv_namespaces().remove(&(nqn.to_string(), nsid));
+        if let Some(entry) = entry {
+            let handle = tokio::runtime::Handle::try_current()
+                .map_err(|_| NodeError::Internal("closing needs a tokio runtime".into()))?;
+            // A store that cannot close cleanly is being deleted anyway.
+            let _ = handle.block_on(kv::close(nqn, nsid, &entry));
         }
         c.delete_namespace(nqn, nsid)?;
         tracing::info!(%nqn, nsid, "namespace deleted");
@@ -318,7 +449,7 @@ impl StorageNode {
             node.apply_attachment(&mut c, &nqn, nsid, &current, next)?;
             let s = c.state();
             s.namespace(&nqn, nsid)
-                .map(|n| namespace_view(s, n))
+                .map(|n| namespace_view(s, n, &node.kv_namespaces()))
                 .ok_or_else(|| NodeError::NotFound(format!("no namespace {nsid} in {nqn}")))
         })
         .await

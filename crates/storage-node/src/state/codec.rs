@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0      8   magic "FBNODEST"
-//!  8      4   format version, u32 LE (FORMAT_VERSION)
+//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 and 2 are read)
 //! 12      4   reserved, zero
 //! 16      8   generation, u64 LE (1 for the first save, +1 per save)
 //! 24      4   body length in bytes, u32 LE
@@ -14,7 +14,12 @@
 use super::NodeState;
 
 pub const MAGIC: [u8; 8] = *b"FBNODEST";
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this program writes. 2 added namespace kinds (Key Value namespaces):
+/// a version 1 program must not read a KV namespace's store as blocks.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this program reads (every version since 1: a v1 body is a v2 body
+/// whose namespaces are all NVM).
+pub const OLDEST_READ_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 32;
 /// A body above this is refused on both save and load (the state is small: kilobytes).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
@@ -117,12 +122,17 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     if version > FORMAT_VERSION {
         return Err(DecodeError::Newer { found: version });
     }
-    if version != FORMAT_VERSION || le_u32(header, 12) != 0 {
+    if version < OLDEST_READ_VERSION || le_u32(header, 12) != 0 {
         return Err(DecodeError::UnknownVersion(version));
     }
     let generation = le_u64(header, 16);
     let state: NodeState =
         serde_json::from_slice(body).map_err(|e| DecodeError::Body(e.to_string()))?;
     state.validate().map_err(DecodeError::Body)?;
+    if version < 2 && state.namespaces.iter().any(|n| n.kind.is_kv()) {
+        return Err(DecodeError::Body(
+            "a version 1 state names a Key Value namespace".into(),
+        ));
+    }
     Ok(Decoded { generation, state })
 }

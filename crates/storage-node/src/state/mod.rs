@@ -9,13 +9,13 @@ mod store;
 mod tests;
 mod types;
 
-pub use codec::{DecodeError, FORMAT_VERSION};
+pub use codec::{DecodeError, FORMAT_VERSION, OLDEST_READ_VERSION};
 pub use hex::{decode as hex_decode, encode as hex_encode};
 pub use store::{
     CURRENT_FILE, DataDirLock, FsStore, LOCK_FILE, LoadSource, Loaded, PREVIOUS_FILE, StateError,
     StateFile, StateStore, TEMP_FILE,
 };
 pub use types::{
-    Attachment, DriveRecord, Extent, NamespaceRecord, NodeState, Registrant, ReservationState,
-    SmartCounters, SubsystemRecord,
+    Attachment, DriveRecord, Extent, KvParams, NamespaceKind, NamespaceRecord, NodeState,
+    Registrant, ReservationState, SmartCounters, SubsystemRecord,
 };

@@ -60,6 +60,7 @@ pub(crate) fn sample_state() -> NodeState {
                 rtype: 1,
                 persist_through_power_loss: true,
             },
+            kind: NamespaceKind::Nvm,
         }],
         smart: SmartCounters {
             power_cycles: 5,
@@ -68,6 +69,31 @@ pub(crate) fn sample_state() -> NodeState {
             clean_shutdown: false,
         },
     }
+}
+
+/// The sample state plus a Key Value namespace (the fixed v2 vector).
+pub(crate) fn sample_state_v2() -> NodeState {
+    let mut s = sample_state();
+    let mut kv = s.namespaces[0].clone();
+    kv.nsid = 2;
+    kv.size_bytes = 8 << 20;
+    kv.extents = vec![Extent {
+        offset_bytes: 8 << 20,
+        len_bytes: 8 << 20,
+    }];
+    kv.block_size_bytes = 512;
+    kv.nguid = [0x5a; 16];
+    kv.eui64 = [8, 7, 6, 5, 4, 3, 2, 1];
+    kv.uuid = Uuid::from_u128(0xfeed_0000_0000_4000_8000_0000_0000_0002);
+    kv.attachment = Attachment::All;
+    kv.reservation = ReservationState::default();
+    kv.kind = NamespaceKind::Kv(KvParams {
+        max_value_bytes: 2 << 20,
+        max_keys: 1024,
+        segment_bytes: 5 << 20,
+    });
+    s.namespaces.push(kv);
+    s
 }
 
 fn with_gen(mut s: NodeState, n: u64) -> NodeState {
@@ -92,19 +118,56 @@ fn roundtrip() {
     assert_eq!(d.state, s);
 }
 
-/// The committed v1 vector must decode forever (format compatibility).
+/// The committed v1 vector (written by the version 1 program) must decode forever:
+/// its namespaces are NVM namespaces.
 #[test]
 fn fixed_vector_v1() {
     let vector = include_bytes!("../../tests/data/node-state-v1.bin");
+    assert_eq!(&vector[8..12], &1u32.to_le_bytes(), "a version 1 file");
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(
+        !body.contains("\"kind\""),
+        "version 1 knew no namespace kinds"
+    );
     let d = codec::decode(vector).expect("v1 vector decodes");
     assert_eq!(d.generation, 7);
     assert_eq!(d.state, sample_state());
+    assert_eq!(d.state.namespaces[0].kind, NamespaceKind::Nvm);
     assert_eq!(&vector[..8], b"FBNODEST");
-    assert_eq!(
-        codec::encode(&sample_state(), 7).unwrap(),
-        vector.to_vec(),
-        "encoder drifted"
+}
+
+/// The committed v2 vector (with a Key Value namespace) must decode forever, and the
+/// encoder must keep writing exactly it. Regenerate after a deliberate format change
+/// with `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v2`.
+#[test]
+fn fixed_vector_v2() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v2.bin");
+    let encoded = codec::encode(&sample_state_v2(), 7).unwrap();
+    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+    }
+    let vector = std::fs::read(&path).unwrap();
+    assert_eq!(&vector[8..12], &2u32.to_le_bytes(), "a version 2 file");
+    let d = codec::decode(&vector).expect("v2 vector decodes");
+    assert_eq!(d.generation, 7);
+    assert_eq!(d.state, sample_state_v2());
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(body.contains("\"kind\": \"nvm\""), "{body}");
+    assert!(
+        body.contains("\"kind\": {\n        \"kv\": {\n          \"max_value_bytes\": 2097152"),
+        "{body}"
     );
+    assert_eq!(encoded, vector, "encoder drifted");
+}
+
+/// A version 1 file cannot name a KV namespace (v1 programs would read it as blocks).
+#[test]
+fn version_1_with_a_kv_namespace_is_corrupt() {
+    let bytes = reseal_with_version(codec::encode(&sample_state_v2(), 1).unwrap(), 1);
+    assert!(matches!(codec::decode(&bytes), Err(DecodeError::Body(_))));
+    // The same body as version 2 is fine.
+    assert!(codec::decode(&codec::encode(&sample_state_v2(), 1).unwrap()).is_ok());
 }
 
 #[test]
@@ -142,12 +205,12 @@ fn every_single_bit_flip_and_truncation_is_refused() {
 
 #[test]
 fn newer_version_is_refused_clearly() {
-    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 2);
+    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 3);
     let err = codec::decode(&bytes).unwrap_err();
     assert!(err.is_newer());
     assert_eq!(
         err.to_string(),
-        "format version 2 is newer than this program supports (1); upgrade ferrobay"
+        "format version 3 is newer than this program supports (2); upgrade ferrobay"
     );
     let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 0);
     assert_eq!(

@@ -97,6 +97,39 @@ pub struct NamespaceRecord {
     pub attachment: Attachment,
     pub created_unix_ms: u64,
     pub reservation: ReservationState,
+    /// The command set hosts see: NVM (blocks) or Key Value (a store formatted on the
+    /// extents). Absent in format version 1 files, which knew NVM only.
+    #[serde(default)]
+    pub kind: NamespaceKind,
+}
+
+/// What a namespace's extents hold and which I/O command set hosts use on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceKind {
+    /// NVM command set: the extents are the namespace's logical blocks.
+    #[default]
+    Nvm,
+    /// Key Value command set: the extents hold a KV store (`docs/kv.md`) formatted with
+    /// these parameters when the namespace was created.
+    Kv(KvParams),
+}
+
+impl NamespaceKind {
+    pub fn is_kv(&self) -> bool {
+        matches!(self, NamespaceKind::Kv(_))
+    }
+}
+
+/// Format parameters of a Key Value namespace's store, as formatted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvParams {
+    /// Largest value, bytes (Identify KVVML).
+    pub max_value_bytes: u32,
+    /// Most keys the store holds (Identify MNKS).
+    pub max_keys: u64,
+    /// Log segment size, bytes.
+    pub segment_bytes: u32,
 }
 
 /// Persisted reservation state of one namespace (NVMe Reservations), as plain data.
@@ -248,6 +281,11 @@ impl NodeState {
                     "{where_}: size {} does not fit extents of {total_bytes} bytes",
                     n.size_bytes
                 ));
+            }
+            if let NamespaceKind::Kv(p) = &n.kind
+                && (p.max_value_bytes == 0 || p.segment_bytes == 0 || p.max_keys == 0)
+            {
+                return Err(format!("{where_}: KV parameters {p:?}"));
             }
         }
         Ok(())
