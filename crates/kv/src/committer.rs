@@ -135,6 +135,8 @@ pub(crate) struct Committer {
     pool: Vec<IoBuf>,
     stalled: Option<Box<Built>>,
     failed: Option<String>,
+    /// The open segment was entered by a relocation while the reserve was low.
+    in_reserve: bool,
 }
 
 impl Committer {
@@ -166,6 +168,7 @@ impl Committer {
             pool: Vec::new(),
             stalled: None,
             failed: None,
+            in_reserve: false,
         }
     }
 
@@ -177,7 +180,12 @@ impl Committer {
         let queue_cap = self.inner.opts.queue_capacity.max(1);
         let mut io: FuturesUnordered<BoxFuture<'_, Event>> = FuturesUnordered::new();
         loop {
-            self.apply_durable();
+            if self.apply_durable() {
+                // Let the commands just answered send their next ones, so they join the
+                // next batch and flush instead of waiting for the one after.
+                tokio::task::yield_now().await;
+                self.drain_input(queue_cap);
+            }
             while self.writes_in_flight() < max_inflight {
                 let Some((offset, buf, batch_seq)) = self.next_write() else {
                     break;
@@ -215,12 +223,7 @@ impl Committer {
                 r = self.rx.recv(), if want_user => match r {
                     Some(r) => {
                         self.queue.push_back(r);
-                        while self.queue.len() < queue_cap {
-                            match self.rx.try_recv() {
-                                Ok(r) => self.queue.push_back(r),
-                                Err(_) => break,
-                            }
-                        }
+                        self.drain_input(queue_cap);
                     }
                     None => self.input_closed = true,
                 },
@@ -231,6 +234,17 @@ impl Committer {
         // Input closed with nothing in flight: answer a relocation that came too late.
         if let Some(r) = self.pending_reloc.take() {
             let _ = r.reply.send(Err(KvError::Closed));
+        }
+    }
+
+    /// Moves whatever commands are waiting into the queue (up to its capacity).
+    fn drain_input(&mut self, queue_cap: usize) {
+        while !self.input_closed && self.queue.len() < queue_cap {
+            match self.rx.try_recv() {
+                Ok(r) => self.queue.push_back(r),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.input_closed = true,
+            }
         }
     }
 
@@ -558,18 +572,24 @@ impl Committer {
         if self.pos.successor == NO_SEGMENT {
             self.take_successor();
         }
+        let reserve_low =
+            || self.inner.read().free_segments().count() < self.inner.reserve_segments as usize;
+        // A segment that compaction opened from the reserve is for relocations only
+        // until the reserve is back.
+        if !relocation && self.in_reserve && reserve_low() {
+            return None;
+        }
         if u64::from(self.pos.offset) + bytes <= self.inner.layout.segment() {
             return Some((self.pos.segment, self.pos.offset));
         }
         if self.pos.successor == NO_SEGMENT {
             return None;
         }
-        if !relocation {
-            let free = self.inner.read().free_segments().count() as u32;
-            if free < self.inner.reserve_segments {
-                return None;
-            }
+        let low = reserve_low();
+        if !relocation && low {
+            return None;
         }
+        self.in_reserve = relocation && low;
         self.pos.segment = self.pos.successor;
         self.pos.offset = 0;
         self.pos.successor = NO_SEGMENT;
@@ -770,11 +790,12 @@ impl Committer {
         }
     }
 
-    /// Applies the durable batches at the front of the log to the index and answers them.
-    fn apply_durable(&mut self) {
+    /// Applies the durable batches at the front of the log to the index and answers them
+    /// (true if there were any).
+    fn apply_durable(&mut self) -> bool {
         let n = self.inflight.iter().take_while(|b| b.durable).count();
         if n == 0 {
-            return;
+            return false;
         }
         let inner = Arc::clone(&self.inner);
         let layout = &inner.layout;
@@ -830,6 +851,7 @@ impl Committer {
         if wake_maint {
             self.inner.maint_wake.notify_one();
         }
+        true
     }
 
     /// Stops accepting changes after a log write or flush failed.
@@ -842,7 +864,7 @@ impl Committer {
         self.failed = Some(reason.clone());
         let err = || KvError::Failed(reason.clone());
         // Batches already durable are applied first; the rest fail.
-        self.apply_durable();
+        let _ = self.apply_durable();
         for b in self.inflight.drain(..) {
             for w in b.waiters {
                 match w {

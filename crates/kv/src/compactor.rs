@@ -249,7 +249,7 @@ impl Maintenance {
 
     fn round_segments(&self, mode: Mode) -> usize {
         match mode {
-            Mode::Urgent => 2,
+            Mode::Urgent => 1,
             _ => self.inner.opts.compaction.max_segments_per_round.max(1) as usize,
         }
     }

@@ -21,7 +21,30 @@ use crate::recovery::{self, RecoveryReport};
 use crate::stats::{Counters, Stats, Usage, add};
 
 /// Segments kept back for compaction: user stores never take the last ones.
-pub const RESERVE_SEGMENTS: u32 = 2;
+pub const RESERVE_SEGMENTS: u32 = 4;
+thread_local! {
+    /// One read buffer per thread, reused by Retrieve (no allocation per read).
+    static READ_BUF: std::cell::RefCell<Option<IoBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+fn read_buffer(len: usize) -> IoBuf {
+    let cached = READ_BUF.with(|b| b.borrow_mut().take());
+    match cached {
+        Some(mut buf) if buf.capacity() >= len => {
+            buf.set_len(len);
+            buf
+        }
+        _ => IoBuf::new_zeroed(len),
+    }
+}
+
+fn keep_read_buffer(buf: IoBuf) {
+    // Keep small buffers only (values of up to 64 KiB).
+    if buf.capacity() <= 64 << 10 {
+        READ_BUF.with(|b| *b.borrow_mut() = Some(buf));
+    }
+}
+
 /// Attempts of a Retrieve whose segment was reused under it (compaction moved the value).
 const READ_ATTEMPTS: usize = 8;
 
@@ -295,9 +318,12 @@ impl Kv {
             let end = align_up(dev_off + u64::from(e.len), block);
             let res = inner
                 .dev
-                .read(start, IoBuf::new_zeroed((end - start) as usize))
+                .read(start, read_buffer((end - start) as usize))
                 .await;
             if inner.generation(layout.segment_of(e.addr)) != generation {
+                if let Ok(buf) = res {
+                    keep_read_buffer(buf);
+                }
                 continue; // compaction moved the value and its segment was reused
             }
             let buf = match res {
@@ -324,6 +350,7 @@ impl Kv {
             }
             let n = out.len().min(value.len());
             out[..n].copy_from_slice(&value[..n]);
+            keep_read_buffer(buf);
             add(&inner.counters.retrieves, 1);
             add(&inner.counters.retrieve_bytes, n as u64);
             return Ok(Retrieved {

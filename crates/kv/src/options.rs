@@ -12,7 +12,7 @@ pub struct Options {
     /// Target size of one group-commit write (records join a batch while it stays under
     /// this; one record alone may be larger). Clamped to a quarter segment. Default 1 MiB.
     pub batch_max_bytes: u32,
-    /// Log writes in flight at once (each followed by a shared flush). Default 4.
+    /// Log writes in flight at once (each followed by a shared flush). Default 8.
     pub max_inflight_batches: usize,
     /// Commands waiting for the committer before `store`/`delete` callers wait for room.
     /// Default 4096.
@@ -58,7 +58,7 @@ impl Default for Options {
         Options {
             clock: Arc::new(TokioClock::new()),
             batch_max_bytes: 1 << 20,
-            max_inflight_batches: 4,
+            max_inflight_batches: 8,
             queue_capacity: 4096,
             checkpoint_interval_bytes: 256 << 20,
             fill_percent: 90,
