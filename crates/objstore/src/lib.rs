@@ -4,6 +4,8 @@
 
 pub mod datapath;
 pub mod format;
+pub mod index;
 pub mod layout;
 pub mod placement;
 pub mod shard;
+pub mod testing;
