@@ -9,3 +9,6 @@ pub mod layout;
 pub mod placement;
 pub mod shard;
 pub mod testing;
+pub mod checksum;
+pub mod clock;
+pub mod objects;

@@ -224,6 +224,20 @@ fn gc_commit_intents(tx: &mut dyn Tx, pieces: &[Piece]) -> Result<(), IndexError
     Ok(())
 }
 
+/// Updates the shard map of a write intent (its size grew) and, with `due_ms`, when it
+/// becomes garbage. A claimed intent is left alone.
+pub fn gc_intent_update(tx: &mut dyn Tx, piece: &Piece, due_ms: Option<i64>) -> Result<(), IndexError> {
+    tx.exec(
+        "UPDATE piece_gc SET piece = ?2, due_ms = COALESCE(?3, due_ms) WHERE piece_id = ?1 AND claimed = 0",
+        &[
+            piece.id.as_slice().into(),
+            pieces_json(std::slice::from_ref(piece)).into(),
+            due_ms.into(),
+        ],
+    )?;
+    Ok(())
+}
+
 /// Claims up to `limit` due pieces for deletion; claimed pieces become due again at
 /// `retry_ms` in case the reaper dies or a store is unreachable.
 pub fn gc_claim(
