@@ -13,7 +13,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use objstore::index::{Index, ListParams, NewVersion, ObjectAttrs, ObjectData, WriteCondition, ops};
+use objstore::index::{
+    Index, ListParams, NewVersion, ObjectAttrs, ObjectData, WriteCondition, ops,
+};
 use objstore::layout::Geometry;
 use serde_json::json;
 
@@ -23,7 +25,10 @@ const BATCH: usize = 10_000;
 fn stats(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    (ms(samples[samples.len() / 2]), ms(samples[samples.len() * 99 / 100]))
+    (
+        ms(samples[samples.len() / 2]),
+        ms(samples[samples.len() * 99 / 100]),
+    )
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

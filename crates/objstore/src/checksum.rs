@@ -36,7 +36,8 @@ impl Algorithm {
     }
 
     pub fn parse(name: &str) -> Option<Self> {
-        ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(name))
+        ALL.into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(name))
     }
 
     /// The header carrying a value of this algorithm (`x-amz-checksum-crc32`, ...).
@@ -46,7 +47,10 @@ impl Algorithm {
 
     /// CRCs can be combined into a full-object checksum of a multipart upload.
     pub fn is_crc(self) -> bool {
-        matches!(self, Algorithm::Crc32 | Algorithm::Crc32c | Algorithm::Crc64Nvme)
+        matches!(
+            self,
+            Algorithm::Crc32 | Algorithm::Crc32c | Algorithm::Crc64Nvme
+        )
     }
 
     fn crc_algorithm(self) -> Option<crc_fast::CrcAlgorithm> {
@@ -143,9 +147,18 @@ mod tests {
     #[test]
     fn known_values() {
         // CRC32 / CRC32C check values of "123456789".
-        assert_eq!(digest(Algorithm::Crc32, b"123456789"), 0xcbf43926u32.to_be_bytes());
-        assert_eq!(digest(Algorithm::Crc32c, b"123456789"), 0xe3069283u32.to_be_bytes());
-        assert_eq!(b64(&digest(Algorithm::Sha256, b"")), "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=");
+        assert_eq!(
+            digest(Algorithm::Crc32, b"123456789"),
+            0xcbf43926u32.to_be_bytes()
+        );
+        assert_eq!(
+            digest(Algorithm::Crc32c, b"123456789"),
+            0xe3069283u32.to_be_bytes()
+        );
+        assert_eq!(
+            b64(&digest(Algorithm::Sha256, b"")),
+            "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+        );
     }
 
     #[test]

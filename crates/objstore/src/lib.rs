@@ -2,13 +2,15 @@
 //! object index (buckets, versions, multipart uploads, listings) in SQLite or PostgreSQL.
 //! Design and formats: `docs/object.md`.
 
-pub mod datapath;
-pub mod format;
-pub mod index;
-pub mod layout;
-pub mod placement;
-pub mod shard;
-pub mod testing;
 pub mod checksum;
 pub mod clock;
+pub mod datapath;
+pub mod format;
+pub mod gateway;
+pub mod index;
+pub mod layout;
 pub mod objects;
+pub mod placement;
+pub mod s3;
+pub mod shard;
+pub mod testing;

@@ -80,7 +80,11 @@ pub fn page<T>(
     // jump): batches start small and double while no jump happens, so neither many
     // prefixes nor many plain keys read rows that are thrown away.
     const FIRST_BATCH: usize = 8;
-    let mut batch_limit = if q.delimiter.is_some() { FIRST_BATCH } else { usize::MAX };
+    let mut batch_limit = if q.delimiter.is_some() {
+        FIRST_BATCH
+    } else {
+        usize::MAX
+    };
     'walk: loop {
         let want = (q.max - (out.items.len() + out.prefixes.len()) + 1).min(batch_limit);
         batch_limit = batch_limit.saturating_mul(2);

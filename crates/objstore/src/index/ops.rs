@@ -226,7 +226,11 @@ fn gc_commit_intents(tx: &mut dyn Tx, pieces: &[Piece]) -> Result<(), IndexError
 
 /// Updates the shard map of a write intent (its size grew) and, with `due_ms`, when it
 /// becomes garbage. A claimed intent is left alone.
-pub fn gc_intent_update(tx: &mut dyn Tx, piece: &Piece, due_ms: Option<i64>) -> Result<(), IndexError> {
+pub fn gc_intent_update(
+    tx: &mut dyn Tx,
+    piece: &Piece,
+    due_ms: Option<i64>,
+) -> Result<(), IndexError> {
     tx.exec(
         "UPDATE piece_gc SET piece = ?2, due_ms = COALESCE(?3, due_ms) WHERE piece_id = ?1 AND claimed = 0",
         &[

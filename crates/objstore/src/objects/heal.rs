@@ -85,7 +85,12 @@ impl ObjectLayer {
         }
     }
 
-    async fn heal_one(&self, piece: &crate::layout::Piece, deep: bool, stats: &mut HealStats) -> bool {
+    async fn heal_one(
+        &self,
+        piece: &crate::layout::Piece,
+        deep: bool,
+        stats: &mut HealStats,
+    ) -> bool {
         stats.pieces_checked += 1;
         match self.data.heal_piece(piece, deep).await {
             Ok(h) => {
@@ -112,10 +117,7 @@ impl ObjectLayer {
     /// Completes the pieces recorded as degraded; those whole again are forgotten.
     pub async fn heal_degraded(&self) -> Result<HealStats, IndexError> {
         let mut stats = HealStats::default();
-        let pieces = self
-            .index
-            .read(|tx| ops::degraded_list(tx, 1024))
-            .await?;
+        let pieces = self.index.read(|tx| ops::degraded_list(tx, 1024)).await?;
         for piece in pieces {
             if self.heal_one(&piece, false, &mut stats).await {
                 let id = piece.id;

@@ -97,7 +97,12 @@ impl ObjectLayer {
         Ok(Writing { writer, stripes: 0 })
     }
 
-    async fn put_stripe(&self, w: &mut Writing<'_>, data: &[u8], req: &IngestRequest) -> Result<(), IngestError> {
+    async fn put_stripe(
+        &self,
+        w: &mut Writing<'_>,
+        data: &[u8],
+        req: &IngestRequest,
+    ) -> Result<(), IngestError> {
         w.writer.write_stripe(data).await?;
         w.stripes += 1;
         if req.size_hint.is_none() && w.stripes % INTENT_REFRESH_STRIPES == 0 {
@@ -111,7 +116,11 @@ impl ObjectLayer {
     }
 
     /// Reads `body` to its end and stores it. On any error nothing stays stored.
-    pub async fn ingest<S, E>(&self, mut body: S, req: IngestRequest) -> Result<Ingested, IngestError>
+    pub async fn ingest<S, E>(
+        &self,
+        mut body: S,
+        req: IngestRequest,
+    ) -> Result<Ingested, IngestError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
@@ -135,7 +144,9 @@ impl ObjectLayer {
                     h.update(&chunk);
                 }
                 buf.extend_from_slice(&chunk);
-                if writing.is_none() && (!req.allow_inline || buf.len() > self.config.inline_max_bytes) {
+                if writing.is_none()
+                    && (!req.allow_inline || buf.len() > self.config.inline_max_bytes)
+                {
                     writing = Some(self.start_piece(&req).await?);
                 }
                 if let Some(w) = writing.as_mut() {
@@ -171,7 +182,11 @@ impl ObjectLayer {
             (Ok(()), Some(w)) => {
                 let (piece, degraded) = w.writer.finish();
                 Ok(Ingested {
-                    degraded: if degraded { vec![piece.clone()] } else { Vec::new() },
+                    degraded: if degraded {
+                        vec![piece.clone()]
+                    } else {
+                        Vec::new()
+                    },
                     data: ObjectData::Pieces(vec![piece]),
                     size,
                     md5,

@@ -4,7 +4,7 @@
 //! completing degraded pieces, scanning). It knows nothing of HTTP or S3 XML.
 
 mod heal;
-mod ingest;
+pub mod ingest;
 mod read;
 
 pub use heal::{BackgroundConfig, HealStats, ReapStats, spawn_background};
@@ -52,7 +52,12 @@ pub struct ObjectLayer {
 }
 
 impl ObjectLayer {
-    pub fn new(index: Index, stores: StoreSet, config: ObjectConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(
+        index: Index,
+        stores: StoreSet,
+        config: ObjectConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let data = DataPath::new(stores, config.datapath.clone());
         ObjectLayer {
             index,

@@ -142,7 +142,11 @@ impl ObjectLayer {
     }
 
     /// Reads a whole range into memory (copies, multipart part copies).
-    pub async fn read_all(self: &Arc<Self>, data: ObjectData, range: Range<u64>) -> Result<Vec<u8>, std::io::Error> {
+    pub async fn read_all(
+        self: &Arc<Self>,
+        data: ObjectData,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, std::io::Error> {
         let mut out = Vec::with_capacity((range.end - range.start) as usize);
         let mut s = self.read_range(data, range);
         while let Some(b) = s.next().await {
