@@ -70,7 +70,7 @@ fn classify<E: std::fmt::Display>(e: E) -> BodyError {
     let text = e.to_string();
     if text.contains("SignatureMismatch") {
         BodyError::SignatureMismatch
-    } else if text.contains("ContentSha256Mismatch") || text.contains("checksum mismatch") {
+    } else if text.contains("Sha256Mismatch") {
         BodyError::ContentSha256Mismatch
     } else {
         BodyError::Incomplete(text)

@@ -366,9 +366,9 @@ impl S3Gateway {
         let upload_alg = upload_checksum
             .as_ref()
             .and_then(|c| Algorithm::parse(&c.algorithm));
-        let mut chosen: Vec<&Part> = Vec::with_capacity(requested.len());
+        // Order first, then each part, then sizes: the order AWS reports problems in.
         let mut last = 0;
-        for (n, r) in requested.iter().enumerate() {
+        for r in &requested {
             let number = r.part_number.ok_or_else(invalid_part)?;
             if number <= last {
                 return Err(s3_error!(
@@ -377,6 +377,10 @@ impl S3Gateway {
                 ));
             }
             last = number;
+        }
+        let mut chosen: Vec<&Part> = Vec::with_capacity(requested.len());
+        for r in &requested {
+            let number = r.part_number.ok_or_else(invalid_part)?;
             let p = stored
                 .iter()
                 .find(|p| p.part_number == i64::from(number))
@@ -397,13 +401,16 @@ impl S3Gateway {
                     return Err(invalid_part());
                 }
             }
-            if n + 1 < requested.len() && p.size < self.min_part_bytes {
-                return Err(s3_error!(
-                    EntityTooSmall,
-                    "Your proposed upload is smaller than the minimum allowed object size."
-                ));
-            }
             chosen.push(p);
+        }
+        if chosen[..chosen.len() - 1]
+            .iter()
+            .any(|p| p.size < self.min_part_bytes)
+        {
+            return Err(s3_error!(
+                EntityTooSmall,
+                "Your proposed upload is smaller than the minimum allowed object size."
+            ));
         }
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         if size > MAX_OBJECT_BYTES {
