@@ -65,7 +65,33 @@ pub struct IngestRequest {
 /// Stripes between intent updates when the body's length is unknown.
 const INTENT_REFRESH_STRIPES: u32 = 16;
 
-fn classify<E: std::fmt::Display>(e: E) -> BodyError {
+/// What a failing body stream means for the write.
+pub trait BodyFault {
+    fn into_ingest_error(self) -> IngestError;
+}
+
+/// A request body from s3s.
+impl BodyFault for Box<dyn std::error::Error + Send + Sync> {
+    fn into_ingest_error(self) -> IngestError {
+        IngestError::Body(classify(&*self))
+    }
+}
+
+/// A request body in tests.
+impl BodyFault for std::io::Error {
+    fn into_ingest_error(self) -> IngestError {
+        IngestError::Body(BodyError::Incomplete(self.to_string()))
+    }
+}
+
+/// The source of a copy: reading it failed.
+impl BodyFault for DataError {
+    fn into_ingest_error(self) -> IngestError {
+        IngestError::Data(self)
+    }
+}
+
+fn classify(e: &dyn std::fmt::Display) -> BodyError {
     // s3s does not export its body stream error types; their messages name the cause.
     let text = e.to_string();
     if text.contains("SignatureMismatch") {
@@ -123,7 +149,7 @@ impl ObjectLayer {
     ) -> Result<Ingested, IngestError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
-        E: std::fmt::Display,
+        E: BodyFault,
     {
         let mut md5 = s3s::crypto::Md5::new();
         let mut hasher = req.checksum.map(Hasher::new);
@@ -132,7 +158,7 @@ impl ObjectLayer {
         let mut writing: Option<Writing<'_>> = None;
         let result: Result<(), IngestError> = async {
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| IngestError::Body(classify(e)))?;
+                let chunk = chunk.map_err(BodyFault::into_ingest_error)?;
                 size += chunk.len() as u64;
                 if size > req.max_bytes {
                     return Err(IngestError::TooLarge {

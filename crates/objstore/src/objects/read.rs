@@ -18,14 +18,33 @@ use crate::layout::Piece;
 
 /// The body of a GET response.
 pub struct ObjectStream {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, DataError>>,
+    /// A chunk taken by [`ObjectStream::first_chunk`], handed out first.
+    pending: Option<Bytes>,
     remaining: u64,
 }
 
+impl ObjectStream {
+    /// Waits for the first chunk: a GET whose first stripe cannot be read fails with
+    /// an error status instead of a 200 with a cut body.
+    pub async fn first_chunk(&mut self) -> Result<(), DataError> {
+        if self.pending.is_none()
+            && let Some(first) = self.rx.recv().await
+        {
+            self.pending = Some(first?);
+        }
+        Ok(())
+    }
+}
+
 impl Stream for ObjectStream {
-    type Item = Result<Bytes, std::io::Error>;
+    type Item = Result<Bytes, DataError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(b) = self.pending.take() {
+            self.remaining = self.remaining.saturating_sub(b.len() as u64);
+            return Poll::Ready(Some(Ok(b)));
+        }
         let polled = self.rx.poll_recv(cx);
         if let Poll::Ready(Some(Ok(b))) = &polled {
             self.remaining = self.remaining.saturating_sub(b.len() as u64);
@@ -96,14 +115,18 @@ impl ObjectLayer {
                 tokio::spawn(async move { layer.produce(pieces, range, tx).await });
             }
         }
-        ObjectStream { rx, remaining }
+        ObjectStream {
+            rx,
+            pending: None,
+            remaining,
+        }
     }
 
     async fn produce(
         self: Arc<Self>,
         pieces: Vec<Piece>,
         range: Range<u64>,
-        tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+        tx: tokio::sync::mpsc::Sender<Result<Bytes, DataError>>,
     ) {
         let segs = segments(&pieces, &range);
         let mut degraded = Vec::new();
@@ -133,26 +156,12 @@ impl ObjectLayer {
                 }
                 Err(e) => {
                     tracing::error!("GET cut short: {e}");
-                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    let _ = tx.send(Err(e)).await;
                     break;
                 }
             }
         }
         self.mark_degraded(degraded).await;
-    }
-
-    /// Reads a whole range into memory (copies, multipart part copies).
-    pub async fn read_all(
-        self: &Arc<Self>,
-        data: ObjectData,
-        range: Range<u64>,
-    ) -> Result<Vec<u8>, std::io::Error> {
-        let mut out = Vec::with_capacity((range.end - range.start) as usize);
-        let mut s = self.read_range(data, range);
-        while let Some(b) = s.next().await {
-            out.extend_from_slice(&b?);
-        }
-        Ok(out)
     }
 }
 

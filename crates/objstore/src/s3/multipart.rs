@@ -146,7 +146,7 @@ impl S3Gateway {
     ) -> S3Result<Part>
     where
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin + Send,
-        E: std::fmt::Display,
+        E: crate::objects::ingest::BodyFault,
     {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(errors::invalid_argument(

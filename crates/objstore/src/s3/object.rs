@@ -249,7 +249,7 @@ impl S3Gateway {
     ) -> S3Result<(NewVersion, String)>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
-        E: std::fmt::Display,
+        E: crate::objects::ingest::BodyFault,
     {
         let req = IngestRequest {
             geometry: b.geometry,
@@ -420,7 +420,8 @@ impl S3Gateway {
         }
         out.content_length = Some((range.end - range.start) as i64);
         out.content_range = content_range;
-        let stream = self.layer.read_range(v.data, range);
+        let mut stream = self.layer.read_range(v.data, range);
+        stream.first_chunk().await.map_err(errors::data)?;
         out.body = Some(StreamingBlob::wrap(stream));
         Ok(S3Response::new(out))
     }
