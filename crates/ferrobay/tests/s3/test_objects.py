@@ -66,6 +66,7 @@ def test_conditional_put(s3, bucket):
     assert error_of(s3.put_object, Bucket=bucket, Key="once", Body=b"3", IfMatch='"0000"')[:2] == (412, "PreconditionFailed")
     s3.put_object(Bucket=bucket, Key="once", Body=b"4", IfMatch=etag)
     assert s3.get_object(Bucket=bucket, Key="once")["Body"].read() == b"4"
+    assert error_of(s3.put_object, Bucket=bucket, Key="absent", Body=b"5", IfMatch=etag)[:2] == (404, "NoSuchKey")
 
 
 def test_metadata_and_content_headers(s3, bucket):
