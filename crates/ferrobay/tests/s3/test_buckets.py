@@ -50,3 +50,11 @@ def test_unknown_bucket_erasure_code_is_refused(s3):
         s3.meta.events.unregister("before-sign.s3.CreateBucket", add_header)
     assert (status, code) == (400, "InvalidArgument")
     assert "failure domains" in msg
+
+
+def test_acls_show_the_single_owner(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    for acl in [s3.get_bucket_acl(Bucket=bucket), s3.get_object_acl(Bucket=bucket, Key="k")]:
+        assert acl["Owner"]["ID"] == "ferrobay"
+        assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
+    assert error_of(s3.get_object_acl, Bucket=bucket, Key="missing")[:2] == (404, "NoSuchKey")
