@@ -124,9 +124,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut rows = Vec::new();
         // Warm-up (first file creations, SQLite page cache), not reported.
         {
-            let w = tempfile::tempdir()?;
-            measure(&layer(w.path(), 0).await?, 1 << 10).await?;
-            measure(&layer(w.path(), usize::MAX).await?, 1 << 10).await?;
+            let (w1, w2) = (tempfile::tempdir()?, tempfile::tempdir()?);
+            measure(&layer(w1.path(), 0).await?, 1 << 10).await?;
+            measure(&layer(w2.path(), usize::MAX).await?, 1 << 10).await?;
         }
         eprintln!("{:>9} {:>12} {:>12} {:>12} {:>12}", "size", "inline PUT", "EC PUT", "inline GET", "EC GET");
         for size in SIZES {
