@@ -18,3 +18,22 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# S3 gateway (crates/objstore) tests: PostgreSQL server binaries for the shared object
+# index (the Debian package also creates the `postgres` user the test server runs as),
+# setpriv to drop root for it, the aws CLI, and boto3 + pytest for the end-to-end suite.
+s3_need=()
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || s3_need+=(postgresql)
+command -v setpriv >/dev/null || s3_need+=(util-linux)
+command -v aws >/dev/null || s3_need+=(awscli)
+command -v python3 >/dev/null || s3_need+=(python3 python3-pip)
+if [ ${#s3_need[@]} -gt 0 ]; then
+    echo "install-deps: installing ${s3_need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${s3_need[@]}"
+fi
+if ! python3 -c 'import boto3, pytest' 2>/dev/null; then
+    echo "install-deps: installing boto3 and pytest (pip)"
+    python3 -m pip install --quiet boto3 pytest \
+        || python3 -m pip install --quiet --break-system-packages boto3 pytest
+fi

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bench_cmd, discover_cmd, node_cmd, processor_cmd, up_cmd, volume_cmd};
+use crate::{bench_cmd, discover_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd, volume_cmd};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,6 +30,9 @@ pub enum Command {
     /// Erasure-coded volumes: local over files and block devices (like mdadm), or across
     /// storage nodes in a cluster (--meta URL or --api ADDR).
     Volume(volume_cmd::VolumeArgs),
+    /// S3 gateway: objects erasure-coded over shard stores (KV namespaces), indexed in
+    /// SQLite or PostgreSQL.
+    S3(s3_cmd::S3Args),
     /// A whole cluster on this machine: metadata store, three storage nodes on file
     /// drives, one processor node and a sample RAID-5 volume, until Ctrl-C.
     Up(up_cmd::UpArgs),
@@ -56,6 +59,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Node(a) => node_cmd::run(a).await,
         Command::Processor(a) => processor_cmd::run(a).await,
         Command::Volume(a) => volume_cmd::run(a).await,
+        Command::S3(a) => s3_cmd::run(a).await,
         Command::Up(a) => up_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,

@@ -7,6 +7,7 @@ mod cluster;
 mod discover_cmd;
 mod node_cmd;
 mod processor_cmd;
+mod s3_cmd;
 mod up_cmd;
 mod volume_cluster_cmd;
 mod volume_cmd;
@@ -20,6 +21,9 @@ fn main() -> std::process::ExitCode {
     // logs would bury them (RUST_LOG=info brings them back).
     let default_level = match cli.command {
         cli::Command::Up(_) => "warn",
+        // s3s logs every client error (a 404, a bad signature) as an error: the gateway
+        // logs what an operator needs itself.
+        cli::Command::S3(_) => "info,s3s=off",
         _ => "info",
     };
     init_logging(cli.log_json, default_level);

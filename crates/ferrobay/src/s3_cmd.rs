@@ -1,0 +1,309 @@
+//! `ferrobay s3 run`: an S3 gateway (objstore::gateway) until Ctrl-C / SIGTERM;
+//! `ferrobay s3 key add|list|remove`: access keys kept in the object index.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use objstore::gateway::{Gateway, GatewayConfig};
+use objstore::index::{Index, ops};
+use objstore::layout::Geometry;
+use objstore::s3::Credentials;
+use objstore::shard::{DirShardStore, ShardStore};
+
+use crate::cluster;
+
+/// Environment variables holding the root user's key pair.
+const ACCESS_KEY_ENV: &str = "FERROBAY_S3_ACCESS_KEY";
+const SECRET_KEY_ENV: &str = "FERROBAY_S3_SECRET_KEY";
+
+#[derive(Args, Debug)]
+pub struct S3Args {
+    #[command(subcommand)]
+    pub command: S3Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum S3Command {
+    /// Run an S3 gateway: objects erasure-coded over shard stores, indexed in SQLite or
+    /// PostgreSQL, until Ctrl-C / SIGTERM. Gateways sharing an index and stores are
+    /// interchangeable.
+    Run(RunArgs),
+    /// Access keys besides the root user's, kept in the object index.
+    Key(KeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// S3 (HTTP) listen address; port 0 picks a free port.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Object index: sqlite:PATH (embedded, one machine) or postgres://USER@HOST:PORT/DB
+    /// (shared by several gateways).
+    #[arg(long)]
+    pub meta: String,
+    /// A shard store: ID=DIR (a directory of shard files) or ID@DOMAIN=DIR to name its
+    /// failure domain (default: the ID). Repeat for each store; shards of one stripe
+    /// always land in distinct failure domains.
+    #[arg(long = "store", required = true)]
+    pub stores: Vec<String>,
+    /// Erasure code of new buckets, K+M (a bucket may choose its own with the
+    /// x-ferrobay-erasure header at creation).
+    #[arg(long, default_value = "2+1")]
+    pub ec: String,
+    /// Region reported to clients and expected in signatures.
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// Objects up to this size are kept in the index row instead of being erasure-coded.
+    #[arg(long, default_value = "16K")]
+    pub inline_max: String,
+    /// Write `{"s3": "ADDR:PORT"}` here once serving.
+    #[arg(long)]
+    pub endpoints_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub command: KeyCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// Create an access key; prints the key and its secret.
+    Add {
+        /// Object index (as for `s3 run`).
+        #[arg(long)]
+        meta: String,
+        /// The access key id (default: a random one).
+        #[arg(long)]
+        access_key: Option<String>,
+    },
+    /// List access keys (not their secrets).
+    List {
+        #[arg(long)]
+        meta: String,
+    },
+    /// Remove an access key.
+    Remove {
+        #[arg(long)]
+        meta: String,
+        access_key: String,
+    },
+}
+
+#[derive(serde::Serialize)]
+struct Endpoints {
+    s3: String,
+}
+
+/// `ID[@DOMAIN]=DIR`.
+fn parse_store(spec: &str) -> anyhow::Result<(String, String, PathBuf)> {
+    let (name, dir) = spec
+        .split_once('=')
+        .filter(|(n, d)| !n.is_empty() && !d.is_empty())
+        .ok_or_else(|| {
+            cluster::usage(format!("--store {spec}: expected ID=DIR or ID@DOMAIN=DIR"))
+        })?;
+    let (id, domain) = match name.split_once('@') {
+        Some((id, domain)) if !id.is_empty() && !domain.is_empty() => (id, domain),
+        Some(_) => {
+            return Err(cluster::usage(format!(
+                "--store {spec}: expected ID@DOMAIN=DIR"
+            )));
+        }
+        None => (name, name),
+    };
+    Ok((id.to_string(), domain.to_string(), PathBuf::from(dir)))
+}
+
+fn root_credentials() -> anyhow::Result<Credentials> {
+    match (std::env::var(ACCESS_KEY_ENV), std::env::var(SECRET_KEY_ENV)) {
+        (Ok(access_key), Ok(secret_key)) if !access_key.is_empty() && secret_key.len() >= 8 => {
+            Ok(Credentials {
+                access_key,
+                secret_key,
+            })
+        }
+        (Ok(_), Ok(_)) => Err(cluster::usage(format!(
+            "{SECRET_KEY_ENV} must be at least 8 characters and {ACCESS_KEY_ENV} not empty"
+        ))),
+        _ => Err(cluster::usage(format!(
+            "set the root user's key pair in {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}"
+        ))),
+    }
+}
+
+async fn open_index(url: &str) -> anyhow::Result<Index> {
+    if !(url.starts_with("sqlite:")
+        || url.starts_with("postgres://")
+        || url.starts_with("postgresql://"))
+    {
+        return Err(cluster::usage(format!(
+            "--meta {url}: expected sqlite:PATH or postgres://USER@HOST:PORT/DB"
+        )));
+    }
+    Index::open(url)
+        .await
+        .with_context(|| format!("object index {url}"))
+}
+
+async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let root = root_credentials()?;
+    let geometry: Geometry =
+        a.ec.parse()
+            .map_err(|e| cluster::usage(format!("--ec: {e}")))?;
+    let inline_max = cluster::parse_size_arg("--inline-max", &a.inline_max)?;
+    let mut stores: Vec<Arc<dyn ShardStore>> = Vec::new();
+    for spec in &a.stores {
+        let (id, domain, dir) = parse_store(spec)?;
+        let store = DirShardStore::open(&dir, id.clone(), domain, None)
+            .with_context(|| format!("shard store {id} in {}", dir.display()))?;
+        stores.push(Arc::new(store));
+    }
+    let stop = cluster::stop_signal();
+    let index = open_index(&a.meta).await?;
+    let mut config = GatewayConfig::new(a.listen, root);
+    config.region = a.region;
+    config.objects.default_geometry = geometry;
+    config.objects.inline_max_bytes = usize::try_from(inline_max).unwrap_or(usize::MAX);
+    let store_count = stores.len();
+    let gateway = Gateway::start(config, index.clone(), stores)
+        .await
+        .map_err(|e| cluster::usage(e.to_string()))?;
+    let addr = gateway.local_addr();
+    println!(
+        "S3 gateway on http://{addr} (index {}, {store_count} shard stores, new buckets {geometry})",
+        index.engine()
+    );
+    if let Some(path) = &a.endpoints_file {
+        cluster::write_json_file(
+            path,
+            &Endpoints {
+                s3: addr.to_string(),
+            },
+        )?;
+    }
+    stop.await;
+    eprintln!("ferrobay s3: stopping");
+    gateway.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn random_token(len: usize, alphabet: &[u8]) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+        .collect()
+}
+
+async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
+    match k {
+        KeyCommand::Add { meta, access_key } => {
+            let index = open_index(&meta).await?;
+            let access_key = access_key.unwrap_or_else(|| {
+                format!(
+                    "FB{}",
+                    random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+                )
+            });
+            let secret = random_token(
+                40,
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+            );
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let (ak, sk) = (access_key.clone(), secret.clone());
+            index
+                .write(move |tx| ops::add_access_key(tx, &ak, &sk, now))
+                .await
+                .with_context(|| format!("add access key {access_key}"))?;
+            println!("AccessKeyId      {access_key}");
+            println!("SecretAccessKey  {secret}");
+        }
+        KeyCommand::List { meta } => {
+            let index = open_index(&meta).await?;
+            let keys = index
+                .read(ops::access_keys)
+                .await
+                .context("list access keys")?;
+            println!("{:<24} CREATED", "ACCESS KEY");
+            for (k, created_ms) in keys {
+                let created = humantime_ms(created_ms);
+                println!("{k:<24} {created}");
+            }
+        }
+        KeyCommand::Remove { meta, access_key } => {
+            let index = open_index(&meta).await?;
+            let ak = access_key.clone();
+            let removed = index
+                .write(move |tx| ops::delete_access_key(tx, &ak))
+                .await
+                .context("remove access key")?;
+            if !removed {
+                anyhow::bail!("no access key {access_key}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `2026-05-01T12:00:00Z` for a Unix time in ms.
+fn humantime_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub async fn run(a: S3Args) -> anyhow::Result<ExitCode> {
+    match a.command {
+        S3Command::Run(r) => run_gateway(r).await,
+        S3Command::Key(k) => run_key(k.command).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_specs() {
+        let (id, domain, dir) = parse_store("n1@rack1=/data/s1").expect("valid");
+        assert_eq!(
+            (id.as_str(), domain.as_str(), dir),
+            ("n1", "rack1", PathBuf::from("/data/s1"))
+        );
+        let (id, domain, _) = parse_store("n2=/d").expect("valid");
+        assert_eq!((id.as_str(), domain.as_str()), ("n2", "n2"));
+        assert!(parse_store("=/d").is_err());
+        assert!(parse_store("n1").is_err());
+        assert!(parse_store("@x=/d").is_err());
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(humantime_ms(0), "1970-01-01T00:00:00Z");
+        assert_eq!(humantime_ms(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
+}

@@ -1,0 +1,444 @@
+//! `ferrobay s3 run` end to end: the boto3 suite (tests/s3/*.py, run by pytest) and the
+//! aws CLI against a gateway process on SQLite, and two gateway processes sharing a
+//! PostgreSQL index. Missing Python packages, aws or PostgreSQL fail the test under
+//! FERROBAY_REQUIRE_ALL=1 (scripts/install-deps.sh installs them) and skip otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use objstore::testing::{PgServer, skip_or_fail};
+
+const ACCESS_KEY: &str = "ferrobay-root";
+const SECRET_KEY: &str = "ferrobay-root-secret";
+
+/// A `ferrobay s3 run` child process, killed on drop.
+struct GatewayProcess {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ferrobay() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrobay"));
+    c.env("FERROBAY_S3_ACCESS_KEY", ACCESS_KEY)
+        .env("FERROBAY_S3_SECRET_KEY", SECRET_KEY);
+    c
+}
+
+fn store_args(dir: &Path) -> Vec<String> {
+    (1..=3)
+        .flat_map(|i| {
+            [
+                "--store".to_string(),
+                format!("s{i}={}", dir.join(format!("store{i}")).display()),
+            ]
+        })
+        .collect()
+}
+
+fn start_gateway(dir: &Path, meta: &str, name: &str) -> GatewayProcess {
+    let endpoints = dir.join(format!("{name}.json"));
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
+    let child = ferrobay()
+        .args(["s3", "run", "--listen", "127.0.0.1:0", "--meta", meta])
+        .args(store_args(dir))
+        .arg("--endpoints-file")
+        .arg(&endpoints)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start ferrobay s3 run");
+    let mut gw = GatewayProcess {
+        child,
+        endpoint: String::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&endpoints)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(addr) = v["s3"].as_str()
+        {
+            gw.endpoint = format!("http://{addr}");
+            return gw;
+        }
+        if let Ok(Some(status)) = gw.child.try_wait() {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            panic!("ferrobay s3 run exited ({status}):\n{log}");
+        }
+        assert!(Instant::now() < deadline, "gateway did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn python_ready() -> Result<(), String> {
+    let out = Command::new("python3")
+        .args(["-c", "import boto3, pytest"])
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        return Err("python3 cannot import boto3 and pytest: run scripts/install-deps.sh".into());
+    }
+    Ok(())
+}
+
+fn aws_ready() -> Result<(), String> {
+    match Command::new("aws").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(
+            "the aws CLI is not installed: run scripts/install-deps.sh (Debian package awscli)"
+                .into(),
+        ),
+    }
+}
+
+fn suite_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3")
+}
+
+/// `ferrobay s3 key add`: returns (access key, secret).
+fn add_key(meta: &str, access_key: &str) -> (String, String) {
+    let out = ferrobay()
+        .args([
+            "s3",
+            "key",
+            "add",
+            "--meta",
+            meta,
+            "--access-key",
+            access_key,
+        ])
+        .output()
+        .expect("ferrobay s3 key add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    (field("AccessKeyId"), field("SecretAccessKey"))
+}
+
+#[test]
+fn boto3_suite_against_the_gateway() {
+    if let Err(why) = python_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = format!("sqlite:{}", dir.path().join("index.db").display());
+    let gw = start_gateway(dir.path(), &meta, "gw");
+    let (alt_key, alt_secret) = add_key(&meta, "ALTUSER");
+    let out = Command::new("python3")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short"])
+        .arg(suite_dir())
+        .current_dir(suite_dir())
+        .env("S3_ENDPOINT", &gw.endpoint)
+        .env("S3_ACCESS_KEY", ACCESS_KEY)
+        .env("S3_SECRET_KEY", SECRET_KEY)
+        .env("S3_ALT_ACCESS_KEY", alt_key)
+        .env("S3_ALT_SECRET_KEY", alt_secret)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("python3 -m pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.lines().last().unwrap_or_default().to_string();
+    println!("boto3 suite: {summary}");
+    if !out.status.success() {
+        let log = std::fs::read_to_string(dir.path().join("gw.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "boto3 suite failed:\n{stdout}\n{}\ngateway log (last lines):\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+fn aws(endpoint: &str, args: &[&str], cwd: &Path) -> Output {
+    Command::new("aws")
+        .arg("--endpoint-url")
+        .arg(endpoint)
+        .args(args)
+        .current_dir(cwd)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .expect("run aws")
+}
+
+fn aws_ok(endpoint: &str, args: &[&str], cwd: &Path) -> String {
+    let out = aws(endpoint, args, cwd);
+    assert!(
+        out.status.success(),
+        "aws {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+/// The aws CLI's everyday commands against one gateway: high-level `aws s3` (with its
+/// multipart uploads above 8 MiB) and `aws s3api`.
+fn aws_cli_session(a: &str, b: &str, work: &Path) {
+    std::fs::create_dir_all(work.join("up/sub")).expect("mkdir");
+    let big = pattern(20 << 20, 1);
+    std::fs::write(work.join("up/big.bin"), &big).expect("write");
+    std::fs::write(work.join("up/sub/small.txt"), b"small file\n").expect("write");
+    aws_ok(a, &["s3", "mb", "s3://cli-bucket"], work);
+    aws_ok(a, &["s3", "sync", "up", "s3://cli-bucket/data"], work);
+    let ls = aws_ok(b, &["s3", "ls", "--recursive", "s3://cli-bucket"], work);
+    assert!(
+        ls.contains("data/big.bin") && ls.contains("data/sub/small.txt"),
+        "{ls}"
+    );
+    assert!(ls.contains(&format!("{}", big.len())), "{ls}");
+    aws_ok(
+        b,
+        &["s3", "cp", "s3://cli-bucket/data/big.bin", "big.out"],
+        work,
+    );
+    assert_eq!(
+        std::fs::read(work.join("big.out")).expect("read"),
+        big,
+        "bytes through aws s3 cp"
+    );
+    let head = aws_ok(
+        b,
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "cli-bucket",
+            "--key",
+            "data/big.bin",
+        ],
+        work,
+    );
+    let v: serde_json::Value = serde_json::from_str(&head).expect("json");
+    assert!(
+        v["ETag"].as_str().expect("etag").contains('-'),
+        "multipart ETag: {head}"
+    );
+    aws_ok(
+        a,
+        &[
+            "s3api",
+            "put-object",
+            "--bucket",
+            "cli-bucket",
+            "--key",
+            "c.txt",
+            "--body",
+            "up/sub/small.txt",
+            "--checksum-algorithm",
+            "SHA256",
+        ],
+        work,
+    );
+    let attrs = aws_ok(
+        b,
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "cli-bucket",
+            "--key",
+            "c.txt",
+            "--checksum-mode",
+            "ENABLED",
+        ],
+        work,
+    );
+    assert!(attrs.contains("ChecksumSHA256"), "{attrs}");
+    let url = aws_ok(
+        a,
+        &[
+            "s3",
+            "presign",
+            "s3://cli-bucket/c.txt",
+            "--expires-in",
+            "300",
+        ],
+        work,
+    );
+    assert!(url.trim().starts_with("http://"), "{url}");
+    let missing = aws(
+        b,
+        &[
+            "s3api",
+            "get-object",
+            "--bucket",
+            "cli-bucket",
+            "--key",
+            "nope",
+            "out",
+        ],
+        work,
+    );
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("NoSuchKey"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    aws_ok(a, &["s3", "rm", "--recursive", "s3://cli-bucket"], work);
+    let ls = aws_ok(b, &["s3", "ls", "--recursive", "s3://cli-bucket"], work);
+    assert!(ls.trim().is_empty(), "{ls}");
+    aws_ok(b, &["s3", "rb", "s3://cli-bucket"], work);
+}
+
+#[test]
+fn aws_cli_against_the_gateway() {
+    if let Err(why) = aws_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = format!("sqlite:{}", dir.path().join("index.db").display());
+    let gw = start_gateway(dir.path(), &meta, "gw");
+    aws_cli_session(&gw.endpoint, &gw.endpoint, &dir.path().join("work"));
+}
+
+#[test]
+fn two_gateways_share_a_postgresql_index() {
+    if let Err(why) = aws_ready() {
+        return skip_or_fail(&why);
+    }
+    let pg = match PgServer::start() {
+        Ok(pg) => pg,
+        Err(why) => return skip_or_fail(&why),
+    };
+    let url = pg.create_database().expect("database");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = start_gateway(dir.path(), &url, "a");
+    let b = start_gateway(dir.path(), &url, "b");
+    // Written through one gateway, read and deleted through the other.
+    aws_cli_session(&a.endpoint, &b.endpoint, &dir.path().join("work"));
+}
+
+#[test]
+fn bad_command_lines_get_one_line_reasons() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str], env_keys: bool| {
+        let mut c = if env_keys {
+            ferrobay()
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_ferrobay"))
+        };
+        c.env_remove(if env_keys {
+            "UNUSED"
+        } else {
+            "FERROBAY_S3_ACCESS_KEY"
+        });
+        c.args(args).output().expect("run")
+    };
+    let store = format!("s1={}", dir.path().join("s1").display());
+    let cases: [(&[&str], bool, &str); 4] = [
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--meta",
+                "mysql://x",
+                "--store",
+                &store,
+            ],
+            true,
+            "--meta mysql://x",
+        ),
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--meta",
+                "sqlite:/tmp/x.db",
+                "--store",
+                "nodir",
+            ],
+            true,
+            "--store nodir",
+        ),
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--meta",
+                "sqlite:/tmp/x.db",
+                "--store",
+                &store,
+                "--ec",
+                "2",
+            ],
+            true,
+            "--ec",
+        ),
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--meta",
+                "sqlite:/tmp/x.db",
+                "--store",
+                &store,
+            ],
+            false,
+            "FERROBAY_S3_ACCESS_KEY",
+        ),
+    ];
+    for (args, keys, want) in cases {
+        let out = run(args, keys);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    // One store cannot hold a 2+1 stripe: refused with the reason.
+    let meta = format!("sqlite:{}", dir.path().join("i.db").display());
+    let out = run(
+        &[
+            "s3",
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            &meta,
+            "--store",
+            &store,
+        ],
+        true,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("failure domains"), "{err}");
+}

@@ -1,0 +1,228 @@
+//! The library entry point of an S3 gateway: [`Gateway::start`] takes a configuration,
+//! an opened index and the shard stores, and serves S3 on a TCP listener until
+//! [`Gateway::shutdown`]. Everything a gateway knows is in the index and the stores, so
+//! any number of gateways may serve one cluster.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use s3s::service::S3ServiceBuilder;
+
+use crate::clock::{Clock, SystemClock};
+use crate::index::Index;
+use crate::objects::{BackgroundConfig, ObjectConfig, ObjectLayer, spawn_background};
+use crate::placement::{PlacementError, StoreSet};
+use crate::s3::{AccessControl, Credentials, KeyStore, S3Gateway};
+use crate::shard::ShardStore;
+
+/// Largest request header section accepted, as on AWS (8 KiB).
+pub const MAX_HEADER_BYTES: usize = 8 << 10;
+
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    /// The region reported to clients and expected in signatures.
+    pub region: String,
+    /// The root user's access key (full access; more keys live in the index).
+    pub root: Credentials,
+    pub objects: ObjectConfig,
+    /// Reaper, healer and scanner; None runs none of them (tests drive them by hand).
+    pub background: Option<BackgroundConfig>,
+    /// Smallest multipart part but the last (AWS: 5 MiB).
+    pub min_part_bytes: u64,
+}
+
+impl GatewayConfig {
+    pub fn new(listen: SocketAddr, root: Credentials) -> Self {
+        GatewayConfig {
+            listen,
+            region: "us-east-1".to_string(),
+            root,
+            objects: ObjectConfig::default(),
+            background: Some(BackgroundConfig::default()),
+            min_part_bytes: crate::s3::MIN_PART_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    #[error("no shard stores configured")]
+    NoStores,
+    #[error("default erasure code {geometry}: {source}")]
+    Geometry {
+        geometry: crate::layout::Geometry,
+        source: PlacementError,
+    },
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway.
+pub struct Gateway {
+    addr: SocketAddr,
+    layer: Arc<ObjectLayer>,
+    stop: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    background: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn header_section_bytes(req: &http::Request<Incoming>) -> usize {
+    req.headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+        + req.uri().to_string().len()
+}
+
+fn header_too_large() -> http::Response<s3s::Body> {
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>RequestHeaderSectionTooLarge</Code>\
+                <Message>Your request header section exceeds the maximum allowed size.</Message>\
+                <MaxSizeAllowed>8192</MaxSizeAllowed></Error>";
+    let mut resp = http::Response::new(s3s::Body::from(body.to_string()));
+    *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    resp
+}
+
+impl Gateway {
+    /// Starts serving S3 on `config.listen` over `index` and `stores`.
+    pub async fn start(
+        config: GatewayConfig,
+        index: Index,
+        stores: Vec<Arc<dyn ShardStore>>,
+    ) -> Result<Gateway, GatewayError> {
+        Self::start_with_clock(config, index, stores, Arc::new(SystemClock)).await
+    }
+
+    /// [`start`](Self::start) with a clock of the caller's choosing (tests).
+    pub async fn start_with_clock(
+        config: GatewayConfig,
+        index: Index,
+        stores: Vec<Arc<dyn ShardStore>>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Gateway, GatewayError> {
+        if stores.is_empty() {
+            return Err(GatewayError::NoStores);
+        }
+        let set = StoreSet::new(stores)?;
+        let geometry = config.objects.default_geometry;
+        set.check_geometry(geometry.total())
+            .map_err(|source| GatewayError::Geometry { geometry, source })?;
+        let layer = Arc::new(ObjectLayer::new(
+            index.clone(),
+            set,
+            config.objects.clone(),
+            clock,
+        ));
+        let s3 = S3Gateway::new(layer.clone(), config.region.clone())
+            .with_min_part_bytes(config.min_part_bytes);
+        let mut builder = S3ServiceBuilder::new(s3);
+        builder.set_auth(KeyStore::new(config.root.clone(), index.clone()));
+        builder.set_access(AccessControl::new(index));
+        let service = builder.build();
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| GatewayError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| GatewayError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(listener, service, stop_rx.clone()));
+        let background = config
+            .background
+            .clone()
+            .map(|b| spawn_background(layer.clone(), b, stop_rx));
+        tracing::info!(%addr, "S3 gateway listening");
+        Ok(Gateway {
+            addr,
+            layer,
+            stop,
+            server,
+            background,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The object layer (background work on demand, inspection in tests).
+    pub fn layer(&self) -> &Arc<ObjectLayer> {
+        &self.layer
+    }
+
+    /// Stops accepting, lets requests in flight finish, stops background work.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        if let Some(b) = self.background {
+            let _ = b.await;
+        }
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    service: s3s::service::S3Service,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Let a few large headers through to the size check below, which answers with
+    // AWS's error instead of hyper's bare 431.
+    http.http1().max_headers(1000).max_buf_size(1 << 20);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (socket, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = socket.set_nodelay(true);
+        let svc = service.clone();
+        let handler = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+            let svc = svc.clone();
+            async move {
+                if header_section_bytes(&req) > MAX_HEADER_BYTES {
+                    return Ok::<_, s3s::HttpError>(header_too_large());
+                }
+                hyper::service::Service::call(&svc, req).await
+            }
+        });
+        let conn = http
+            .serve_connection(TokioIo::new(socket), handler)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection: {e}");
+            }
+        });
+    }
+    drop(listener);
+    // Requests in flight get a bounded time to finish.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown()).await;
+}

@@ -1,0 +1,149 @@
+//! One KV namespace as the data path sees it: the [`ShardStore`] trait.
+//!
+//! The trait mirrors the NVMe Key Value command set (Store, Retrieve, Delete, Exist, List)
+//! with 16-byte keys and values of at most [`MAX_VALUE_BYTES`], so that a local KV engine
+//! and a remote KV namespace over NVMe/TCP plug in behind it unchanged. Errors are the KV
+//! statuses a caller has to tell apart ([`ShardError`]). Every store belongs to one
+//! failure domain (a storage node); placement never puts two shards of a stripe into one.
+//!
+//! Implementations here: [`MemShardStore`] (RAM), [`DirShardStore`] (a directory of files,
+//! durable), [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt).
+
+mod dir;
+mod faulty;
+mod mem;
+
+pub use dir::DirShardStore;
+pub use faulty::{Faults, FaultyShardStore};
+pub use mem::MemShardStore;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// A key of a KV namespace: 16 bytes (the NVMe KV maximum), here always a hash.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardKey(pub [u8; 16]);
+
+impl ShardKey {
+    /// The smallest key (where a full listing starts).
+    pub const MIN: ShardKey = ShardKey([0; 16]);
+
+    /// The key right after this one, or None for the largest key.
+    pub fn successor(&self) -> Option<ShardKey> {
+        let mut k = self.0;
+        for byte in k.iter_mut().rev() {
+            if *byte == 0xff {
+                *byte = 0;
+            } else {
+                *byte += 1;
+                return Some(ShardKey(k));
+            }
+        }
+        None
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Debug for ShardKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// The largest value one store accepts (NVMe KV namespaces report their own maximum;
+/// 2 MiB is what the data path is built for: shards never exceed it).
+pub const MAX_VALUE_BYTES: usize = 2 << 20;
+
+/// Store's condition on the key's existence (the KV Store command's options).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Create or replace.
+    #[default]
+    Upsert,
+    /// Fail with [`ShardError::KeyExists`] if the key exists.
+    OnlyIfAbsent,
+    /// Fail with [`ShardError::KeyNotFound`] if the key does not exist.
+    OnlyIfExists,
+}
+
+/// Why a store operation failed; the variants follow the NVMe KV statuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("key does not exist")]
+    KeyNotFound,
+    #[error("key exists")]
+    KeyExists,
+    #[error("capacity exceeded")]
+    CapacityExceeded,
+    #[error("value of {bytes} bytes exceeds the {MAX_VALUE_BYTES}-byte limit")]
+    ValueTooLarge { bytes: usize },
+    /// The medium failed (NVMe Unrecovered Read Error and the like).
+    #[error("unrecovered error: {0}")]
+    Unrecovered(String),
+    /// The namespace cannot be reached (node down, path lost, timed out).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ShardError {
+    /// Whether the store as a whole is unreachable (as opposed to this one key failing).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, ShardError::Unavailable(_))
+    }
+}
+
+/// One KV namespace. All methods may be called concurrently.
+#[async_trait]
+pub trait ShardStore: Send + Sync + 'static {
+    /// Stable name of this store, recorded in shard maps (e.g. `node1/kv0`).
+    fn id(&self) -> &str;
+
+    /// The failure domain (storage node) this store lives in.
+    fn failure_domain(&self) -> &str;
+
+    /// Stores `value` under `key`; `value.len() <= MAX_VALUE_BYTES`. Durable on return.
+    async fn store(&self, key: ShardKey, value: Bytes, mode: StoreMode) -> Result<(), ShardError>;
+
+    /// Copies the value of `key` into `buf` (at most `buf.len()` bytes) and returns the
+    /// value's full size, which may exceed `buf.len()` (then only a prefix was copied).
+    async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError>;
+
+    /// Removes `key`; [`ShardError::KeyNotFound`] if it was not there.
+    async fn delete(&self, key: ShardKey) -> Result<(), ShardError>;
+
+    /// Whether `key` exists.
+    async fn exist(&self, key: ShardKey) -> Result<bool, ShardError>;
+
+    /// Up to `max` keys `>= from`, in ascending order.
+    async fn list(&self, from: ShardKey, max: usize) -> Result<Vec<ShardKey>, ShardError>;
+}
+
+pub(crate) fn check_value_size(value: &[u8]) -> Result<(), ShardError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(ShardError::ValueTooLarge { bytes: value.len() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod contract;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successor_carries() {
+        let mut k = [0u8; 16];
+        k[15] = 0xff;
+        let mut want = [0u8; 16];
+        want[14] = 1;
+        assert_eq!(ShardKey(k).successor(), Some(ShardKey(want)));
+        assert_eq!(ShardKey([0xff; 16]).successor(), None);
+    }
+}
