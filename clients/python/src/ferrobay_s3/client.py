@@ -224,7 +224,8 @@ class Client:
         self._checker.run_once()
 
     def _probe_http(self, url: str) -> None:
-        """``HEAD probe_path`` on the endpoint: any answer below 500 means it serves."""
+        """``HEAD probe_path`` on the endpoint: any HTTP answer but a server failure
+        (500, 502, 503, 504) means it serves."""
         parsed = urllib.parse.urlsplit(url)
         timeout = self._health.probe_timeout_s
         conn: http.client.HTTPConnection
@@ -245,7 +246,7 @@ class Client:
             status = conn.getresponse().status
         finally:
             conn.close()
-        if status >= 500:
+        if status in (500, 502, 503, 504):
             raise ConnectionError(f"HEAD {self._health.probe_path}: HTTP {status}")
 
     # -- the request loop ---------------------------------------------------------------
@@ -268,6 +269,7 @@ class Client:
                 c = self._session.client(
                     "s3", endpoint_url=endpoint, verify=self._verify, config=self._botocore_config()
                 )
+                _no_expect_continue(c)
             self._boto_clients[endpoint] = c
             return c
 
@@ -798,6 +800,15 @@ def multipart_etag(part_etags: Sequence[str]) -> str:
     for e in part_etags:
         h.update(binascii.unhexlify(e.strip('"')))
     return f'"{h.hexdigest()}-{len(part_etags)}"'
+
+
+def _no_expect_continue(c: Any) -> None:
+    """Stops boto3 from sending ``Expect: 100-continue``: on a reused connection botocore
+    can mis-parse the answer that follows a ``100 Continue`` (its headers are lost, and
+    the read waits for the read timeout). Bodies go at once instead."""
+    import botocore.handlers
+
+    c.meta.events.unregister("before-call.s3", botocore.handlers.add_expect_header)
 
 
 def _raise(e: BaseException) -> Any:

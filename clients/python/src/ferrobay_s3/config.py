@@ -54,8 +54,8 @@ class HealthConfig:
     ``eject_base_s`` × 2^(consecutive failures − 1), at most ``eject_max_s``; a request
     that succeeds resets the count. Active: a background thread probes every endpoint each
     ``probe_interval_s`` (an ejected one only once its ejection time is over) with an HTTP
-    ``HEAD probe_path``: any answer below 500 within ``probe_timeout_s`` means the
-    gateway serves. An ejected endpoint returns when a probe succeeds (or, with
+    ``HEAD probe_path``: any HTTP answer within ``probe_timeout_s`` but 500, 502, 503 or
+    504 means the gateway serves (501, which ``HEAD /`` gets today, is an answer). An ejected endpoint returns when a probe succeeds (or, with
     ``probe_interval_s=0``, which turns probing off, when its ejection time is over).
     The endpoint source (file, URL, cluster API) is read again every
     ``refresh_interval_s``.
