@@ -169,3 +169,37 @@ def test_boto3_itself_never_retries():
         for s in servers:
             s.shutdown()
             s.server_close()
+
+
+def test_requests_carry_no_expect_continue():
+    """botocore can lose the headers of the answer after a 100 Continue on a reused
+    connection (and then wait for the read timeout): the client never asks for one."""
+    seen = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_PUT(self):  # noqa: N802
+            seen.append(dict(self.headers))
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("ETag", '"0"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c = Client([f"http://127.0.0.1:{server.server_address[1]}"], access_key="k",
+                   secret_key="secret-key", health_thread=False)
+        c.put_object(Bucket="b", Key="k", Body=b"x" * (2 << 20))
+        c.upload_fileobj(__import__("io").BytesIO(b"y" * 100), "b", "k2")
+        c.close()
+        assert len(seen) == 2
+        assert all("expect" not in {k.lower() for k in h} for h in seen), seen
+    finally:
+        server.shutdown()
+        server.server_close()
