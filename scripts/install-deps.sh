@@ -44,3 +44,9 @@ if ! python3 -c 'import setuptools, wheel' 2>/dev/null; then
     python3 -m pip install --quiet setuptools wheel \
         || python3 -m pip install --quiet --break-system-packages setuptools wheel
 fi
+# Static checks of the Python client library (type check and unused names).
+if ! python3 -c 'import mypy, pyflakes' 2>/dev/null; then
+    echo "install-deps: installing mypy and pyflakes (pip)"
+    python3 -m pip install --quiet mypy pyflakes \
+        || python3 -m pip install --quiet --break-system-packages mypy pyflakes
+fi

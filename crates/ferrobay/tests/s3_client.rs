@@ -34,12 +34,20 @@ fn python_ready(modules: &str) -> Result<(), String> {
 /// output when it fails or runs no test.
 fn pytest(tests: &str, env: &[(&str, &str)]) {
     let mut cmd = Command::new("python3");
-    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-rs"])
-        .arg(tests)
-        .current_dir(client_dir())
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    cmd.args([
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--tb=short",
+        "-rs",
+    ])
+    .arg(tests)
+    .current_dir(client_dir())
+    .env("AWS_EC2_METADATA_DISABLED", "true")
+    .env("AWS_CONFIG_FILE", "/dev/null")
+    .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -62,6 +70,30 @@ fn python_client_unit_tests() {
         return skip_or_fail(&why);
     }
     pytest("tests/unit", &[]);
+}
+
+/// The package is typed (py.typed): mypy --strict (settings in pyproject.toml) and
+/// pyflakes find nothing.
+#[test]
+fn python_client_static_checks() {
+    if let Err(why) = python_ready("mypy, pyflakes, boto3") {
+        return skip_or_fail(&why);
+    }
+    for args in [&["-m", "mypy"][..], &["-m", "pyflakes", "src", "tests"][..]] {
+        let out = Command::new("python3")
+            .args(args)
+            .current_dir(client_dir())
+            .env("MYPY_CACHE_DIR", "/dev/null")
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "python3 {}:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn copy_tree(from: &Path, to: &Path) {

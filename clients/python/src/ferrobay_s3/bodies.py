@@ -59,7 +59,7 @@ class _Body(io.RawIOBase):
     def _read_some(self, amt: int) -> bytes:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def read(self, amt: Optional[int] = None) -> bytes:  # type: ignore[override]
+    def read(self, amt: Optional[int] = None) -> bytes:
         if amt is None or amt < 0:
             return self.readall()
         if amt == 0:
@@ -67,7 +67,7 @@ class _Body(io.RawIOBase):
         return self._read_some(amt)
 
     def readall(self) -> bytes:
-        parts = []
+        parts: List[bytes] = []
         while True:
             b = self._read_some(DEFAULT_CHUNK_BYTES * 8)
             if not b:
@@ -87,7 +87,7 @@ class _Body(io.RawIOBase):
                 return
             yield b
 
-    def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[bytes]:
         return self.iter_chunks()
 
 
@@ -224,7 +224,7 @@ class RangedBody(_Body):
             (a, min(a + chunk_bytes, total)) for a in range(first_end, total, chunk_bytes)
         ]
         self._next_range = 0
-        self._pending: Deque[Future] = collections.deque()
+        self._pending: Deque["Future[bytes]"] = collections.deque()
         self._buf = memoryview(b"")
         self._lock = threading.Lock()
         self._fill()

@@ -28,7 +28,7 @@ from .bodies import (
     REPEATED_GET_ARGS, PartSupplier, RangedBody, ResumableBody, parse_content_range,
 )
 from .config import MAX_PARTS, HealthConfig, RetryConfig, TransferConfig
-from .endpoints import make_source, normalize
+from .endpoints import PathArg, make_source, normalize
 from .errors import EndpointsExhaustedError, NoEndpointsError
 from .health import EndpointPool, EndpointStatus, HealthChecker, _one_line
 from .retry import Backoff, Verdict, classify, error_code, http_status, may_retry
@@ -66,6 +66,8 @@ MULTIPART_PART_ARGS = frozenset({
 WHOLE_BODY_ARGS = frozenset({"ContentMD5", "ContentLength"} | set(CHECKSUM_FIELDS))
 #: Conditions that make a write or delete non-idempotent (a repeat may be refused).
 CONDITION_ARGS = frozenset({"IfMatch", "IfNoneMatch"})
+#: S3's largest single PUT.
+MAX_SINGLE_PUT_BYTES = 5 << 30
 #: GetObject arguments that make the client send one plain GET (no parallel ranges).
 SINGLE_GET_ARGS = frozenset({"Range", "PartNumber", "ChecksumMode"})
 
@@ -106,7 +108,7 @@ class Client:
         self,
         endpoints: Optional[Sequence[str]] = None,
         *,
-        endpoints_file: Union[None, str, os.PathLike, Sequence[Union[str, os.PathLike]]] = None,
+        endpoints_file: Union[None, PathArg, Sequence[PathArg]] = None,
         cluster_api: Optional[str] = None,
         access_key: Optional[str] = None,
         secret_key: Optional[str] = None,
@@ -520,7 +522,7 @@ class Client:
             if len(data) > self._transfer.multipart_threshold_bytes and self._may_split(kwargs):
                 chunk = self._part_size(len(data))
                 parts = (
-                    (n, (lambda a=a: data[a : a + chunk]))
+                    (n, _slice_part(data, a, chunk))
                     for n, a in enumerate(range(0, len(data), chunk), start=1)
                 )
                 return self._multipart_upload(Bucket, Key, parts, kwargs)
@@ -538,7 +540,7 @@ class Client:
         return self._put_fileobj(Bucket, Key, Fileobj, dict(ExtraArgs or {}))
 
     def upload_file(
-        self, Filename: Union[str, os.PathLike], Bucket: str, Key: str,
+        self, Filename: PathArg, Bucket: str, Key: str,
         ExtraArgs: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
         """Uploads a file (as boto3's ``upload_file``; returns the S3 answer)."""
@@ -571,7 +573,7 @@ class Client:
             if fd is not None:
                 # Parts read in the transfer threads, in parallel.
                 parts: Iterator[Tuple[int, PartSupplier]] = (
-                    (n, (lambda a=a: _pread_exactly(fd, min(chunk, size - a), start + a)))
+                    (n, _pread_part(fd, min(chunk, size - a), start + a))
                     for n, a in enumerate(range(0, size, chunk), start=1)
                 )
             else:
@@ -587,7 +589,7 @@ class Client:
         # A stream of unknown length: a single PUT if it ends within the threshold.
         head = _read_up_to(f, threshold + 1)
         if len(head) <= threshold or not self._may_split(kwargs):
-            rest = b"" if len(head) <= threshold else f.read()
+            rest = b"" if len(head) <= threshold else _read_up_to(f, MAX_SINGLE_PUT_BYTES)
             return self._put_whole(Bucket, Key, head + rest, kwargs)
         chunk = self._transfer.multipart_chunksize_bytes
         return self._multipart_upload(Bucket, Key, _stream_parts(head, f, chunk), kwargs)
@@ -611,7 +613,7 @@ class Client:
         upload_id = created["UploadId"]
         executor = self._transfer_executor()
         window = self._transfer.max_concurrency
-        pending: Set[Future] = set()
+        pending: Set["Future[Dict[str, Any]]"] = set()
         done: List[Dict[str, Any]] = []
         try:
             for number, supplier in parts:
@@ -762,7 +764,7 @@ class Client:
             body.close()
 
     def download_file(
-        self, Bucket: str, Key: str, Filename: Union[str, os.PathLike],
+        self, Bucket: str, Key: str, Filename: PathArg,
         ExtraArgs: Optional[Mapping[str, Any]] = None,
     ) -> None:
         """Writes the object to ``Filename`` (through a temporary file in the same
@@ -782,7 +784,7 @@ class Client:
 
     # -- datasets -----------------------------------------------------------------------
 
-    def dataset(self, bucket: str, prefix: str = "", **options: Any) -> "ObjectDataset":
+    def dataset(self, bucket: str, prefix: str = "", **options: Any) -> "ObjectDataset[Any]":
         """An iterable over the objects under ``prefix`` for training loops; see
         :class:`ferrobay_s3.ObjectDataset` for the options (shuffle, seed, transform,
         sharding, prefetch)."""
@@ -817,6 +819,15 @@ def _raise(e: BaseException) -> Any:
 
 def _ready(data: bytes) -> PartSupplier:
     return lambda: data
+
+
+def _slice_part(data: bytes, offset: int, length: int) -> PartSupplier:
+    return lambda: data[offset : offset + length]
+
+
+def _pread_part(fd: int, length: int, offset: int) -> PartSupplier:
+    """Reads the part when called (in a transfer thread; ``os.pread`` needs no lock)."""
+    return lambda: _pread_exactly(fd, length, offset)
 
 
 def _remaining_size(f: Any) -> Optional[int]:

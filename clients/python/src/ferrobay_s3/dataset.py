@@ -138,7 +138,7 @@ class ObjectDataset(Generic[T]):
             max_workers=min(self.prefetch, max(1, len(keys))),
             thread_name_prefix="ferrobay-s3-dataset",
         )
-        pending: Deque[Tuple[str, Future]] = collections.deque()
+        pending: Deque[Tuple[str, "Future[Optional[bytes]]"]] = collections.deque()
         it = iter(keys)
         try:
             for key in it:

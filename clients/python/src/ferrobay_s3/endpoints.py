@@ -22,6 +22,9 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .errors import EndpointSourceError
 
+#: A file name argument.
+PathArg = Union[str, "os.PathLike[str]"]
+
 #: The path a cluster API serves the gateway list on (see the README).
 CLUSTER_API_PATH = "/v1/s3/endpoints"
 
@@ -69,7 +72,7 @@ def parse_document(doc: Any, origin: str) -> List[str]:
     return out
 
 
-def read_file(path: Union[str, os.PathLike]) -> List[str]:
+def read_file(path: PathArg) -> List[str]:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -101,7 +104,7 @@ def cluster_api_url(api: str) -> str:
 
 def make_source(
     endpoints: Optional[Sequence[str]] = None,
-    endpoints_file: Union[None, str, os.PathLike, Sequence[Union[str, os.PathLike]]] = None,
+    endpoints_file: Union[None, PathArg, Sequence[PathArg]] = None,
     cluster_api: Optional[str] = None,
 ) -> Optional[Callable[[], List[str]]]:
     """A function that reads the current endpoint list, or None for a static list only.

@@ -119,7 +119,8 @@ class EndpointPool:
         way."""
         now = self._clock()
         with self._lock:
-            healthy, ejected = [], []
+            healthy: List[str] = []
+            ejected: List[str] = []
             for u, s in self._states.items():
                 (healthy if self._is_healthy(s, now) else ejected).append(u)
         return rank(healthy, bucket, key) + rank(ejected, bucket, key)

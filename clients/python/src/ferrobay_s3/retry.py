@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import http.client
 import random
-from typing import Optional
+from typing import Optional, Tuple
 
 import botocore.exceptions
 
@@ -15,7 +15,7 @@ from .errors import ShortReadError
 try:  # botocore's transport; only used to recognise its errors
     import urllib3.exceptions as _urllib3_exceptions
 
-    _URLLIB3_ERRORS: tuple = (_urllib3_exceptions.HTTPError,)
+    _URLLIB3_ERRORS: Tuple[type, ...] = (_urllib3_exceptions.HTTPError,)
 except ImportError:  # pragma: no cover - urllib3 comes with botocore
     _URLLIB3_ERRORS = ()
 

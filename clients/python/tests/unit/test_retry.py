@@ -6,7 +6,7 @@ import threading
 
 import botocore.exceptions
 import pytest
-from fakes import FakeClock, client_error, refused, reset
+from fakes import client_error, refused, reset
 
 from ferrobay_s3 import Client, EndpointsExhaustedError, RetryConfig
 from ferrobay_s3.config import RetryConfig as RC
