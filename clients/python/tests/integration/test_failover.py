@@ -123,6 +123,13 @@ def test_no_request_fails_while_a_gateway_is_killed_and_restarted(all_up, bucket
         data = pattern(3000 * i + 1, 500 + i)
         client.put_object(Bucket=bucket, Key=f"ds/{i:03d}", Body=data)
     c = make_client(endpoints=[g.url for g in gateways])
+    victim = gateways[1]
+    # An object the victim serves, to be read through a stream open while it dies.
+    n = 0
+    while c.endpoint_for(bucket, f"stream/{n}") != victim.url:
+        n += 1
+    stream_key, stream_data = f"stream/{n}", pattern(32 * MIB + 5, 777)
+    c.put_object(Bucket=bucket, Key=stream_key, Body=stream_data)
     work = Workload(c, bucket)
     work.final_models = []
     work.dataset_expected = {
@@ -133,9 +140,11 @@ def test_no_request_fails_while_a_gateway_is_killed_and_restarted(all_up, bucket
     threads.append(threading.Thread(target=work.run, args=(work.large_worker,)))
     for t in threads:
         t.start()
-    victim = gateways[1]
     try:
         time.sleep(RUN_BEFORE_KILL_S)
+        # One plain GET streaming from the victim (Range makes it a single request).
+        stream = c.get_object(Bucket=bucket, Key=stream_key, Range="bytes=0-")["Body"]
+        head = stream.read(MIB)
         # Kill it while a large transfer is in flight (parts on every gateway).
         assert work.large_in_flight.wait(120), "no large transfer started"
         time.sleep(0.2)
@@ -144,9 +153,11 @@ def test_no_request_fails_while_a_gateway_is_killed_and_restarted(all_up, bucket
         assert by_url[victim.url].requests > 0
         victim.kill()
         killed_at = time.monotonic()
+        # The stream goes on through another gateway, from the next byte.
+        assert head + stream.read() == stream_data
+        assert stream.resumes >= 1
         time.sleep(DEAD_FOR_S)
         st = {s.url: s for s in c.endpoint_status()}[victim.url]
-        # Requests hit it (in flight, or sent before it was ejected) and went elsewhere.
         assert not st.healthy and st.ejections >= 1 and st.failures >= 1, st
         during = {k: work.ops.get(k, 0) - before.get(k, 0) for k in work.ops}
         victim.start()  # same port
@@ -196,3 +207,33 @@ def test_no_request_fails_while_a_gateway_is_killed_and_restarted(all_up, bucket
         parts = c.call("list_parts", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
         assert parts.get("Parts", []) == [], u
     c.close()
+
+
+def test_a_gateway_back_on_a_new_port_is_found_through_its_endpoints_file(all_up, bucket):
+    """Endpoints read from the files `ferrobay s3 run --endpoints-file` writes: a gateway
+    that dies and comes back elsewhere is dropped and picked up again, with no failed
+    request in between."""
+    c = make_client(endpoints_file=[g.endpoints_file for g in all_up])
+    moving = all_up[2]
+    try:
+        old_url = moving.url
+        for i in range(30):
+            c.put_object(Bucket=bucket, Key=f"mv/{i}", Body=pattern(5000 + i, i))
+        moving.kill()
+        for i in range(30):
+            assert c.get_object(Bucket=bucket, Key=f"mv/{i}")["Body"].read() == pattern(5000 + i, i)
+        moving.start(0)  # a new free port; the file is rewritten when it serves
+        assert moving.url != old_url
+        deadline = time.monotonic() + 10
+        while moving.url not in c.endpoints():
+            assert time.monotonic() < deadline, c.endpoints()
+            time.sleep(0.05)
+        assert old_url not in c.endpoints()
+        moved_keys = [f"mv/{i}" for i in range(30) if c.endpoint_for(bucket, f"mv/{i}") == moving.url]
+        assert moved_keys
+        for k in moved_keys:
+            c.delete_object(Bucket=bucket, Key=k)
+        served = {s.url: s.requests for s in c.endpoint_status()}[moving.url]
+        assert served == len(moved_keys)
+    finally:
+        c.close()
