@@ -374,7 +374,8 @@ class Client:
     def call(self, operation: str, *, idempotent: bool = True, **kwargs: Any) -> Any:
         """Any boto3 S3 method by name (``"put_bucket_versioning"``, ``"list_parts"``…),
         routed by its ``Bucket`` and ``Key`` arguments and retried on another endpoint if
-        ``idempotent``; the escape hatch for calls without a method here."""
+        ``idempotent`` (a body to be re-sent must then be bytes, not a file); the escape
+        hatch for calls without a method here."""
         bucket = str(kwargs.get("Bucket", ""))
         key = str(kwargs.get("Key", ""))
         return self._call(

@@ -61,8 +61,10 @@ def all_up(gateways):
     return gateways
 
 
+# Quick ejection and return; a generous probe timeout, so that a gateway slowed down by
+# a loaded machine is not taken for dead (a dead one refuses connections at once).
 FAST_HEALTH = HealthConfig(eject_base_s=0.5, eject_max_s=2.0, probe_interval_s=0.2,
-                           probe_timeout_s=1.0, refresh_interval_s=0.3)
+                           probe_timeout_s=5.0, refresh_interval_s=0.3)
 SMALL_TRANSFERS = TransferConfig(
     multipart_threshold_bytes=8 * MIB, multipart_chunksize_bytes=5 * MIB,
     range_threshold_bytes=4 * MIB, range_chunksize_bytes=2 * MIB, max_concurrency=4,
