@@ -29,22 +29,38 @@ fn median_ms(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1e3
 }
 
-async fn layer(dir: &std::path::Path, inline_max_bytes: usize) -> Result<Arc<ObjectLayer>, Box<dyn std::error::Error>> {
+async fn layer(
+    dir: &std::path::Path,
+    inline_max_bytes: usize,
+) -> Result<Arc<ObjectLayer>, Box<dyn std::error::Error>> {
     let index = Index::open(&format!("sqlite:{}", dir.join("index.db").display())).await?;
     index.write(|tx| ops::create_bucket(tx, "b", G, 0)).await?;
     let stores: Vec<Arc<dyn ShardStore>> = (0..3)
         .map(|i| -> Result<Arc<dyn ShardStore>, std::io::Error> {
-            Ok(Arc::new(DirShardStore::open(dir.join(format!("s{i}")), format!("s{i}"), format!("n{i}"), None)?))
+            Ok(Arc::new(DirShardStore::open(
+                dir.join(format!("s{i}")),
+                format!("s{i}"),
+                format!("n{i}"),
+                None,
+            )?))
         })
         .collect::<Result<_, _>>()?;
     let config = ObjectConfig {
         inline_max_bytes,
         ..ObjectConfig::default()
     };
-    Ok(Arc::new(ObjectLayer::new(index, StoreSet::new(stores)?, config, Arc::new(SystemClock))))
+    Ok(Arc::new(ObjectLayer::new(
+        index,
+        StoreSet::new(stores)?,
+        config,
+        Arc::new(SystemClock),
+    )))
 }
 
-async fn measure(l: &Arc<ObjectLayer>, size: usize) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+async fn measure(
+    l: &Arc<ObjectLayer>,
+    size: usize,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
     let bucket = l.index().bucket("b").await?.ok_or("bucket")?;
     let body = vec![0x5au8; size];
     let mut puts = Vec::new();
@@ -56,17 +72,36 @@ async fn measure(l: &Arc<ObjectLayer>, size: usize) -> Result<(f64, f64), Box<dy
         let ing = l
             .ingest(
                 futures::stream::iter([chunk]),
-                IngestRequest { geometry: G, checksum: None, size_hint: Some(size as u64), max_bytes: u64::MAX, allow_inline: true },
+                IngestRequest {
+                    geometry: G,
+                    checksum: None,
+                    size_hint: Some(size as u64),
+                    max_bytes: u64::MAX,
+                    allow_inline: true,
+                },
             )
             .await?;
-        let v = NewVersion { key: key.clone(), size: ing.size, etag: hex::encode(ing.md5), mtime_ms: 0, attrs: ObjectAttrs::default(), data: ing.data };
+        let v = NewVersion {
+            key: key.clone(),
+            size: ing.size,
+            etag: hex::encode(ing.md5),
+            mtime_ms: 0,
+            attrs: ObjectAttrs::default(),
+            data: ing.data,
+        };
         l.index()
-            .write(move |tx| ops::put_version(tx, bucket.id, &v, &WriteCondition::default(), "v", 0))
+            .write(move |tx| {
+                ops::put_version(tx, bucket.id, &v, &WriteCondition::default(), "v", 0)
+            })
             .await?;
         puts.push(t.elapsed());
         let t = Instant::now();
         let k = key.clone();
-        let v = l.index().read(move |tx| ops::latest(tx, bucket.id, &k)).await?.ok_or("missing")?;
+        let v = l
+            .index()
+            .read(move |tx| ops::latest(tx, bucket.id, &k))
+            .await?
+            .ok_or("missing")?;
         let mut s = l.read_range(v.data, 0..v.size);
         let mut n = 0;
         while let Some(b) = s.next().await {
@@ -81,14 +116,17 @@ async fn measure(l: &Arc<ObjectLayer>, size: usize) -> Result<(f64, f64), Box<dy
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let mut rows = Vec::new();
         // Warm-up (first file creations, SQLite page cache), not reported.
         {
-            let w = tempfile::tempdir()?;
-            measure(&layer(w.path(), 0).await?, 1 << 10).await?;
-            measure(&layer(w.path(), usize::MAX).await?, 1 << 10).await?;
+            let (w1, w2) = (tempfile::tempdir()?, tempfile::tempdir()?);
+            measure(&layer(w1.path(), 0).await?, 1 << 10).await?;
+            measure(&layer(w2.path(), usize::MAX).await?, 1 << 10).await?;
         }
         eprintln!("{:>9} {:>12} {:>12} {:>12} {:>12}", "size", "inline PUT", "EC PUT", "inline GET", "EC GET");
         for size in SIZES {

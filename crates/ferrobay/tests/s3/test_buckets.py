@@ -11,8 +11,10 @@ def test_bucket_lifecycle(s3):
     assert name in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     s3.head_bucket(Bucket=name)
     assert s3.get_bucket_location(Bucket=name).get("LocationConstraint") in (None, "")
-    assert error_of(s3.create_bucket, Bucket=name)[:2] == (409, "BucketAlreadyOwnedByYou")
+    # us-east-1 answers 200 to re-creating one's own bucket and changes nothing.
     s3.put_object(Bucket=name, Key="k", Body=b"x")
+    s3.create_bucket(Bucket=name)
+    assert s3.get_object(Bucket=name, Key="k")["Body"].read() == b"x"
     assert error_of(s3.delete_bucket, Bucket=name)[:2] == (409, "BucketNotEmpty")
     s3.delete_object(Bucket=name, Key="k")
     s3.delete_bucket(Bucket=name)
@@ -48,3 +50,11 @@ def test_unknown_bucket_erasure_code_is_refused(s3):
         s3.meta.events.unregister("before-sign.s3.CreateBucket", add_header)
     assert (status, code) == (400, "InvalidArgument")
     assert "failure domains" in msg
+
+
+def test_acls_show_the_single_owner(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    for acl in [s3.get_bucket_acl(Bucket=bucket), s3.get_object_acl(Bucket=bucket, Key="k")]:
+        assert acl["Owner"]["ID"] == "ferrobay"
+        assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
+    assert error_of(s3.get_object_acl, Bucket=bucket, Key="missing")[:2] == (404, "NoSuchKey")

@@ -66,6 +66,7 @@ def test_conditional_put(s3, bucket):
     assert error_of(s3.put_object, Bucket=bucket, Key="once", Body=b"3", IfMatch='"0000"')[:2] == (412, "PreconditionFailed")
     s3.put_object(Bucket=bucket, Key="once", Body=b"4", IfMatch=etag)
     assert s3.get_object(Bucket=bucket, Key="once")["Body"].read() == b"4"
+    assert error_of(s3.put_object, Bucket=bucket, Key="absent", Body=b"5", IfMatch=etag)[:2] == (404, "NoSuchKey")
 
 
 def test_metadata_and_content_headers(s3, bucket):
@@ -134,7 +135,7 @@ def test_object_tagging(s3, bucket):
     s3.delete_object_tagging(Bucket=bucket, Key="t")
     assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == []
     too_many = {"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]}
-    assert error_of(s3.put_object_tagging, Bucket=bucket, Key="t", Tagging=too_many)[0] == 400
+    assert error_of(s3.put_object_tagging, Bucket=bucket, Key="t", Tagging=too_many)[:2] == (400, "InvalidTag")
     dup = {"TagSet": [{"Key": "k", "Value": "1"}, {"Key": "k", "Value": "2"}]}
     assert error_of(s3.put_object_tagging, Bucket=bucket, Key="t", Tagging=dup)[:2] == (400, "InvalidTag")
 

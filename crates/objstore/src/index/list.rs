@@ -138,11 +138,13 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
+    type Fetched = Result<Vec<Item<()>>, IndexError>;
+
     /// The model: a sorted set of keys, one item per key.
     fn fetch_from<'a>(
         keys: &'a BTreeSet<String>,
         calls: &'a mut usize,
-    ) -> impl FnMut(&Lower, Option<&[u8]>, usize) -> Result<Vec<Item<()>>, IndexError> + 'a {
+    ) -> impl FnMut(&Lower, Option<&[u8]>, usize) -> Fetched + 'a {
         move |lower, upper, limit| {
             *calls += 1;
             Ok(keys

@@ -53,7 +53,7 @@ pub enum IndexError {
 
 enum Backend {
     Sqlite(SqlitePool),
-    Postgres(PgPool),
+    Postgres(Box<PgPool>),
 }
 
 /// A handle on the index; cheap to clone. Operations run on the blocking thread pool.
@@ -78,7 +78,7 @@ impl Index {
                 }
                 Backend::Sqlite(SqlitePool::open(std::path::Path::new(path))?)
             } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-                Backend::Postgres(PgPool::open(&url)?)
+                Backend::Postgres(Box::new(PgPool::open(&url)?))
             } else {
                 return Err(IndexError::BadUrl(url));
             };
@@ -113,12 +113,9 @@ impl Index {
             .await
             .map_err(|_| IndexError::Database("index closed".into()))?;
         let backend = self.backend.clone();
-        tokio::task::spawn_blocking(move || match &*backend {
-            Backend::Sqlite(p) => p.run(write, &mut f),
-            Backend::Postgres(p) => p.run(write, &mut f),
-        })
-        .await
-        .map_err(|e| IndexError::Database(format!("index task failed: {e}")))?
+        tokio::task::spawn_blocking(move || run_on(&backend, write, &mut f))
+            .await
+            .map_err(|e| IndexError::Database(format!("index task failed: {e}")))?
     }
 
     /// Runs `f` in one read-write transaction.
@@ -143,15 +140,23 @@ impl Index {
     }
 }
 
+fn run_on<R>(
+    backend: &Backend,
+    write: bool,
+    f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, IndexError>,
+) -> Result<R, IndexError> {
+    match backend {
+        Backend::Sqlite(p) => p.run(write, f),
+        Backend::Postgres(p) => p.run(write, f),
+    }
+}
+
 fn create_schema(backend: &Backend) -> Result<(), IndexError> {
-    let (dialect, run): (
-        Dialect,
-        &dyn Fn(&mut dyn FnMut(&mut dyn Tx) -> Result<(), IndexError>) -> Result<(), IndexError>,
-    ) = match backend {
-        Backend::Sqlite(p) => (Dialect::Sqlite, &|f| p.run(true, f)),
-        Backend::Postgres(p) => (Dialect::Postgres, &|f| p.run(true, f)),
+    let dialect = match backend {
+        Backend::Sqlite(_) => Dialect::Sqlite,
+        Backend::Postgres(_) => Dialect::Postgres,
     };
-    run(&mut |tx| {
+    run_on(backend, true, &mut |tx| {
         if dialect == Dialect::Postgres {
             // Gateways starting together: one creates the schema, the others wait.
             tx.exec("SELECT pg_advisory_xact_lock(4609428054921234567)", &[])?;

@@ -376,6 +376,11 @@ fn check_condition(
     if cond.if_none_match_any && live.is_some() {
         return Err(IndexError::PreconditionFailed);
     }
+    if let (Some(not), Some(v)) = (&cond.if_none_match, live)
+        && *not == v.etag
+    {
+        return Err(IndexError::PreconditionFailed);
+    }
     if let Some(want) = &cond.if_match {
         match live {
             None => return Err(IndexError::NoSuchKey),

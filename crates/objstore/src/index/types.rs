@@ -140,6 +140,8 @@ pub struct WriteCondition {
     pub if_none_match_any: bool,
     /// `If-Match: etag` (unquoted; `*` matches any existing version).
     pub if_match: Option<String>,
+    /// `If-None-Match: etag` (unquoted): fail if the current version has this ETag.
+    pub if_none_match: Option<String>,
 }
 
 /// One entry of an object listing.

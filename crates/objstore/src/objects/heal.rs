@@ -192,7 +192,7 @@ pub fn spawn_background(
             if since_scan >= config.scan_interval {
                 since_scan = Duration::ZERO;
                 scans += 1;
-                let deep = config.deep_every > 0 && scans % config.deep_every == 0;
+                let deep = config.deep_every > 0 && scans.is_multiple_of(config.deep_every);
                 match layer.scan(deep).await {
                     Ok(s) => tracing::info!(?s, deep, "scan finished"),
                     Err(e) => tracing::warn!("scan: {e}"),

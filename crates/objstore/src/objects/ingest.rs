@@ -131,7 +131,7 @@ impl ObjectLayer {
     ) -> Result<(), IngestError> {
         w.writer.write_stripe(data).await?;
         w.stripes += 1;
-        if req.size_hint.is_none() && w.stripes % INTENT_REFRESH_STRIPES == 0 {
+        if req.size_hint.is_none() && w.stripes.is_multiple_of(INTENT_REFRESH_STRIPES) {
             let mut intent = w.writer.piece().clone();
             intent.size += w.writer.stripe_data_bytes() as u64 * u64::from(INTENT_REFRESH_STRIPES);
             self.index

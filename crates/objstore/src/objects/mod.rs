@@ -110,7 +110,7 @@ impl ObjectLayer {
                     "discarding piece {}: {e}; the reaper retries",
                     hex::encode(id)
                 );
-                let p = vec![piece.clone()];
+                let p = [piece.clone()];
                 let now = self.now_ms();
                 let r = self
                     .index

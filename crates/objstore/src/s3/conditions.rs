@@ -95,23 +95,16 @@ pub(super) fn write_condition(
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
 ) -> S3Result<WriteCondition> {
-    let if_none_match_any = match if_none_match {
-        None => false,
-        Some(ETagCondition::Any) => true,
-        Some(ETagCondition::ETag(_)) => {
-            return Err(s3_error!(
-                NotImplemented,
-                "A header you provided implies functionality that is not implemented: If-None-Match accepts only *"
-            ));
-        }
-    };
-    let if_match = if_match.map(|c| match c {
+    let value = |c: &ETagCondition| match c {
         ETagCondition::Any => "*".to_string(),
         ETagCondition::ETag(e) => e.value().to_string(),
-    });
+    };
     Ok(WriteCondition {
-        if_none_match_any,
-        if_match,
+        if_none_match_any: matches!(if_none_match, Some(ETagCondition::Any)),
+        // AWS accepts only `*` here; an ETag (as other S3 servers accept) fails the
+        // write when it is the current version's.
+        if_none_match: if_none_match.filter(|c| !c.is_any()).map(value),
+        if_match: if_match.map(value),
     })
 }
 

@@ -70,19 +70,17 @@ impl S3Gateway {
     async fn list_page(
         &self,
         bucket: &str,
-        prefix: &str,
-        delimiter: Option<&str>,
-        after: Option<&str>,
-        max: usize,
+        q: ListParams<'_>,
         enc: &Encoder,
         with_owner: bool,
     ) -> S3Result<Page> {
         let b = self.bucket(bucket).await?;
-        let (p, d, a, id) = (
-            prefix.to_string(),
-            delimiter.map(str::to_string),
-            after.map(str::to_string),
+        let (p, d, a, id, max) = (
+            q.prefix.to_string(),
+            q.delimiter.map(str::to_string),
+            q.after.map(str::to_string),
             b.id,
+            q.max,
         );
         let listing = self
             .layer
@@ -143,10 +141,12 @@ impl S3Gateway {
         let page = self
             .list_page(
                 &i.bucket,
-                &prefix,
-                delimiter.as_deref(),
-                marker.as_deref(),
-                max,
+                ListParams {
+                    prefix: &prefix,
+                    delimiter: delimiter.as_deref(),
+                    after: marker.as_deref(),
+                    max,
+                },
                 &enc,
                 true,
             )
@@ -186,10 +186,12 @@ impl S3Gateway {
         let page = self
             .list_page(
                 &i.bucket,
-                &prefix,
-                delimiter.as_deref(),
-                after.as_deref(),
-                max,
+                ListParams {
+                    prefix: &prefix,
+                    delimiter: delimiter.as_deref(),
+                    after: after.as_deref(),
+                    max,
+                },
                 &enc,
                 i.fetch_owner.unwrap_or(false),
             )

@@ -2,6 +2,7 @@
 //! the [`s3s::S3`] methods here, which validate S3 semantics and call the object layer.
 //! Errors are returned as AWS returns them (`errors.rs`).
 
+mod acl;
 mod auth;
 mod bucket;
 mod conditions;
@@ -145,6 +146,18 @@ impl s3s::S3 for S3Gateway {
         req: s3s::S3Request<s3s::dto::GetBucketLocationInput>,
     ) -> S3Result<s3s::S3Response<s3s::dto::GetBucketLocationOutput>> {
         self.get_bucket_location_impl(req).await
+    }
+    async fn get_bucket_acl(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetBucketAclInput>,
+    ) -> S3Result<s3s::S3Response<s3s::dto::GetBucketAclOutput>> {
+        self.get_bucket_acl_impl(req).await
+    }
+    async fn get_object_acl(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectAclInput>,
+    ) -> S3Result<s3s::S3Response<s3s::dto::GetObjectAclOutput>> {
+        self.get_object_acl_impl(req).await
     }
     async fn get_bucket_versioning(
         &self,

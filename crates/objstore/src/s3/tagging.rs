@@ -19,11 +19,9 @@ fn invalid_tag(msg: &str) -> S3Error {
 /// Checks a tag set; returns it as pairs.
 pub(super) fn validate(tags: &[(String, String)], max: usize) -> S3Result<()> {
     if tags.len() > max {
-        return Err(errors::custom(
-            "BadRequest",
-            http::StatusCode::BAD_REQUEST,
-            format!("Object tags cannot be greater than {max}"),
-        ));
+        return Err(invalid_tag(&format!(
+            "Object tags cannot be greater than {max}"
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for (k, v) in tags {
@@ -57,9 +55,12 @@ fn pairs(tagging: Tagging) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Tags in key order, as S3 lists them.
 fn tag_set(pairs: &[(String, String)]) -> TagSet {
-    pairs
-        .iter()
+    let mut sorted: Vec<&(String, String)> = pairs.iter().collect();
+    sorted.sort();
+    sorted
+        .into_iter()
         .map(|(k, v)| Tag {
             key: Some(k.clone()),
             value: Some(v.clone()),

@@ -148,7 +148,7 @@ impl S3Client {
         );
         let mut key = hmac(
             format!("AWS4{}", self.secret).as_bytes(),
-            date[..8].as_bytes(),
+            &date.as_bytes()[..8],
         );
         for part in ["us-east-1", "s3", "aws4_request"] {
             key = hmac(&key, part.as_bytes());
@@ -250,10 +250,7 @@ fn parse(raw: &[u8]) -> Response {
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
         let size = usize::from_str_radix(
             String::from_utf8_lossy(&b[..eol])
                 .split(';')
