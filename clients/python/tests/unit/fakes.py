@@ -39,6 +39,7 @@ class Model:
         self.lock = threading.Lock()
         self.objects: Dict[tuple, tuple] = {}  # (bucket, key) -> (data, etag)
         self.uploads: Dict[str, Dict[int, bytes]] = {}
+        self.buckets: set = set()
         self.next_upload = 0
 
 
@@ -94,6 +95,22 @@ class FakeS3:
         if o is None:
             raise client_error(404, "NoSuchKey")
         return o
+
+    def create_bucket(self, Bucket: str, **kw: Any) -> Dict[str, Any]:
+        self._enter("CreateBucket", kw)
+        with self.model.lock:
+            if Bucket in self.model.buckets:
+                raise client_error(409, "BucketAlreadyOwnedByYou")
+            self.model.buckets.add(Bucket)
+        return {"Location": f"/{Bucket}"}
+
+    def delete_bucket(self, Bucket: str, **kw: Any) -> Dict[str, Any]:
+        self._enter("DeleteBucket", kw)
+        with self.model.lock:
+            if Bucket not in self.model.buckets:
+                raise client_error(404, "NoSuchBucket")
+            self.model.buckets.remove(Bucket)
+        return {}
 
     def put_object(self, Bucket: str, Key: str, Body: bytes = b"", **kw: Any) -> Dict[str, Any]:
         self._enter("PutObject", dict(Key=Key, **kw))

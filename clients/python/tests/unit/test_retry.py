@@ -203,3 +203,31 @@ def test_requests_carry_no_expect_continue():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _apply_then_drop(cluster, url, method):
+    real = getattr(cluster.s3[url], method)
+
+    def apply_then_drop(**kw):
+        real(**kw)
+        raise reset(url)
+
+    setattr(cluster.s3[url], method, apply_then_drop)
+
+
+def test_bucket_calls_whose_answer_was_lost_count_as_done(cluster, make_client):
+    c = make_client()
+    owner = c.endpoint_for("nb")
+    _apply_then_drop(cluster, owner, "create_bucket")
+    _apply_then_drop(cluster, owner, "delete_bucket")
+    c.create_bucket(Bucket="nb")
+    assert cluster.model.buckets == {"nb"}
+    c2 = make_client()  # the owner is healthy again for this client
+    c2.delete_bucket(Bucket="nb")
+    assert cluster.model.buckets == set()
+    # Without a lost answer, the S3 error is the caller's.
+    c3 = make_client()
+    c3.create_bucket(Bucket="x")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        c3.create_bucket(Bucket="x")
+    assert e.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
