@@ -30,9 +30,11 @@ fn python_ready(modules: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs pytest on `tests` (relative to clients/python) with `env`; panics with its
-/// output when it fails or runs no test.
+/// Runs pytest on `tests` (relative to clients/python) with `env`, its temp files
+/// (gateway stores, downloads) in a temp dir removed afterwards; panics with its output
+/// when it fails, skips or runs no test.
 fn pytest(tests: &str, env: &[(&str, &str)]) {
+    let basetemp = tempfile::tempdir().expect("tempdir");
     let mut cmd = Command::new("python3");
     cmd.args([
         "-m",
@@ -43,6 +45,10 @@ fn pytest(tests: &str, env: &[(&str, &str)]) {
         "--tb=short",
         "-rs",
     ])
+    .arg(format!(
+        "--basetemp={}",
+        basetemp.path().join("pytest").display()
+    ))
     .arg(tests)
     .current_dir(client_dir())
     .env("AWS_EC2_METADATA_DISABLED", "true")
