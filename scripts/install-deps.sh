@@ -37,3 +37,16 @@ if ! python3 -c 'import boto3, pytest' 2>/dev/null; then
     python3 -m pip install --quiet boto3 pytest \
         || python3 -m pip install --quiet --break-system-packages boto3 pytest
 fi
+# The Python client library (clients/python) is pip-installed by its test without build
+# isolation (no network): setuptools and, for setuptools before 70.1, wheel.
+if ! python3 -c 'import setuptools, wheel' 2>/dev/null; then
+    echo "install-deps: installing setuptools and wheel (pip)"
+    python3 -m pip install --quiet setuptools wheel \
+        || python3 -m pip install --quiet --break-system-packages setuptools wheel
+fi
+# Static checks of the Python client library (type check and unused names).
+if ! python3 -c 'import mypy, pyflakes' 2>/dev/null; then
+    echo "install-deps: installing mypy and pyflakes (pip)"
+    python3 -m pip install --quiet mypy pyflakes \
+        || python3 -m pip install --quiet --break-system-packages mypy pyflakes
+fi
