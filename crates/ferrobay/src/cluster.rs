@@ -70,15 +70,10 @@ pub fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     }
 }
 
-/// Writes JSON next to `path` and renames it into place, so a reader never sees half.
+/// Writes JSON to `path` atomically (`blockdev::write_atomic`): a reader never sees half.
 pub fn write_json_file<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+    blockdev::write_atomic(path, &serde_json::to_vec_pretty(value)?)
+        .with_context(|| format!("write {}", path.display()))
 }
 
 pub fn unix_ms() -> u64 {

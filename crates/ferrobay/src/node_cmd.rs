@@ -225,10 +225,7 @@ fn parse_cntlid_range(s: &str) -> anyhow::Result<(u16, u16)> {
 }
 
 fn write_endpoints(dir: &Path, e: &Endpoints) -> anyhow::Result<()> {
-    let tmp = dir.join(format!("{ENDPOINTS_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(e)?)?;
-    std::fs::rename(&tmp, dir.join(ENDPOINTS_FILE))?;
-    Ok(())
+    crate::cluster::write_json_file(&dir.join(ENDPOINTS_FILE), e)
 }
 
 async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
