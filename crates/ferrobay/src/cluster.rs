@@ -82,21 +82,10 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `1.00 GiB`, `64.0 KiB`, `512 B`.
+/// A size for people: `1.0 GiB`, `64.0 KiB`, `512 B` (the one format of every table;
+/// `--json` has the exact bytes).
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{n} B"),
-        _ if v >= 100.0 => format!("{v:.0} {}", UNITS[unit]),
-        _ if v >= 10.0 => format!("{v:.1} {}", UNITS[unit]),
-        _ => format!("{v:.2} {}", UNITS[unit]),
-    }
+    bytesize::ByteSize(n).display().iec().to_string()
 }
 
 #[cfg(test)]
@@ -106,9 +95,10 @@ mod tests {
     #[test]
     fn sizes_for_people() {
         assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1 << 30), "1.00 GiB");
+        assert_eq!(human_bytes(1 << 30), "1.0 GiB");
         assert_eq!(human_bytes(64 << 10), "64.0 KiB");
-        assert_eq!(human_bytes(300 << 20), "300 MiB");
+        assert_eq!(human_bytes(300 << 20), "300.0 MiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
     }
 
     #[test]
