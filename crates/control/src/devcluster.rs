@@ -596,7 +596,8 @@ fn remember_addr(
             .first()
             .copied()
             .ok_or_else(|| "no NVMe/TCP listener".to_string())?;
-        blockdev::write_atomic(addr_path, addr.to_string().as_bytes()).map_err(|e| format!("write {}: {e}", addr_path.display()))?;
+        blockdev::write_atomic(addr_path, addr.to_string().as_bytes())
+            .map_err(|e| format!("write {}: {e}", addr_path.display()))?;
     }
     Ok(())
 }
