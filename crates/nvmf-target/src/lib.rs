@@ -16,7 +16,8 @@
 //!
 //! Seams for the node layer: [`NamespaceManager`] (Namespace Management / Attachment
 //! commands), [`Reservations`] (per-namespace reservation state machine),
-//! [`Target::set_persistent_health`] (SMART counters that survive restarts) and
+//! [`Target::set_persistent_health`] (SMART counters that survive restarts),
+//! [`MediaHealthSource`] (the drives' own temperature and spare, for the SMART log) and
 //! [`Target::stats`] (metrics).
 //!
 //! Multipath: every namespace belongs to an ANA group ([`NamespaceConfig::ana_group`]);
@@ -33,6 +34,7 @@ mod error;
 mod fence;
 mod fuzz;
 mod log_throttle;
+mod media_health;
 mod namespace;
 mod ns_manager;
 mod pool;
@@ -53,6 +55,7 @@ pub use error::TargetError;
 pub use fuzz::{
     FUZZ_HOSTNQN, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session,
 };
+pub use media_health::{AvailableSpare, MediaHealth, MediaHealthSource};
 pub use namespace::{Attachment, NamespaceInfo};
 pub use ns_manager::{CreateNamespace, NamespaceManager};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};

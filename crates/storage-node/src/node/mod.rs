@@ -2,6 +2,7 @@
 
 mod drives;
 mod health;
+mod media;
 mod nsmgr;
 mod ops;
 mod resv;
@@ -318,6 +319,11 @@ impl StorageNode {
             unsafe_shutdowns: smart.unsafe_shutdowns + u64::from(!smart.clean_shutdown),
         });
         let catalog = Arc::new(Mutex::new(catalog));
+        target.set_media_health_source(Arc::new(media::NodeMediaHealth::new(
+            catalog.clone(),
+            std::path::Path::new("/sys"),
+            Arc::new(crate::nvme_smart::KernelNvmeAdmin),
+        )));
         if let Err(e) = bring_up(&target, &catalog, &devices) {
             target.shutdown(SHUTDOWN_TIMEOUT).await;
             return Err(e);
