@@ -52,6 +52,7 @@ use control::provision::VolumeView;
 use control::records::{TakeoverReport, VolumeRecord};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use serde::Serialize;
+use testkit::stats::median;
 
 /// Version of the JSON layout below.
 const SCHEMA: &str = "ferrobay.bench.cluster/1";
@@ -144,19 +145,29 @@ fn spawn_daemon(binary: &Path, name: &str, dir: &Path, args: &[String]) -> anyho
     } else {
         "warn"
     };
-    Daemon::spawn(binary, name, dir, args, level, die_with_parent)
-        .with_context(|| format!("start {} ({}) in {}", name, binary.display(), dir.display()))
+    Daemon::spawn(
+        binary,
+        name,
+        dir,
+        args,
+        level,
+        testkit::process::die_with_parent,
+    )
+    .with_context(|| format!("start {} ({}) in {}", name, binary.display(), dir.display()))
 }
 
-impl Daemon {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
+/// What the bench asks of its daemons beyond `testkit::process::Daemon`.
+trait BenchDaemon {
+    fn wait_ready(&mut self, path: &Path) -> anyhow::Result<serde_json::Value>;
+    fn cpu_s(&self) -> f64;
+    fn stop(&mut self);
+}
 
+impl BenchDaemon for Daemon {
     /// Waits for the JSON file the daemon writes once it serves.
     fn wait_ready(&mut self, path: &Path) -> anyhow::Result<serde_json::Value> {
         self.wait_json(path, READY_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!("{e}\n{}", self.log_tail()))
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", self.log_tail(20)))
     }
 
     fn cpu_s(&self) -> f64 {
@@ -169,34 +180,6 @@ impl Daemon {
             eprintln!("cluster bench: {} ignored SIGTERM, killing it", self.name);
             self.kill9();
         }
-    }
-
-    fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        format!(
-            "--- {} ({}), last lines:\n{}",
-            self.name,
-            self.log.display(),
-            lines[lines.len().saturating_sub(20)..].join("\n")
-        )
-    }
-}
-
-/// The child gets SIGKILL when the thread that started it ends (all daemons are started
-/// from the main thread: when the bench dies, also on Ctrl-C).
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
-    // which is async-signal-safe; it touches no memory or locks of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 
@@ -430,7 +413,7 @@ impl Cluster {
             .iter()
             .map(|n| &n.d)
             .chain(self.procs.iter().map(|p| &p.d))
-            .map(Daemon::log_tail)
+            .map(|d| d.log_tail(20))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -578,19 +561,6 @@ impl RunResult {
             initiator_cpu_s_per_million_ios: r.cpu_s_per_million_ios,
             machine_busy_cpu_s: cpu.machine_busy_s,
         }
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
