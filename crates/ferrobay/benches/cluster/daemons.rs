@@ -3,15 +3,15 @@
 //! `testkit::process`), and the `ferrobay` commands that manage it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bench::CpuTime;
 use control::provision::VolumeView;
 use control::records::VolumeRecord;
 
-use crate::cluster::{Daemon, node_run_args, processor_run_args};
+use crate::cluster::{self, Daemon, node_run_args, processor_run_args};
 use crate::cpu::{CpuSnap, machine_busy_s};
 use crate::settings::Settings;
 
@@ -183,22 +183,7 @@ impl Cluster {
 
     /// Runs a ferrobay command, returns its stdout.
     pub(crate) fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(&self.binary)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("run ferrobay {args:?}"))?;
-        if !out.status.success() {
-            bail!(
-                "ferrobay {} failed ({}): {}{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        cluster::run_cli(&self.binary, args).map_err(anyhow::Error::msg)
     }
 
     pub(crate) fn cli_json(&self, args: &[&str]) -> anyhow::Result<serde_json::Value> {
@@ -248,26 +233,16 @@ impl Cluster {
         want: &str,
         after_epoch: u64,
     ) -> anyhow::Result<VolumeView> {
-        let deadline = Instant::now() + OWNER_TIMEOUT;
-        loop {
-            let v = self.view(volume)?;
-            let owned = v
-                .owner
-                .as_ref()
-                .is_some_and(|o| o.node == want && o.epoch > after_epoch);
-            let published = v.status.as_ref().is_some_and(|s| s.owner == want);
-            if owned && published {
-                return Ok(v);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{want} does not own {volume} (epoch > {after_epoch}): owner {:?}\n{}",
-                    v.owner,
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let view = cluster::wait_owner(
+            &self.binary,
+            &self.meta_url,
+            volume,
+            want,
+            Some(after_epoch),
+            OWNER_TIMEOUT,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", self.logs()))?;
+        serde_json::from_value(view).context("volume status: not a view")
     }
 
     pub(crate) fn move_volume(&self, volume: &str, to: &str) -> anyhow::Result<()> {

@@ -5,9 +5,77 @@
 //! of `common`).
 
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use serde_json::Value;
 #[allow(unused_imports)] // each includer uses part of it
 pub use testkit::process::{Daemon, kill_if_running, terminate_child};
+
+/// Runs `binary args` (a ferrobay command, `RUST_LOG=warn`): its stdout, or an error with
+/// the command, its exit status and output.
+pub fn run_cli(binary: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(binary)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run ferrobay {args:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "ferrobay {} failed ({}): {stdout}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(stdout)
+}
+
+/// (owner, epoch) of a `volume status --json` view once the owner published its status.
+pub fn owner_of(view: &Value) -> Option<(String, u64)> {
+    let owner = view.get("owner")?;
+    let node = owner.get("node")?.as_str()?.to_string();
+    let epoch = owner.get("epoch")?.as_u64()?;
+    let status_owner = view.get("status")?.get("owner")?.as_str()?;
+    (status_owner == node).then_some((node, epoch))
+}
+
+/// Polls `volume status` until `want` owns `volume` (with an epoch above `after_epoch`,
+/// when given) and has published its status; returns that view. The error says who owns
+/// it instead.
+pub fn wait_owner(
+    binary: &Path,
+    meta_url: &str,
+    volume: &str,
+    want: &str,
+    after_epoch: Option<u64>,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = run_cli(
+            binary,
+            &["volume", "status", volume, "--json", "--meta", meta_url],
+        )?;
+        let view: Value = serde_json::from_str(&out)
+            .map_err(|e| format!("volume status: not JSON ({e}): {out}"))?;
+        if let Some((node, epoch)) = owner_of(&view)
+            && node == want
+            && after_epoch.is_none_or(|a| epoch > a)
+        {
+            return Ok(view);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{want} does not own {volume} (epoch > {after_epoch:?}) after {timeout:?}: owner {}",
+                view["owner"]
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 /// `ferrobay node run --meta` on any free ports with one drive; it writes
 /// `data_dir/endpoints.json` when it serves.
