@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-# Every prerequisite was just installed: a test that cannot run fails (test_guest::prereq).
+# Every prerequisite was just installed: a test that cannot run fails (testkit::prereq).
 export FERROBAY_REQUIRE_ALL="${FERROBAY_REQUIRE_ALL:-1}"
 cargo test --workspace --locked
 scripts/fresh-clone-check.sh

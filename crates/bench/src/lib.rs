@@ -17,3 +17,4 @@ pub use progress::Progress;
 pub use report::{LatencyReport, Report, VerifyReport};
 pub use run::{BenchError, run};
 pub use stamp::{Extent, StampCheck, check_sector, stamp_block};
+pub use verify::check_read_block;

@@ -5,6 +5,7 @@
 //! that move into the backend and come back on completion, so a cancelled future can never
 //! leave the kernel writing into freed memory.
 
+mod atomic_file;
 mod crash;
 mod device;
 mod error;
@@ -17,6 +18,7 @@ mod ram;
 mod spec;
 mod stats;
 
+pub use atomic_file::write_atomic;
 pub use crash::{CrashRecorder, PendingWriteInfo, WriteChoice};
 pub use device::{
     BlockDevice, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, IoFuture, WriteFlags, check_range,

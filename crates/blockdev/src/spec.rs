@@ -41,6 +41,10 @@ pub enum SpecError {
 /// Parses a byte size: a decimal number with an optional binary unit, case-insensitive:
 /// `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`, `P`/`PiB` (1K = 1024). Decimal units
 /// (`GB`) are rejected as ambiguous.
+///
+/// Not `bytesize`'s parser (which prints our sizes): it reads `1G` as 10^9 bytes and
+/// saturates on overflow; nor `parse-size`, which takes fractions and spaces (`1.5 G`).
+/// Sizes from users are exact, binary and checked.
 pub fn parse_size_bytes(s: &str) -> Result<u64, SpecError> {
     let err = |reason: String| SpecError::Size {
         input: s.to_string(),

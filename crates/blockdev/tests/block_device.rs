@@ -1,6 +1,6 @@
 //! FileDevice on a real kernel block device: a loop device over a sparse file.
 //! Needs root and loop devices; when they are unavailable the test says it did not run
-//! (and fails under `FERROBAY_REQUIRE_ALL=1`, see `test_guest::prereq`).
+//! (and fails under `FERROBAY_REQUIRE_ALL=1`, see `testkit::prereq`).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -88,7 +88,7 @@ async fn loop_device_both_engines_and_sector_sizes() {
         let lo = match Loop::attach(&img, lb) {
             Ok(lo) => lo,
             Err(why) => {
-                test_guest::prereq::missing(format!("no loop device ({why})"));
+                testkit::prereq::missing(format!("no loop device ({why})"));
                 return;
             }
         };

@@ -8,56 +8,13 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use blockdev::{
     BlockDevice, FileDevice, IoBuf, IoEngine, NullDevice, OpenOptions, RamDevice, WriteFlags,
 };
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTED.try_with(Cell::get).unwrap_or(false) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call forwards to the system allocator with the same arguments; the
-// counter is a relaxed atomic and the thread-local a const-initialised Cell (no
-// allocation, no re-entry).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use testkit::alloc::{CountingAllocator, Tag, allocations, set_thread_tag};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 const IOS: u64 = 2_000;
 
@@ -101,11 +58,11 @@ fn count(dev: &dyn BlockDevice) -> u64 {
         }
         let bufs = std::array::from_fn(|_| IoBuf::new_zeroed(4096));
         let bufs = pass(dev, pass(dev, bufs).await).await;
-        COUNTED.with(|c| c.set(true));
-        let before = ALLOCS.load(Ordering::Relaxed);
+        set_thread_tag(Tag::A);
+        let before = allocations(Tag::A);
         let bufs = pass(dev, bufs).await;
-        let n = ALLOCS.load(Ordering::Relaxed) - before;
-        COUNTED.with(|c| c.set(false));
+        let n = allocations(Tag::A) - before;
+        set_thread_tag(Tag::NONE);
         drop(bufs);
         n
     })

@@ -596,9 +596,7 @@ fn remember_addr(
             .first()
             .copied()
             .ok_or_else(|| "no NVMe/TCP listener".to_string())?;
-        let tmp = addr_path.with_extension("tmp");
-        std::fs::write(&tmp, addr.to_string())
-            .and_then(|()| std::fs::rename(&tmp, addr_path))
+        blockdev::write_atomic(addr_path, addr.to_string().as_bytes())
             .map_err(|e| format!("write {}: {e}", addr_path.display()))?;
     }
     Ok(())

@@ -9,7 +9,7 @@
 //! what it wrote, and that after `kill` of p1 the standby p2 takes over with a higher
 //! generation and every byte reads back, including a write issued while no node owned the
 //! volume. One guest boot for all of it; when QEMU or the guest image is missing it says
-//! it did not run (a failure under `FERROBAY_REQUIRE_ALL=1`, see `test_guest::prereq`).
+//! it did not run (a failure under `FERROBAY_REQUIRE_ALL=1`, see `testkit::prereq`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -61,7 +61,7 @@ ready nqn=$NQN port=4420 kernel=$(uname -r)
 host_sync done
 "#;
 
-/// Why the guest cannot run here (see `test_guest::prereq`), or None.
+/// Why the guest cannot run here (see `testkit::prereq`), or None.
 fn skip_reason() -> Option<String> {
     if let Err(e) = test_guest::find_qemu() {
         return Some(e.to_string());
@@ -384,7 +384,7 @@ async fn scenario(guest: &RunningGuest, addr: SocketAddr) {
 #[test]
 fn raid5_on_the_linux_kernel_target_survives_an_owner_kill() {
     if let Some(why) = skip_reason() {
-        test_guest::prereq::missing(why);
+        testkit::prereq::missing(why);
         return;
     }
     let t0 = Instant::now();

@@ -20,7 +20,7 @@
 //! `--bench` then). It goes once through every code path, every kernel this CPU has and
 //! both ISA-L variants, on small shards, checks every output and times nothing, so a
 //! crash or a wrong byte here fails the test suite. A missing ISA-L is said plainly and
-//! fails under `FERROBAY_REQUIRE_ALL=1` (`test_guest::prereq`).
+//! fails under `FERROBAY_REQUIRE_ALL=1` (`testkit::prereq`).
 
 use std::ffi::{CStr, c_int, c_void};
 use std::hint::black_box;
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     if let Err(why) = &isal {
         let why = format!("ISA-L not measured: {why} (install Debian's libisal-dev / libisal2)");
         if mode.smoke {
-            test_guest::prereq::missing(why);
+            testkit::prereq::missing(why);
         } else {
             eprintln!("{why}");
         }
@@ -90,12 +90,12 @@ fn main() -> ExitCode {
     let isal = isal.ok();
     if mode.smoke {
         for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-            test_guest::prereq::missing_cpu_feature(format!("what the {kernel} kernel needs"));
+            testkit::prereq::missing_cpu_feature(format!("what the {kernel} kernel needs"));
         }
         if let Some(isal) = &isal
             && !isal.variants.iter().any(|v| v.name == ISAL_AVX2)
         {
-            test_guest::prereq::missing_cpu_feature(format!(
+            testkit::prereq::missing_cpu_feature(format!(
                 "AVX2 (or {} lacks the AVX2 entry points): {ISAL_AVX2} not run",
                 isal.name
             ));

@@ -158,7 +158,7 @@ proptest! {
 /// hit each loop of the SIMD code (empty, tail only, one vector, unrolled blocks, tails).
 fn sweep(kernel: Kernel) {
     if !kernel.is_available() {
-        test_guest::prereq::missing_cpu_feature(format!("what the {kernel} kernel needs"));
+        testkit::prereq::missing_cpu_feature(format!("what the {kernel} kernel needs"));
         return;
     }
     for k in 1..=12 {

@@ -65,25 +65,16 @@ pub struct BenchArgs {
     pub hostnqn: Option<String>,
 }
 
+/// A run time: humantime's forms (`500ms`, `10s`, `1.5s`, `2m`, `1h 30m`), or a plain
+/// number of seconds (`3`).
 pub fn parse_duration_ms(s: &str) -> anyhow::Result<u64> {
     let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1000)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60_000)
-    } else {
-        (s, 1000)
+    let bad = || anyhow::anyhow!("invalid duration {s:?} (expected e.g. 500ms, 10s, 2m)");
+    let d = match s.parse::<f64>() {
+        Ok(secs) => std::time::Duration::try_from_secs_f64(secs).map_err(|_| bad())?,
+        Err(_) => humantime::parse_duration(s).map_err(|_| bad())?,
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("invalid duration {s:?} (expected e.g. 500ms, 10s, 2m)"))?;
-    if !(v.is_finite() && v >= 0.0) {
-        anyhow::bail!("invalid duration {s:?}");
-    }
-    Ok((v * mult as f64) as u64)
+    u64::try_from(d.as_millis()).map_err(|_| bad())
 }
 
 pub fn parse_engine(s: &str) -> anyhow::Result<blockdev::IoEngine> {
@@ -179,6 +170,11 @@ mod tests {
         assert_eq!(parse_duration_ms("10s").unwrap(), 10_000);
         assert_eq!(parse_duration_ms("2m").unwrap(), 120_000);
         assert_eq!(parse_duration_ms("3").unwrap(), 3000);
+        assert_eq!(parse_duration_ms("1.5s").unwrap(), 1500);
+        assert_eq!(parse_duration_ms("1m 30s").unwrap(), 90_000);
         assert!(parse_duration_ms("abc").is_err());
+        assert!(parse_duration_ms("-1").is_err());
+        assert!(parse_duration_ms("1e30").is_err());
+        assert!(parse_duration_ms("5x").is_err());
     }
 }

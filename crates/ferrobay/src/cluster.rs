@@ -70,15 +70,10 @@ pub fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     }
 }
 
-/// Writes JSON next to `path` and renames it into place, so a reader never sees half.
+/// Writes JSON to `path` atomically (`blockdev::write_atomic`): a reader never sees half.
 pub fn write_json_file<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+    blockdev::write_atomic(path, &serde_json::to_vec_pretty(value)?)
+        .with_context(|| format!("write {}", path.display()))
 }
 
 pub fn unix_ms() -> u64 {
@@ -87,21 +82,10 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `1.00 GiB`, `64.0 KiB`, `512 B`.
+/// A size for people: `1.0 GiB`, `64.0 KiB`, `512 B` (the one format of every table;
+/// `--json` has the exact bytes).
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{n} B"),
-        _ if v >= 100.0 => format!("{v:.0} {}", UNITS[unit]),
-        _ if v >= 10.0 => format!("{v:.1} {}", UNITS[unit]),
-        _ => format!("{v:.2} {}", UNITS[unit]),
-    }
+    bytesize::ByteSize(n).display().iec().to_string()
 }
 
 #[cfg(test)]
@@ -111,9 +95,10 @@ mod tests {
     #[test]
     fn sizes_for_people() {
         assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1 << 30), "1.00 GiB");
+        assert_eq!(human_bytes(1 << 30), "1.0 GiB");
         assert_eq!(human_bytes(64 << 10), "64.0 KiB");
-        assert_eq!(human_bytes(300 << 20), "300 MiB");
+        assert_eq!(human_bytes(300 << 20), "300.0 MiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
     }
 
     #[test]

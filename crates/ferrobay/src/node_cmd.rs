@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use nvmf_target::TargetConfig;
 use storage_node::api::{
     AttachRequest, CreateNamespaceRequest, DEFAULT_HTTP_PORT, KvCreateOptions,
 };
@@ -83,6 +84,20 @@ pub struct RunArgs {
     /// for `nvme connect`. The default without --meta; give it to have it with --meta too.
     #[arg(long, overrides_with = "no_default_namespace")]
     pub default_namespace: bool,
+    /// Most NVMe/TCP connections (one per queue) one listener holds at once; more are
+    /// closed at accept.
+    #[arg(long, default_value_t = TargetConfig::default().max_connections_per_listener,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_listener: u32,
+    /// Most connections one host address holds on one listener at once.
+    #[arg(long, default_value_t = TargetConfig::default().max_connections_per_host,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_host: u32,
+    /// A connection must send ICReq and complete a Connect within this time, else it is
+    /// closed.
+    #[arg(long, default_value_t = TargetConfig::default().handshake_timeout_ms,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub handshake_timeout_ms: u32,
 }
 
 impl RunArgs {
@@ -228,10 +243,7 @@ fn parse_cntlid_range(s: &str) -> anyhow::Result<(u16, u16)> {
 }
 
 fn write_endpoints(dir: &Path, e: &Endpoints) -> anyhow::Result<()> {
-    let tmp = dir.join(format!("{ENDPOINTS_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(e)?)?;
-    std::fs::rename(&tmp, dir.join(ENDPOINTS_FILE))?;
-    Ok(())
+    crate::cluster::write_json_file(&dir.join(ENDPOINTS_FILE), e)
 }
 
 async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
@@ -252,6 +264,9 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (min, max) = parse_cntlid_range(&a.cntlid_range)?;
     cfg.target.cntlid_min = min;
     cfg.target.cntlid_max = max;
+    cfg.target.max_connections_per_listener = a.max_connections_per_listener;
+    cfg.target.max_connections_per_host = a.max_connections_per_host;
+    cfg.target.handshake_timeout_ms = a.handshake_timeout_ms;
     cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
     cfg.default_namespace = a.wants_default_namespace();
     cfg.volumes_dir = a.volumes_dir.clone();

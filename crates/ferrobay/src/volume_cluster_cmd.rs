@@ -521,7 +521,7 @@ mod tests {
         let row = t.lines().nth(1).unwrap();
         assert!(row.starts_with("vol1 "), "{t}");
         assert!(
-            row.contains("1.00 GiB") && row.contains("offline") && row.contains("-/3"),
+            row.contains("1.0 GiB") && row.contains("offline") && row.contains("-/3"),
             "{t}"
         );
         let s = status_text(&offline);

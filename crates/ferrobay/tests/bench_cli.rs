@@ -5,14 +5,11 @@
 //! - a write run with `--verify` reads back and checks what it wrote; `--verify-only`
 //!   takes any block size and still finds corruption and torn writes.
 //!
-//! Paths are TCP forwarders in this process (the nvmf-host tests' proxy: cut = every
+//! Paths are TCP forwarders in this process (`testkit::proxy`: cut = every
 //! connection drops and the port refuses) in front of a `ferrobay node run` process
 //! with a RAM drive.
 
 mod common;
-#[path = "../../nvmf-host/tests/common/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,8 +17,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{NodeProcess, ferrobay_bin, scratch_dir};
-use proxy::Proxy;
 use serde_json::Value;
+use testkit::proxy::Proxy;
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
-use common::cluster::{Daemon, node_run_args, processor_run_args};
+use common::cluster::{self, Daemon, node_run_args, processor_run_args};
 use common::{ferrobay_bin, scratch_dir};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use serde_json::Value;
@@ -63,31 +63,11 @@ fn json_of(args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
 }
 
-/// (owner, epoch) when the owner has published its status.
-fn owner_of(view: &Value) -> Option<(String, u64)> {
-    let owner = view.get("owner")?;
-    let node = owner.get("node")?.as_str()?.to_string();
-    let epoch = owner.get("epoch")?.as_u64()?;
-    let status_owner = view.get("status")?.get("owner")?.as_str()?;
-    (status_owner == node).then_some((node, epoch))
-}
-
 fn wait_owner(meta: &str, volume: &str, want: &str, logs: &dyn Fn() -> String) -> (String, u64) {
-    let deadline = Instant::now() + OWNER_TIMEOUT;
-    loop {
-        let v = json_of(&["volume", "status", volume, "--json", "--meta", meta]);
-        if let Some((node, epoch)) = owner_of(&v)
-            && node == want
-        {
-            return (node, epoch);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{want} does not own {volume}: {v:#}\n{}",
-            logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let bin = Path::new(ferrobay_bin());
+    let view = cluster::wait_owner(bin, meta, volume, want, None, OWNER_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    cluster::owner_of(&view).expect("an owner with its status")
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

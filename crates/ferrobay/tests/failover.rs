@@ -9,7 +9,7 @@
 //! host side measured: takeover time, resync and rebuild bytes). Run with `--nocapture`
 //! to see them; they are also written to `target/tmp/failover-{harness,cluster}.jsonl`.
 //! Without QEMU, the guest image, root (network namespaces) or etcd it says it did not
-//! run (a failure under `FERROBAY_REQUIRE_ALL=1`, see `test_guest::prereq`). About 100 s
+//! run (a failure under `FERROBAY_REQUIRE_ALL=1`, see `testkit::prereq`). About 100 s
 //! on 2 cores.
 
 mod common;
@@ -37,7 +37,7 @@ fn host_kato_s() -> u32 {
         .unwrap_or(5)
 }
 
-/// Why the guest tests cannot run here (see `test_guest::prereq`), or None.
+/// Why the guest tests cannot run here (see `testkit::prereq`), or None.
 fn skip_reason() -> Option<String> {
     if let Err(e) = test_guest::find_qemu() {
         return Some(e.to_string());
@@ -51,7 +51,7 @@ fn skip_reason() -> Option<String> {
 macro_rules! skip_unless_ready {
     () => {
         if let Some(why) = skip_reason() {
-            test_guest::prereq::missing(why);
+            testkit::prereq::missing(why);
             return;
         }
     };
@@ -736,7 +736,7 @@ fn kernel_multipath_failover() {
         .is_none()
         .then_some("etcd not installed (Debian package etcd-server)")
     {
-        test_guest::prereq::missing(why);
+        testkit::prereq::missing(why);
         return;
     }
     let c = Cluster::start();

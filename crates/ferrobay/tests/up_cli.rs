@@ -30,8 +30,7 @@ fn parse_connect(words: &[String]) -> Connect {
 }
 
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    testkit::net::free_port().expect("free port")
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

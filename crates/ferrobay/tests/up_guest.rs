@@ -2,7 +2,7 @@
 //! `nvme connect` line, run that connect in a QEMU guest (nvme-cli, the kernel's nvme-tcp,
 //! `guest/up_smoke.sh`), write and read back with O_DIRECT, see the path live and ANA
 //! optimized, disconnect; then Ctrl-C (SIGINT) and a clean exit.
-//! Without QEMU or the guest image it says it did not run (`test_guest::prereq`). ~30 s.
+//! Without QEMU or the guest image it says it did not run (`testkit::prereq`). ~30 s.
 
 mod common;
 
@@ -15,7 +15,7 @@ use test_guest::{GuestConfig, spawn};
 const GUEST_TIMEOUT: Duration = Duration::from_secs(120);
 const VOLUME_NQN: &str = "nqn.2026-01.io.ferrobay:vol:vol0";
 
-/// Why the guest cannot run here (see `test_guest::prereq`), or None.
+/// Why the guest cannot run here (see `testkit::prereq`), or None.
 fn skip_reason() -> Option<String> {
     if let Err(e) = test_guest::find_qemu() {
         return Some(e.to_string());
@@ -28,7 +28,7 @@ fn skip_reason() -> Option<String> {
 #[test]
 fn linux_host_connects_to_ferrobay_up() {
     if let Some(why) = skip_reason() {
-        test_guest::prereq::missing(why);
+        testkit::prereq::missing(why);
         return;
     }
     let t0 = Instant::now();

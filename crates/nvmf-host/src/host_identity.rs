@@ -4,6 +4,7 @@ use std::path::Path;
 
 use nvme_proto::fabrics::nqn::{UUID_NQN_PREFIX, uuid_nqn};
 use nvme_proto::fabrics::validate_nqn;
+use uuid::Uuid;
 
 use crate::error::{HostError, Result};
 
@@ -20,14 +21,15 @@ pub struct HostIdentity {
 
 impl HostIdentity {
     /// The identity for `hostnqn`: a UUID-form NQN gives its UUID as host ID (as libnvme
-    /// does); any other NQN gets a host ID derived from its text, so it is stable.
+    /// does); any other NQN gets the name-based (version 5) UUID of its text, so it is
+    /// stable: the same NQN always gets the same host ID.
     pub fn from_hostnqn(hostnqn: &str) -> Result<HostIdentity> {
         validate_nqn(hostnqn)
             .map_err(|e| HostError::Usage(format!("host NQN {hostnqn:?}: {e}")))?;
         let hostid = hostnqn
             .strip_prefix(UUID_NQN_PREFIX)
             .and_then(parse_uuid)
-            .unwrap_or_else(|| derived_id(hostnqn.as_bytes()));
+            .unwrap_or_else(|| derived_id(hostnqn));
         Ok(HostIdentity {
             hostnqn: hostnqn.to_string(),
             hostid,
@@ -56,11 +58,9 @@ impl HostIdentity {
         let seed = read_trimmed(Path::new("/etc/machine-id"))
             .or_else(|| read_trimmed(Path::new("/proc/sys/kernel/hostname")))
             .unwrap_or_else(|| "ferrobay".to_string());
-        let mut id = derived_id(format!("ferrobay-host:{seed}").as_bytes());
-        // Mark it as a version 4 / variant 1 UUID so tools accept it.
-        id[6] = (id[6] & 0x0F) | 0x40;
-        id[8] = (id[8] & 0x3F) | 0x80;
-        Ok(HostIdentity::from_uuid(id))
+        Ok(HostIdentity::from_uuid(derived_id(&format!(
+            "ferrobay-host:{seed}"
+        ))))
     }
 }
 
@@ -70,31 +70,23 @@ fn read_trimmed(p: &Path) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
-/// Parses the 36-character text form of a UUID.
+/// Parses the 36-character text form of a UUID (8-4-4-4-12 hex digits).
 pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let hex: Vec<u8> = s.bytes().filter(|&c| c != b'-').collect();
-    if s.len() != 36 || hex.len() != 32 {
+    // `Uuid::try_parse` also takes the 32-digit, braced and URN forms: nvme-cli writes
+    // and reads only the hyphenated one.
+    if s.len() != 36 {
         return None;
     }
-    let mut out = [0u8; 16];
-    for (i, pair) in hex.chunks_exact(2).enumerate() {
-        let t = std::str::from_utf8(pair).ok()?;
-        out[i] = u8::from_str_radix(t, 16).ok()?;
-    }
-    Some(out)
+    Uuid::try_parse(s).ok().map(Uuid::into_bytes)
 }
 
-/// 16 stable bytes from `data` (two FNV-1a 64 passes with different offsets).
-fn derived_id(data: &[u8]) -> [u8; 16] {
-    let fnv = |basis: u64| {
-        data.iter().fold(basis, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
-        })
-    };
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&fnv(0xCBF2_9CE4_8422_2325).to_le_bytes());
-    out[8..].copy_from_slice(&fnv(0x8422_2325_CBF2_9CE4).to_le_bytes());
-    out
+/// The namespace of derived host IDs. Fixed: changing it changes every derived host ID
+/// (and with it the host a target's reservations and ACLs know).
+const HOST_ID_NAMESPACE: Uuid = uuid::uuid!("a60771b4-04b0-449e-abae-eb966cd80616");
+
+/// The name-based (version 5, SHA-1) UUID of `name` in [`HOST_ID_NAMESPACE`].
+fn derived_id(name: &str) -> [u8; 16] {
+    Uuid::new_v5(&HOST_ID_NAMESPACE, name.as_bytes()).into_bytes()
 }
 
 #[cfg(test)]
@@ -115,9 +107,16 @@ mod tests {
             other,
             HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:proc1").expect("valid")
         );
-        assert_ne!(other.hostid, [0; 16]);
+        // Derived IDs are version 5 UUIDs of the NQN, the same in every release.
+        assert_eq!(
+            Uuid::from_bytes(other.hostid).to_string(),
+            "c4c0b38e-1605-5e27-a32b-5d87fdc89f70"
+        );
+        assert_eq!(Uuid::from_bytes(other.hostid).get_version_num(), 5);
         assert!(HostIdentity::from_hostnqn("not-an-nqn").is_err());
         assert_eq!(parse_uuid("0f8fad5b-d9cb-469f-a165-70867728950"), None);
+        assert_eq!(parse_uuid("0f8fad5bd9cb469fa16570867728950e"), None);
+        assert_eq!(parse_uuid("0f8fad5b-d9cb-469f-a165-70867728950g"), None);
         let sys = HostIdentity::system().expect("system identity");
         validate_nqn(&sys.hostnqn).expect("valid NQN");
     }

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use blockdev::{BlockDevice, IoBuf, RamDevice, WriteFlags};
-use common::proxy::Proxy;
 use common::{host, pattern};
 use nvme_proto::log::ana_state;
 use nvmf_host::namespace::host_error;
@@ -21,6 +20,7 @@ use nvmf_host::{
 use nvmf_target::{
     AnaState, ListenerHandle, NamespaceConfig, SubsystemConfig, Target, TargetConfig,
 };
+use testkit::proxy::Proxy;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const NQN: &str = "nqn.2026-01.io.ferrobay.test:host-multipath";

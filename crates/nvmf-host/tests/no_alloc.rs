@@ -13,67 +13,20 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use blockdev::{BlockDevice, IO_FUTURE_INLINE_BYTES, IoBuf, RamDevice, WriteFlags};
 use common::host;
 use nvmf_host::{ConnectOptions, Controller, RemoteNamespace};
 use nvmf_target::{NamespaceConfig, SubsystemConfig, Target, TargetConfig};
-
-struct Counting;
-
-/// Allocations made on host threads.
-static HOST_ALLOCS: AtomicU64 = AtomicU64::new(0);
-/// Allocations made on target threads.
-static TARGET_ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-const ROLE_NONE: u8 = 0;
-const ROLE_HOST: u8 = 1;
-const ROLE_TARGET: u8 = 2;
-
-thread_local! {
-    static ROLE: Cell<u8> = const { Cell::new(ROLE_NONE) };
-}
-
-fn note() {
-    match ROLE.try_with(Cell::get).unwrap_or(ROLE_NONE) {
-        ROLE_HOST => HOST_ALLOCS.fetch_add(1, Ordering::Relaxed),
-        ROLE_TARGET => TARGET_ALLOCS.fetch_add(1, Ordering::Relaxed),
-        _ => 0,
-    };
-}
-
-// SAFETY: every call forwards to the system allocator with the same arguments; the
-// counter is a relaxed atomic and the thread-local a const-initialised Cell (no
-// allocation, no re-entry).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use testkit::alloc::{CountingAllocator, Tag, allocations, set_thread_tag};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Whose allocations a thread's are.
+const HOST: Tag = Tag::A;
+const TARGET: Tag = Tag::B;
 
 const NQN: &str = "nqn.2026-01.io.ferrobay.test:host-noalloc";
 const WORKERS: u64 = 8;
@@ -89,11 +42,11 @@ fn start_target() -> (
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        ROLE.with(|r| r.set(ROLE_TARGET));
+        set_thread_tag(TARGET);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
-            .on_thread_start(|| ROLE.with(|r| r.set(ROLE_TARGET)))
+            .on_thread_start(|| set_thread_tag(TARGET))
             .build()
             .unwrap();
         rt.block_on(async move {
@@ -165,15 +118,12 @@ async fn run(ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn BlockDevice>>) -> Co
         }));
     }
     ready.wait().await;
-    let (host0, target0) = (
-        HOST_ALLOCS.load(Ordering::SeqCst),
-        TARGET_ALLOCS.load(Ordering::SeqCst),
-    );
+    let (host0, target0) = (allocations(HOST), allocations(TARGET));
     go.wait().await;
     done.wait().await;
     let c = Counted {
-        host: HOST_ALLOCS.load(Ordering::SeqCst) - host0,
-        target: TARGET_ALLOCS.load(Ordering::SeqCst) - target0,
+        host: allocations(HOST) - host0,
+        target: allocations(TARGET) - target0,
         ios: WORKERS * IOS_PER_WORKER * 2,
     };
     for t in tasks {
@@ -207,7 +157,7 @@ fn steady_state_io_allocates_nothing() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .on_thread_start(|| ROLE.with(|r| r.set(ROLE_HOST)))
+        .on_thread_start(|| set_thread_tag(HOST))
         .build()
         .unwrap();
     rt.block_on(async move {

@@ -17,7 +17,8 @@
 //! Seams for the node layer: [`NamespaceManager`] (Namespace Management / Attachment
 //! commands), [`KvBackend`] (the store behind a Key Value namespace,
 //! [`Target::add_kv_namespace`]), [`Reservations`] (per-namespace reservation state machine),
-//! [`Target::set_persistent_health`] (SMART counters that survive restarts) and
+//! [`Target::set_persistent_health`] (SMART counters that survive restarts),
+//! [`MediaHealthSource`] (the drives' own temperature and spare, for the SMART log) and
 //! [`Target::stats`] (metrics).
 //!
 //! Multipath: every namespace belongs to an ANA group ([`NamespaceConfig::ana_group`]);
@@ -36,6 +37,7 @@ mod fuzz;
 mod kv_backend;
 mod kv_mem;
 mod log_throttle;
+mod media_health;
 mod namespace;
 mod ns_manager;
 mod pool;
@@ -59,6 +61,7 @@ pub use fuzz::{
 };
 pub use kv_backend::{KvBackend, KvBackendError, KvFuture, KvRetrieved, KvUsage};
 pub use kv_mem::MemKvBackend;
+pub use media_health::{AvailableSpare, MediaHealth, MediaHealthSource};
 pub use namespace::{Attachment, NamespaceInfo};
 pub use ns_manager::{CreateKvNamespace, CreateNamespace, NamespaceManager};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};

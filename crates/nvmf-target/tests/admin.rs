@@ -124,6 +124,57 @@ async fn connect_statuses() {
     assert_ne!(a.cntlid, b.cntlid);
 }
 
+/// The SMART log's temperature and spare are the drives' own (through the node layer's
+/// source) or not reported: never a made-up value.
+#[tokio::test]
+async fn smart_temperature_and_spare_come_from_the_drives() {
+    struct Drives(Mutex<Vec<String>>);
+    impl nvmf_target::MediaHealthSource for Drives {
+        fn media_health(&self, subnqn: &str) -> nvmf_target::MediaHealth {
+            self.0.lock().expect("lock").push(subnqn.to_string());
+            nvmf_target::MediaHealth {
+                composite_temperature_k: Some(318),
+                available_spare: Some(nvmf_target::AvailableSpare {
+                    pct: 7,
+                    threshold_pct: 10,
+                }),
+            }
+        }
+    }
+    let (t, mut a, _q) = setup(TargetConfig::default()).await;
+    let (c, smart) = a.exec(get_log(lid::SMART_HEALTH, 0, 512), None, 512).await;
+    assert_eq!(c.status, Status::SUCCESS);
+    let log = SmartLog::decode(&smart).expect("SMART log");
+    assert_eq!(
+        (
+            log.composite_temperature_k,
+            log.available_spare_pct,
+            log.available_spare_threshold_pct,
+            log.critical_warning
+        ),
+        (0, 0, 0, 0),
+        "without drive readings: not reported"
+    );
+    let drives = Arc::new(Drives(Mutex::new(Vec::new())));
+    t.target.set_media_health_source(drives.clone());
+    let (c, smart) = a.exec(get_log(lid::SMART_HEALTH, 0, 512), None, 512).await;
+    assert_eq!(c.status, Status::SUCCESS);
+    let log = SmartLog::decode(&smart).expect("SMART log");
+    assert_eq!(
+        (
+            log.composite_temperature_k,
+            log.available_spare_pct,
+            log.available_spare_threshold_pct
+        ),
+        (318, 7, 10)
+    );
+    assert_eq!(
+        log.critical_warning,
+        nvme_proto::log::smart::critical_warning::SPARE_BELOW_THRESHOLD
+    );
+    assert_eq!(*drives.0.lock().expect("lock"), [SUBNQN]);
+}
+
 #[tokio::test]
 async fn cntlid_range_is_respected() {
     let cfg = TargetConfig {

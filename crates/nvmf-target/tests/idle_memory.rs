@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -22,38 +20,8 @@ use nvmf_target::TargetConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct LiveBytes;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call forwards to the system allocator with the same arguments; the
-// counter is a relaxed atomic (no allocation, no re-entry).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for LiveBytes {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: LiveBytes = LiveBytes;
+static GLOBAL: testkit::alloc::CountingAllocator = testkit::alloc::CountingAllocator;
 
 const SOCKETS: usize = 200;
 
@@ -68,7 +36,7 @@ async fn wait_connections(t: &TestTarget, n: usize) {
 }
 
 fn live() -> i64 {
-    LIVE.load(Ordering::SeqCst)
+    testkit::alloc::live_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@
 //! - [`extent`]: carving namespaces out of drives; [`extent_device`]: a namespace made
 //!   of several extents as one block device;
 //! - [`naming`]: default NQNs, serial numbers, NGUID/EUI-64/UUID;
+//! - [`nvme_smart`]: NVMe drives' own temperature and spare for the SMART log;
 //! - [`text`]: plain-text tables of API results for the CLI.
 
 pub mod api;
@@ -18,6 +19,7 @@ pub mod extent_device;
 pub mod http;
 pub mod naming;
 pub mod node;
+pub mod nvme_smart;
 pub mod state;
 pub mod text;
 

@@ -5,21 +5,10 @@ use std::fmt::Write;
 
 use crate::api::{HealthReport, NamespaceView, SubsystemView};
 
-/// Size with the largest binary unit that keeps it exact to one decimal (e.g. `1.5G`).
+/// A size for people: `1.5 KiB`, `64.0 MiB` (the format of every Ferrobay table; the
+/// JSON forms carry exact bytes).
 pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u32); 5] = [("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)];
-    for (unit, shift) in UNITS {
-        if bytes >= 1 << shift {
-            let whole = bytes >> shift;
-            let tenth = ((bytes - (whole << shift)) * 10) >> shift;
-            return if tenth == 0 {
-                format!("{whole}{unit}")
-            } else {
-                format!("{whole}.{tenth}{unit}")
-            };
-        }
-    }
-    format!("{bytes}B")
+    bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -219,11 +208,11 @@ mod tests {
 
     #[test]
     fn sizes_and_tables() {
-        assert_eq!(human_bytes(0), "0B");
-        assert_eq!(human_bytes(512), "512B");
-        assert_eq!(human_bytes(1536), "1.5K");
-        assert_eq!(human_bytes(64 << 20), "64M");
-        assert_eq!(human_bytes(1 << 40), "1T");
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
+        assert_eq!(human_bytes(1 << 40), "1.0 TiB");
         let n = NamespaceView {
             subsystem_nqn: "nqn.x".into(),
             nsid: 1,
@@ -257,9 +246,9 @@ mod tests {
         let t = namespaces_table(&[n, kv]);
         assert_eq!(
             t,
-            "SUBSYSTEM  NSID  KIND  DRIVE  SIZE  BLOCK  USED  KEYS  NGUID  ATTACHED\n\
-             nqn.x      1     nvm   d0     8M    512    -     -     ab     none\n\
-             nqn.x      2     kv    d0     64M   -      6K    3     ab     none\n\
+            "SUBSYSTEM  NSID  KIND  DRIVE  SIZE      BLOCK  USED     KEYS  NGUID  ATTACHED\n\
+             nqn.x      1     nvm   d0     8.0 MiB   512    -        -     ab     none\n\
+             nqn.x      2     kv    d0     64.0 MiB  -      6.0 KiB  3     ab     none\n\
              namespace 2 of nqn.x: KV store not serving: corrupt KV store: no valid checkpoint\n"
         );
     }

@@ -68,7 +68,7 @@ async fn bring_up_restart_and_control_api() {
             .all(|n| n.attachment.all && n.nguid.len() == 32 && n.eui64.len() == 16)
     );
     let target_ns = node.target().namespaces(&subs[0].nqn).unwrap();
-    assert_eq!(hex(&target_ns[0].nguid), nss[0].nguid);
+    assert_eq!(hex::encode(target_ns[0].nguid), nss[0].nguid);
     assert_eq!(
         uuid::Uuid::from_bytes(target_ns[0].uuid).to_string(),
         nss[0].uuid
@@ -235,7 +235,7 @@ async fn bring_up_restart_and_control_api() {
         .find(|n| n.nsid == 2)
         .unwrap();
     assert_eq!(
-        hex(&tb.nguid),
+        hex::encode(tb.nguid),
         before_ns
             .iter()
             .find(|n| n.subsystem_nqn == d0 && n.nsid == 2)
@@ -369,8 +369,4 @@ async fn refuses_changed_or_vanished_drives_and_a_second_node() {
     other.name = "n2".into();
     let e = StorageNode::start(other).await.unwrap_err().to_string();
     assert_eq!(e, "data dir belongs to node \"n1\", not \"n2\"");
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -43,11 +43,7 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(3);
 /// Returns a port that was free on 127.0.0.1 a moment ago (bind to port 0,
 /// read it, release it).
 pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| GuestError::io("binding 127.0.0.1:0 to find a free port", e))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| GuestError::io("reading a bound port", e))
+    testkit::net::free_port().map_err(|e| GuestError::io("finding a free port on 127.0.0.1", e))
 }
 
 /// Boots a guest, runs its job to the end and powers it off.

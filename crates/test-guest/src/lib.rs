@@ -30,7 +30,7 @@
 //! check) under a file lock, so parallel test binaries build once.
 //!
 //! A test that chooses to skip where QEMU (or anything else) is missing goes through
-//! [`prereq`]: it says plainly that it did not run, and fails under
+//! `testkit::prereq`: it says plainly that it did not run, and fails under
 //! `FERROBAY_REQUIRE_ALL=1`. Every test crate uses that module for its skips.
 //!
 //! Environment: `FERROBAY_GUEST_DIR` (cache, default `<repo>/target/guest`),
@@ -111,7 +111,6 @@ mod error;
 mod guest;
 mod image;
 mod output;
-pub mod prereq;
 mod qemu;
 mod record;
 mod sync;

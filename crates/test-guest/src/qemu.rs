@@ -138,7 +138,7 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 pub(crate) fn spawn_tied_to_process(mut cmd: Command) -> io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     cmd.stdin(Stdio::null());
-    set_parent_death_signal(&mut cmd);
+    testkit::process::die_with_parent(&mut cmd);
     let sender = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
         let spawned = std::thread::Builder::new()
@@ -162,22 +162,6 @@ pub(crate) fn spawn_tied_to_process(mut cmd: Command) -> io::Result<Child> {
     reply_rx
         .recv()
         .map_err(|_| io::Error::other("spawner thread did not answer"))?
-}
-
-#[allow(unsafe_code)]
-fn set_parent_death_signal(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // calls prctl(2), which is async-signal-safe; it touches no locks or
-    // allocations of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Paths of the files a run leaves in the runs directory.

@@ -152,23 +152,12 @@ impl VolumeRegistry {
             });
         }
         std::fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
-        let tmp = self.dir.join(format!(".{}.json.tmp", entry.name));
         let body = serde_json::to_vec_pretty(entry).map_err(|e| RegistryError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        // Write, fsync, rename, fsync the directory: the entry is either old or new.
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(Self::io(&tmp))?;
-            f.write_all(&body).map_err(Self::io(&tmp))?;
-            f.sync_all().map_err(Self::io(&tmp))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(Self::io(&path))?;
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        // The entry is either old or new, also after a power cut.
+        blockdev::write_atomic(&path, &body).map_err(Self::io(&path))
     }
 
     pub fn load(&self, name: &str) -> Result<VolumeEntry, RegistryError> {

@@ -20,10 +20,11 @@ use bench::CpuTime;
 use serde::Serialize;
 
 use crate::Settings;
-use crate::native::{NODE_NAME, NodeChild, die_with_parent, per_million};
-use crate::spdk::median;
+use crate::native::{NODE_NAME, NodeChild, per_million};
 use crate::spdk_target::use_spdk_libs;
 use crate::workload::{WORKLOADS, Workload, env_string};
+use testkit::process::die_with_parent;
+use testkit::stats::median;
 
 /// What the issue asks for, in the order they run.
 pub const INITIATOR_WORKLOADS: [Workload; 5] = [

@@ -10,6 +10,7 @@ use bench::{CpuTime, Progress, Report};
 use blockdev::BlockDevice;
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use serde::Serialize;
+use testkit::process::die_with_parent;
 
 use crate::Settings;
 use crate::workload::{PRECONDITION, Workload};
@@ -279,22 +280,5 @@ impl Drop for NodeChild {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// The child gets SIGKILL when the thread that started it ends (this bench runs its
-/// sections from the main thread, so: when the bench dies, also on Ctrl-C).
-#[allow(unsafe_code)]
-pub fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
-    // which is async-signal-safe; it touches no memory or locks of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }

@@ -17,6 +17,7 @@ use bench::{CpuTime, Progress, Report};
 use blockdev::BlockDevice;
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl, RemoteNamespace};
 use serde::Serialize;
+use testkit::stats::median;
 
 use crate::Settings;
 use crate::native::{NODE_NAME, NodeChild, per_million};
@@ -491,15 +492,4 @@ fn median_side(runs: &[&Run]) -> Option<Side> {
             .collect::<Option<Vec<f64>>>()
             .map(median),
     })
-}
-
-/// The middle value (the mean of the two middle ones for an even count); 0 for none.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }

@@ -4,7 +4,7 @@
 //! port of 127.0.0.1) and asked for its reactors' busy time over its JSON-RPC socket.
 
 use std::io::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::native::die_with_parent;
+use testkit::process::die_with_parent;
 
 pub const SPDK_NQN: &str = "nqn.2016-06.io.spdk:ferrobay-bench";
 const BDEV: &str = "Malloc0";
@@ -78,7 +78,7 @@ impl SpdkChild {
         }
         let mut last = String::new();
         for attempt in 0..START_ATTEMPTS {
-            let port = free_port()?;
+            let port = testkit::net::free_port().map_err(|e| format!("free port: {e}"))?;
             match Self::start_on(binary, dir, ram_mb, cpumask, extra, port, attempt) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e,
@@ -332,13 +332,6 @@ fn config(ram_mb: u64, port: u16) -> Value {
             }}
         ]}
     ]})
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("free port: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("free port: {e}"))
 }
 
 /// `DIR/spdk-N.sock`, or one in the temp dir when that path is too long for a socket.

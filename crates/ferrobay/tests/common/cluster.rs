@@ -1,128 +1,79 @@
 //! Cluster processes on 127.0.0.1 as separate `ferrobay` daemons: the command lines of
-//! `ferrobay node run --meta` and `ferrobay processor run`, and a daemon handle that waits
-//! for the endpoints file. Shared by the CLI tests and `benches/cluster.rs` (included there
-//! with `#[path]`, so it uses nothing from the rest of `common`).
+//! `ferrobay node run --meta` and `ferrobay processor run` (the daemon handle that waits
+//! for the endpoints file is `testkit::process::Daemon`). Shared by the CLI tests and
+//! `benches/cluster.rs` (included there with `#[path]`, so it uses nothing from the rest
+//! of `common`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A ferrobay daemon, stderr in `log`, killed on drop.
-pub struct Daemon {
-    pub name: String,
-    pub child: Child,
-    pub log: PathBuf,
+use serde_json::Value;
+#[allow(unused_imports)] // each includer uses part of it
+pub use testkit::process::{Daemon, kill_if_running, terminate_child};
+
+/// Runs `binary args` (a ferrobay command, `RUST_LOG=warn`): its stdout, or an error with
+/// the command, its exit status and output.
+pub fn run_cli(binary: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(binary)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run ferrobay {args:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "ferrobay {} failed ({}): {stdout}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(stdout)
 }
 
-impl Daemon {
-    /// Starts `binary args` with `RUST_LOG=rust_log`, stderr into `dir/<name>.log`;
-    /// `configure` adjusts the command before the spawn.
-    pub fn spawn(
-        binary: &Path,
-        name: &str,
-        dir: &Path,
-        args: &[String],
-        rust_log: &str,
-        configure: impl FnOnce(&mut Command),
-    ) -> std::io::Result<Daemon> {
-        std::fs::create_dir_all(dir)?;
-        let log = dir.join(format!("{name}.log"));
-        let err = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(binary);
-        cmd.args(args)
-            .env("RUST_LOG", rust_log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err);
-        configure(&mut cmd);
-        let child = cmd.spawn()?;
-        Ok(Daemon {
-            name: name.to_string(),
-            child,
-            log,
-        })
-    }
-
-    /// The whole log, headed by the daemon's name.
-    pub fn log(&self) -> String {
-        format!(
-            "--- {} ---\n{}",
-            self.name,
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        )
-    }
-
-    /// Waits for a JSON file the daemon writes when it is ready. The error says why
-    /// (exited, or not ready within `timeout`), without the log.
-    pub fn wait_json(
-        &mut self,
-        path: &Path,
-        timeout: Duration,
-    ) -> Result<serde_json::Value, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(s) = std::fs::read_to_string(path)
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&s)
-            {
-                return Ok(v);
-            }
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Err(format!("{} exited at start ({s})", self.name));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("{} not ready after {timeout:?}", self.name));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGKILL, as a power cut would.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait up to `timeout` for the exit; None if it still runs.
-    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        terminate_child(&mut self.child, timeout)
-    }
+/// (owner, epoch) of a `volume status --json` view once the owner published its status.
+pub fn owner_of(view: &Value) -> Option<(String, u64)> {
+    let owner = view.get("owner")?;
+    let node = owner.get("node")?.as_str()?.to_string();
+    let epoch = owner.get("epoch")?.as_u64()?;
+    let status_owner = view.get("status")?.get("owner")?.as_str()?;
+    (status_owner == node).then_some((node, epoch))
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        kill_if_running(&mut self.child);
-    }
-}
-
-/// SIGTERM to our own `child` and wait up to `timeout` for its exit; None if it still runs.
-pub fn terminate_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    if let Ok(Some(s)) = child.try_wait() {
-        return Some(s);
-    }
-    // The `kill` command signals our own child, by pid.
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .stderr(Stdio::null())
-        .status();
+/// Polls `volume status` until `want` owns `volume` (with an epoch above `after_epoch`,
+/// when given) and has published its status; returns that view. The error says who owns
+/// it instead.
+pub fn wait_owner(
+    binary: &Path,
+    meta_url: &str,
+    volume: &str,
+    want: &str,
+    after_epoch: Option<u64>,
+    timeout: Duration,
+) -> Result<Value, String> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            return Some(s);
+        let out = run_cli(
+            binary,
+            &["volume", "status", volume, "--json", "--meta", meta_url],
+        )?;
+        let view: Value = serde_json::from_str(&out)
+            .map_err(|e| format!("volume status: not JSON ({e}): {out}"))?;
+        if let Some((node, epoch)) = owner_of(&view)
+            && node == want
+            && after_epoch.is_none_or(|a| epoch > a)
+        {
+            return Ok(view);
         }
         if Instant::now() > deadline {
-            return None;
+            return Err(format!(
+                "{want} does not own {volume} (epoch > {after_epoch:?}) after {timeout:?}: owner {}",
+                view["owner"]
+            ));
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// SIGKILL and reap `child` if it still runs (for Drop: a test that panics leaves
-/// nothing running).
-pub fn kill_if_running(child: &mut Child) {
-    if let Ok(None) = child.try_wait() {
-        let _ = child.kill();
-        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -96,24 +96,6 @@ fn flock(f: &std::fs::File, op: libc::c_int) -> Result<(), String> {
     }
 }
 
-/// Asks the kernel to SIGKILL the child when the spawning thread dies, so that a test
-/// process killed before its drops ran leaves no daemon behind (`ip netns exec` execs
-/// the command, which keeps the setting).
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: runs in the child between fork and exec and only calls prctl(2), which is
-    // async-signal-safe; it touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 /// kill(2); callers pass only pids of processes this test started.
 #[allow(unsafe_code)]
 fn signal(pid: i32, sig: libc::c_int) {
@@ -374,7 +356,7 @@ impl Net {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        die_with_parent(&mut cmd);
+        testkit::process::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("spawning {} in {}: {e}", program.display(), ns.name))?;

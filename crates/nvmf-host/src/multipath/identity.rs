@@ -25,10 +25,6 @@ pub(crate) struct NsIdentity {
     pub anagrpid: u32,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 impl NsIdentity {
     /// Reads namespace `nsid`'s identity through `ctrl` (Identify Namespace, then the
     /// descriptor list on controllers of NVMe 1.3 or later; a controller that answers
@@ -104,8 +100,8 @@ impl NsIdentity {
             .map(|(name, got, want)| {
                 format!(
                     "another namespace: {name} {} instead of {}",
-                    hex(got),
-                    hex(want)
+                    hex::encode(got),
+                    hex::encode(want)
                 )
             })
     }

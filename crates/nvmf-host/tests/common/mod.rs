@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 pub mod fake_target;
-pub mod proxy;
 
 use nvmf_host::HostIdentity;
 

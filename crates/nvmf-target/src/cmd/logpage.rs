@@ -17,10 +17,6 @@ use crate::controller::{Controller, ERROR_LOG_ENTRIES};
 use crate::subsystem::SubsysKind;
 use crate::sync::lock;
 
-/// Composite temperature reported in the SMART log (Kelvin): a nominal 27 °C, since the
-/// target has no sensor of its own.
-const NOMINAL_TEMPERATURE_K: u16 = 300;
-
 impl QueueContext {
     pub(crate) fn get_log_page(&mut self, ctrl: &Arc<Controller>, cmd: &Command) -> Dispatch {
         let g = GetLogPageCommand::from_command(cmd);
@@ -62,10 +58,7 @@ impl QueueContext {
                         .into();
                 }
                 let h = self.target.health_snapshot();
-                SmartLog {
-                    composite_temperature_k: NOMINAL_TEMPERATURE_K,
-                    available_spare_pct: 100,
-                    available_spare_threshold_pct: 10,
+                let mut log = SmartLog {
                     data_units_read: h.data_units_read.into(),
                     data_units_written: h.data_units_written.into(),
                     host_read_commands: h.host_read_commands.into(),
@@ -77,9 +70,10 @@ impl QueueContext {
                     media_errors: h.media_errors.into(),
                     num_err_log_entries: h.error_log_entries.into(),
                     ..SmartLog::default()
-                }
-                .to_bytes()
-                .to_vec()
+                };
+                // Temperature and spare: the drives' own, or not reported.
+                self.target.media_health(&ctrl.subsys.nqn).fill(&mut log);
+                log.to_bytes().to_vec()
             }
             (lid::FIRMWARE_SLOT, false) => FirmwareSlotLog::single(&self.target.config.firmware)
                 .to_bytes()

@@ -58,34 +58,11 @@ where
 }
 
 fn to_hex(b: &[u8; 16]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(32);
-    for &x in b {
-        s.push(DIGITS[usize::from(x >> 4)] as char);
-        s.push(DIGITS[usize::from(x & 0xF)] as char);
-    }
-    s
+    hex::encode(b)
 }
 
 fn from_hex(s: &str) -> Result<[u8; 16], String> {
-    let d = s.as_bytes();
-    if d.len() != 32 {
-        return Err(format!("host ID: expected 32 hex digits, got {}", d.len()));
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    let mut out = [0u8; 16];
-    for (o, pair) in out.iter_mut().zip(d.chunks_exact(2)) {
-        match (nibble(pair[0]), nibble(pair[1])) {
-            (Some(hi), Some(lo)) => *o = (hi << 4) | lo,
-            _ => return Err(format!("host ID: bad hex digit in {s:?}")),
-        }
-    }
-    Ok(out)
+    <[u8; 16] as hex::FromHex>::from_hex(s).map_err(|e| format!("host ID {s:?}: {e}"))
 }
 
 mod hex16 {

@@ -29,6 +29,7 @@ use nvme_proto::fabrics::{DISCOVERY_NQN, validate_nqn};
 
 use crate::TargetError;
 use crate::config::TargetConfig;
+use crate::media_health::{MediaHealth, MediaHealthSource};
 use crate::ns_manager::NamespaceManager;
 use crate::resv_api::{Reservations, ReservationsFactory};
 use crate::stats::HealthCounters;
@@ -48,6 +49,7 @@ pub(crate) struct TargetInner {
     next_portid: AtomicU64,
     next_cntlid: Mutex<u16>,
     pub ns_manager: RwLock<Option<Arc<dyn NamespaceManager>>>,
+    media_health: RwLock<Option<Arc<dyn MediaHealthSource>>>,
     resv_factory: RwLock<Arc<ReservationsFactory>>,
     pub discovery_genctr: AtomicU64,
     /// Other discovery services this one refers hosts to (discovery log referral entries).
@@ -95,6 +97,12 @@ impl TargetInner {
         for c in self.discovery.live_controllers() {
             c.discovery_changed();
         }
+    }
+
+    /// The drives' own reading for subsystem `subnqn` (not reported without a source).
+    pub fn media_health(&self, subnqn: &str) -> MediaHealth {
+        let source = read(&self.media_health).clone();
+        source.map_or_else(MediaHealth::default, |s| s.media_health(subnqn))
     }
 
     pub fn new_reservations(&self, nqn: &str, nsid: u32) -> Arc<dyn Reservations> {
@@ -150,6 +158,7 @@ impl Target {
                 listeners: Mutex::new(Vec::new()),
                 next_portid: AtomicU64::new(1),
                 ns_manager: RwLock::new(None),
+                media_health: RwLock::new(None),
                 resv_factory: RwLock::new(default_factory),
                 discovery_genctr: AtomicU64::new(1),
                 referrals: Mutex::new(Vec::new()),
@@ -170,6 +179,12 @@ impl Target {
     /// Installs the handler of Namespace Management / Attachment commands.
     pub fn set_namespace_manager(&self, m: Arc<dyn NamespaceManager>) {
         *write(&self.inner.ns_manager) = Some(m);
+    }
+
+    /// Installs where the SMART log's temperature and spare come from (without one they
+    /// are not reported).
+    pub fn set_media_health_source(&self, s: Arc<dyn MediaHealthSource>) {
+        *write(&self.inner.media_health) = Some(s);
     }
 
     /// Sets how namespaces without an explicit reservation object get one.

@@ -3,6 +3,7 @@
 mod drives;
 mod health;
 mod kv;
+mod media;
 mod nsmgr;
 mod ops;
 mod resv;
@@ -336,6 +337,11 @@ impl StorageNode {
         // Key Value namespaces: their stores recover before hosts can reach them.
         let kv_entries = kv::open_all(&catalog.state().namespaces, &devices).await;
         let catalog = Arc::new(Mutex::new(catalog));
+        target.set_media_health_source(Arc::new(media::NodeMediaHealth::new(
+            catalog.clone(),
+            std::path::Path::new("/sys"),
+            Arc::new(crate::nvme_smart::KernelNvmeAdmin),
+        )));
         if let Err(e) = bring_up(&target, &catalog, &devices, &kv_entries) {
             target.shutdown(SHUTDOWN_TIMEOUT).await;
             for ((nqn, nsid), entry) in &kv_entries {

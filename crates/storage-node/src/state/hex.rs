@@ -3,40 +3,17 @@
 use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
 pub fn encode(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    ::hex::encode(bytes)
 }
 
 /// Decodes exactly `N` bytes from `2 * N` hex digits (either case).
 pub fn decode<const N: usize>(s: &str) -> Result<[u8; N], String> {
-    let digits = s.as_bytes();
-    if digits.len() != 2 * N {
-        return Err(format!(
-            "expected {} hex digits, got {}",
-            2 * N,
-            digits.len()
-        ));
+    if s.len() != 2 * N {
+        return Err(format!("expected {} hex digits, got {}", 2 * N, s.len()));
     }
     let mut out = [0u8; N];
-    for (i, pair) in digits.chunks_exact(2).enumerate() {
-        let hi = nibble(pair[0]).ok_or_else(|| format!("bad hex digit in {s:?}"))?;
-        let lo = nibble(pair[1]).ok_or_else(|| format!("bad hex digit in {s:?}"))?;
-        out[i] = hi << 4 | lo;
-    }
+    ::hex::decode_to_slice(s, &mut out).map_err(|e| format!("{s:?}: {e}"))?;
     Ok(out)
-}
-
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 macro_rules! fixed_bytes {

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use test_guest::prereq::{self, REQUIRE_ALL_ENV};
+use testkit::prereq::{self, REQUIRE_ALL_ENV};
 
 /// Set in the child: only then does `guarded` act.
 const CHILD_ENV: &str = "FERROBAY_PREREQ_SELFTEST";

@@ -14,7 +14,7 @@
 //! ```
 //! fn qemu_missing() -> Option<String> { None }
 //! if let Some(why) = qemu_missing() {
-//!     test_guest::prereq::missing(why);
+//!     testkit::prereq::missing(why);
 //!     return;
 //! }
 //! ```

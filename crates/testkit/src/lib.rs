@@ -1,0 +1,18 @@
+//! Test plumbing every test crate shares, written once: use it as a **dev-dependency**
+//! only (a library or binary never depends on it; `test-guest`, itself dev-only, does).
+//!
+//! - [`prereq`]: what a test does when something it needs is missing (the one skip
+//!   policy, `FERROBAY_REQUIRE_ALL=1` turns skips into failures);
+//! - [`process`]: child processes that die with the test ([`process::die_with_parent`]),
+//!   daemons with a log file, killed on drop ([`process::Daemon`]);
+//! - [`net::free_port`]: a port that was free a moment ago;
+//! - [`alloc`]: a counting global allocator (allocations per thread tag, live bytes);
+//! - [`proxy`]: a TCP forwarder standing for one network path, to cut and restore;
+//! - [`stats::median`].
+
+pub mod alloc;
+pub mod net;
+pub mod prereq;
+pub mod process;
+pub mod proxy;
+pub mod stats;
