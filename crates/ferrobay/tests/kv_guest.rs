@@ -51,11 +51,7 @@ fn node_cli(data: &std::path::Path, args: &[&str]) -> String {
 #[test]
 fn linux_host_stores_and_retrieves_through_a_kv_namespace() {
     if let Some(why) = skip_reason() {
-        assert!(
-            std::env::var_os("FERROBAY_REQUIRE_ALL").is_none(),
-            "FERROBAY_REQUIRE_ALL=1 but the guest cannot run: {why}"
-        );
-        eprintln!("SKIP: {why}");
+        testkit::prereq::missing(why);
         return;
     }
     let dir = scratch_dir("kv-guest");

@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use objstore::testing::{PgServer, skip_or_fail};
+use objstore::testing::PgServer;
+use testkit::prereq::missing as skip_or_fail;
 
 fn client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python")

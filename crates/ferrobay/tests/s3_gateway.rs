@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use objstore::testing::{PgServer, skip_or_fail};
+use objstore::testing::PgServer;
+use testkit::prereq::missing as skip_or_fail;
 
 const ACCESS_KEY: &str = "ferrobay-root";
 const SECRET_KEY: &str = "ferrobay-root-secret";

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::layout::{Geometry, Piece};
-use crate::testing::{PgServer, skip_or_fail};
+use crate::testing::PgServer;
+use testkit::prereq::missing as skip_or_fail;
 
 const G: Geometry = Geometry { data: 2, parity: 1 };
 
