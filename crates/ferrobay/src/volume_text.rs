@@ -234,7 +234,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("            Size : 110 MiB (115343360 bytes)\n"),
+            t.contains("            Size : 110.0 MiB (115343360 bytes)\n"),
             "{t}"
         );
         assert!(

@@ -84,8 +84,8 @@ fn linux_host_stores_and_retrieves_through_a_kv_namespace() {
     let row = created.lines().nth(1).unwrap_or_default().to_string();
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(
-        (cols.get(1), cols.get(2), cols.get(4)),
-        (Some(&"2"), Some(&"kv"), Some(&"96M")),
+        (cols.get(1), cols.get(2), cols.get(4), cols.get(5)),
+        (Some(&"2"), Some(&"kv"), Some(&"96.0"), Some(&"MiB")),
         "ns create --kv prints the new namespace:\n{created}"
     );
 
