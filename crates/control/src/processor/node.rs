@@ -29,3 +29,5 @@ pub(crate) async fn register(
 
 /// Backoff between registration attempts after a lost lease.
 pub(crate) const REREGISTER_DELAY: Duration = Duration::from_millis(250);
+/// Pause before rewriting a record the store did not take.
+pub(crate) const REPUBLISH_DELAY: Duration = Duration::from_millis(500);
