@@ -101,17 +101,18 @@ host_loopback_routed() {
         { echo "host_loopback_routed: $(ip route get 127.0.0.1)" >&2; return 1; }
 }
 
-# uevent_log FILE : record every kernel uevent (the environment the kernel passes,
-# one "KEY=VALUE ..." line per event) in FILE through the uevent helper
-# (/proc/sys/kernel/hotplug): there is no udev in the guest. Fails when the kernel
-# has no uevent helper.
+# uevent_log FILE : record every kernel uevent in FILE, one line per event with its
+# ACTION, DEVPATH, DEVNAME, SUBSYSTEM and NVME_* variables, from a background listener
+# on the kernel's uevent netlink socket (busybox uevent): there is no udev in the guest.
 uevent_log() {
-    [ -w /proc/sys/kernel/hotplug ] || { echo "uevent_log: no /proc/sys/kernel/hotplug" >&2; return 1; }
-    cat > /tmp/uevent-helper <<EOF_HELPER
+    cat > /tmp/uevent-helper <<'EOF_HELPER'
 #!/bin/sh
-echo "\$(env | grep -E '^(ACTION|DEVPATH|DEVNAME|SUBSYSTEM|NVME_[A-Z_]*)=' | sort | tr '\n' ' ')" >> $1
+echo "$(env | grep -E '^(ACTION|DEVPATH|DEVNAME|SUBSYSTEM|NVME_[A-Z_]*)=' | sort | tr '\n' ' ')" >> "$1"
 EOF_HELPER
-    chmod +x /tmp/uevent-helper && : > "$1" && echo /tmp/uevent-helper > /proc/sys/kernel/hotplug
+    chmod +x /tmp/uevent-helper && : > "$1" || return 1
+    uevent /tmp/uevent-helper "$1" &
+    sleep 0.2
+    kill -0 $! 2>/dev/null
 }
 
 # ---------------------------------------------------------------- devices
@@ -296,7 +297,11 @@ nvme_disc_ctrl() {
     for c in /sys/class/nvme/nvme*; do
         [ "$(cat "$c/subsysnqn" 2>/dev/null)" = nqn.2014-08.org.nvmexpress.discovery ] || continue
         case ",$(cat "$c/address" 2>/dev/null)," in
-            *",traddr=$1,"*",trsvcid=$2,"*) echo "${c##*/}"; return 0 ;;
+            *",traddr=$1,"*) ;;
+            *) continue ;;
+        esac
+        case ",$(cat "$c/address" 2>/dev/null)," in
+            *",trsvcid=$2,"*) echo "${c##*/}"; return 0 ;;
         esac
     done
     return 1

@@ -34,7 +34,7 @@ else
 fi
 
 # --- connect-all, persistent ----------------------------------------------------------
-uevent_log /tmp/uevents && UEVENTS=1 || { UEVENTS=0; info "no uevent helper: re-reading the log instead"; }
+uevent_log /tmp/uevents && UEVENTS=1 || { UEVENTS=0; info "no uevent listener: re-reading the log instead"; }
 out=$(nvme connect-all -t tcp -a "$CDC" -s "$CDC_PORT" --persistent 2>&1); rc=$?
 info "connect-all rc=$rc: $(echo "$out" | tr '\n' ' ')"
 dev0=$(nvme_ns_dev "$VOL0" 30) && pass connect_all dev="$dev0" || { fail connect_all; dmesg_tail 30; exit 1; }
