@@ -291,7 +291,12 @@ impl DevCluster {
         let start = |port: u16| {
             let store = self.store.clone();
             let listen = vec![SocketAddr::new(cfg.addr, port)];
-            async move { Cdc::start(store, CdcConfig { listen }).await }
+            // Every node of the dev cluster runs in this process.
+            let cfg = CdcConfig {
+                listen,
+                co_located: true,
+            };
+            async move { Cdc::start(store, cfg).await }
         };
         let cdc = match cfg.cdc_port {
             Some(port) => start(port).await.map_err(|e| cdc_error(&e))?,

@@ -115,14 +115,9 @@ impl Cluster {
                 .unwrap(),
         );
         // The CDC first: it follows the records as they appear.
-        let cdc = Cdc::start(
-            store.clone(),
-            CdcConfig {
-                listen: vec![local0()],
-            },
-        )
-        .await
-        .unwrap();
+        let cdc = Cdc::start(store.clone(), CdcConfig::new(vec![local0()]))
+            .await
+            .unwrap();
         let mut nodes = Vec::new();
         for i in 0..3 {
             let name = format!("n{i}");
@@ -342,12 +337,10 @@ async fn cdc_port_in_use_is_one_line() {
     );
     let taken = std::net::TcpListener::bind(local0()).unwrap();
     let addr = taken.local_addr().unwrap();
-    let e = Cdc::start(store.clone(), CdcConfig { listen: vec![addr] })
+    let e = Cdc::start(store.clone(), CdcConfig::new(vec![addr]))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("already in use"), "{e}");
-    let e = Cdc::start(store, CdcConfig { listen: vec![] })
-        .await
-        .unwrap_err();
+    let e = Cdc::start(store, CdcConfig::new(vec![])).await.unwrap_err();
     assert!(e.to_string().contains("listen address"), "{e}");
 }

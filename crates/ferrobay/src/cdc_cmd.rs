@@ -38,7 +38,7 @@ pub struct RunArgs {
 async fn run_cdc(a: RunArgs) -> anyhow::Result<ExitCode> {
     let stop = cluster::stop_signal();
     let store = cluster::open_store(&a.meta).await?;
-    let cdc = Cdc::start(store, CdcConfig { listen: a.listen })
+    let cdc = Cdc::start(store, CdcConfig::new(a.listen))
         .await
         .context("start the central discovery controller")?;
     let addrs: Vec<String> = cdc.addrs().iter().map(ToString::to_string).collect();

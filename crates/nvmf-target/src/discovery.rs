@@ -24,7 +24,7 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
         .load(std::sync::atomic::Ordering::Acquire);
     let extra = read(&t.discovery_source)
         .clone()
-        .map(|s| s.snapshot(hostnqn))
+        .map(|s| s.snapshot(hostnqn, local))
         .unwrap_or_default();
     // Both only grow, so their sum changes whenever either part of the log does.
     let genctr = own_genctr.wrapping_add(extra.generation);

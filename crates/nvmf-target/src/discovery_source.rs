@@ -3,6 +3,8 @@
 //! live on other nodes. The target asks the source on every read of the discovery log,
 //! per host, and appends what it returns to its own entries.
 
+use std::net::SocketAddr;
+
 use nvme_proto::log::DiscoveryLogEntry;
 
 /// What a [`DiscoveryLogSource`] shows one host at one moment.
@@ -23,5 +25,7 @@ pub struct DiscoverySnapshot {
 /// connections get the discovery log change event.
 pub trait DiscoveryLogSource: Send + Sync {
     /// The entries host `hostnqn` may see, with their generation, taken atomically.
-    fn snapshot(&self, hostnqn: &str) -> DiscoverySnapshot;
+    /// `local` is the target's address the host's connection came in on (an entry on a
+    /// loopback address means nothing to a host that came from elsewhere).
+    fn snapshot(&self, hostnqn: &str, local: SocketAddr) -> DiscoverySnapshot;
 }

@@ -429,7 +429,7 @@ impl TestSource {
 }
 
 impl DiscoveryLogSource for TestSource {
-    fn snapshot(&self, hostnqn: &str) -> DiscoverySnapshot {
+    fn snapshot(&self, hostnqn: &str, _local: std::net::SocketAddr) -> DiscoverySnapshot {
         let s = self.state.lock().unwrap();
         DiscoverySnapshot {
             generation: s.0,

@@ -5,6 +5,7 @@
 //! fresh listing after a pause.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -54,11 +55,11 @@ impl Served {
 }
 
 impl DiscoveryLogSource for Served {
-    fn snapshot(&self, hostnqn: &str) -> DiscoverySnapshot {
+    fn snapshot(&self, hostnqn: &str, local: SocketAddr) -> DiscoverySnapshot {
         let s = self.read();
         DiscoverySnapshot {
             generation: s.0,
-            entries: s.1.entries_for(hostnqn),
+            entries: s.1.entries_for(hostnqn, local),
         }
     }
 }
@@ -83,9 +84,9 @@ impl Records {
         }
     }
 
-    fn view(&self) -> ClusterView {
+    fn view(&self, co_located: bool) -> ClusterView {
         let nodes: Vec<NodeRecord> = self.nodes.values().cloned().collect();
-        ClusterView::from_nodes(&nodes)
+        ClusterView::from_nodes(&nodes, co_located)
     }
 }
 
@@ -94,13 +95,14 @@ pub(crate) async fn run(
     store: Arc<dyn MetaStore>,
     served: Arc<Served>,
     target: Target,
+    co_located: bool,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut retry = RETRY_MIN;
     let mut last_notes: Vec<String> = Vec::new();
     loop {
         let result = tokio::select! {
-            r = follow_once(store.as_ref(), &served, &target, &mut last_notes, &mut retry) => r,
+            r = follow_once(store.as_ref(), &served, &target, co_located, &mut last_notes, &mut retry) => r,
             () = crate::processor::stopped(&mut stop) => return,
         };
         if let Err(e) = result {
@@ -119,6 +121,7 @@ async fn follow_once(
     store: &dyn MetaStore,
     served: &Served,
     target: &Target,
+    co_located: bool,
     last_notes: &mut Vec<String>,
     retry: &mut Duration,
 ) -> Result<(), meta::MetaError> {
@@ -127,7 +130,7 @@ async fn follow_once(
     for kv in &listing.kvs {
         records.put(kv);
     }
-    apply(&records, served, target, last_notes);
+    apply(&records, served, target, co_located, last_notes);
     let mut watch = store.watch(NODES, listing.revision + 1).await?;
     *retry = RETRY_MIN;
     while let Some(batch) = watch.next().await {
@@ -140,13 +143,19 @@ async fn follow_once(
                 }
             }
         }
-        apply(&records, served, target, last_notes);
+        apply(&records, served, target, co_located, last_notes);
     }
     Err(meta::MetaError::Unavailable("the watch ended".into()))
 }
 
-fn apply(records: &Records, served: &Served, target: &Target, last_notes: &mut Vec<String>) {
-    let view = records.view();
+fn apply(
+    records: &Records,
+    served: &Served,
+    target: &Target,
+    co_located: bool,
+    last_notes: &mut Vec<String>,
+) {
+    let view = records.view(co_located);
     if view.notes() != last_notes.as_slice() {
         for n in view.notes() {
             if !last_notes.contains(n) {

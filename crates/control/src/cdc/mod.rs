@@ -23,8 +23,7 @@ use std::time::Duration;
 
 use meta::MetaStore;
 use nvmf_target::{
-    DiscoveryControllerType, DiscoveryLogEntry, ListenerHandle, ListenerOptions, Target,
-    TargetConfig, TargetError,
+    DiscoveryControllerType, ListenerHandle, ListenerOptions, Target, TargetConfig, TargetError,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -39,6 +38,20 @@ pub const DISCOVERY_PORT: u16 = 8009;
 pub struct CdcConfig {
     /// NVMe/TCP listeners hosts discover on (port 0 picks one).
     pub listen: Vec<SocketAddr>,
+    /// Every node runs on this machine (`ferrobay up`): a node listening on a wildcard
+    /// address is reached at the address the host reached the CDC on. Otherwise such a
+    /// listener cannot be listed (the CDC does not know the node's address).
+    pub co_located: bool,
+}
+
+impl CdcConfig {
+    /// Listeners for a CDC of nodes that run anywhere.
+    pub fn new(listen: Vec<SocketAddr>) -> CdcConfig {
+        CdcConfig {
+            listen,
+            co_located: false,
+        }
+    }
 }
 
 /// Why a CDC did not start. One line each.
@@ -102,7 +115,13 @@ impl Cdc {
             }
         }
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(follow::run(store, served.clone(), target.clone(), stop_rx));
+        let task = tokio::spawn(follow::run(
+            store,
+            served.clone(),
+            target.clone(),
+            cfg.co_located,
+            stop_rx,
+        ));
         let addrs: Vec<SocketAddr> = listeners.iter().map(ListenerHandle::local_addr).collect();
         tracing::info!(?addrs, "central discovery controller listening");
         Ok(Cdc {
@@ -125,11 +144,6 @@ impl Cdc {
     /// The cluster view being served.
     pub fn view(&self) -> Arc<ClusterView> {
         self.served.view()
-    }
-
-    /// What host `hostnqn` finds in the log beyond the CDC's own entry.
-    pub fn entries_for(&self, hostnqn: &str) -> Vec<DiscoveryLogEntry> {
-        self.served.view().entries_for(hostnqn)
     }
 
     /// The log's generation counter (GENCTR) as hosts read it.

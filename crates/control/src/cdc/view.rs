@@ -1,8 +1,9 @@
 //! The cluster's discovery log as the central discovery controller serves it, built from
 //! the node records: one entry per (subsystem, NVMe/TCP listener) of every node, visible
 //! to the hosts the subsystem's access list allows, and one referral per node to its own
-//! discovery controller, visible to every host. Pure: no I/O, so every rule is unit
-//! tested.
+//! discovery controller, visible to every host. Entries on loopback addresses are shown
+//! only to hosts that reached the CDC over loopback (elsewhere they would name the host
+//! itself). Pure: no I/O, so every rule is unit tested.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -35,7 +36,34 @@ impl Visibility {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Listed {
     entry: DiscoveryLogEntry,
+    /// The listener as the node published it (a wildcard one gets the host's view).
+    addr: SocketAddr,
     visibility: Visibility,
+}
+
+impl Listed {
+    /// The entry as a host that reached the CDC on `local` sees it, if at all.
+    fn for_local(&self, local: SocketAddr) -> Option<DiscoveryLogEntry> {
+        let ip = self.addr.ip();
+        if ip.is_loopback() && !local.ip().is_loopback() {
+            return None;
+        }
+        let mut e = self.entry.clone();
+        if ip.is_unspecified() {
+            // Co-located nodes: the host reaches them where it reached the CDC. An IPv4
+            // wildcard takes IPv4 hosts only; an IPv6 one (dual stack) takes both.
+            if ip.is_ipv4() && !local.is_ipv4() {
+                return None;
+            }
+            e.traddr = local.ip().to_string();
+            e.adrfam = if local.is_ipv4() {
+                adrfam::IPV4
+            } else {
+                adrfam::IPV6
+            };
+        }
+        Some(e)
+    }
 }
 
 /// Every entry of the cluster's log with who may see it. Entries are in a fixed order:
@@ -49,8 +77,10 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    /// The view of these node records (any order).
-    pub fn from_nodes(nodes: &[NodeRecord]) -> ClusterView {
+    /// The view of these node records (any order). `co_located`: every node runs on the
+    /// CDC's machine, so a wildcard listener is reached where the host reached the CDC.
+    pub fn from_nodes(nodes: &[NodeRecord], co_located: bool) -> ClusterView {
+        let usable = |a: &SocketAddr| a.port() != 0 && (co_located || !a.ip().is_unspecified());
         let mut nodes: Vec<&NodeRecord> = nodes.iter().collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut notes = Vec::new();
@@ -63,7 +93,7 @@ impl ClusterView {
                 .iter()
                 .copied()
                 .filter(|a| {
-                    let ok = !a.ip().is_unspecified() && a.port() != 0;
+                    let ok = usable(a);
                     if !ok {
                         notes.push(format!(
                             "node {} listens on {a}: hosts cannot be sent there; \
@@ -93,6 +123,7 @@ impl ClusterView {
                         (s.nqn.clone(), node.name.clone(), *addr),
                         Listed {
                             entry: entry(*addr, portid, subtype::NVME, &s.nqn, 0),
+                            addr: *addr,
                             visibility: visibility.clone(),
                         },
                     ));
@@ -103,7 +134,7 @@ impl ClusterView {
                 .iter()
                 .chain(node.nvme_addrs.iter())
                 .copied()
-                .find(|a| !a.ip().is_unspecified() && a.port() != 0);
+                .find(|a| usable(a));
             if let Some(addr) = ddc {
                 let portid = ports.of(&node.name, addr);
                 referrals.push(Listed {
@@ -116,6 +147,7 @@ impl ClusterView {
                         DISCOVERY_NQN,
                         eflags::EPCSD,
                     ),
+                    addr,
                     visibility: Visibility::Everyone,
                 });
             }
@@ -129,16 +161,16 @@ impl ClusterView {
         ClusterView { listed, notes }
     }
 
-    /// The entries `hostnqn` may see.
-    pub fn entries_for(&self, hostnqn: &str) -> Vec<DiscoveryLogEntry> {
+    /// The entries `hostnqn` may see, having reached the CDC on `local`.
+    pub fn entries_for(&self, hostnqn: &str, local: SocketAddr) -> Vec<DiscoveryLogEntry> {
         self.listed
             .iter()
             .filter(|l| l.visibility.allows(hostnqn))
-            .map(|l| l.entry.clone())
+            .filter_map(|l| l.for_local(local))
             .collect()
     }
 
-    /// Every entry, whoever may see it.
+    /// Every entry as published, whoever may see it.
     pub fn all_entries(&self) -> Vec<DiscoveryLogEntry> {
         self.listed.iter().map(|l| l.entry.clone()).collect()
     }
@@ -200,6 +232,11 @@ mod tests {
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    /// Where a host on the network reached the CDC.
+    fn lan() -> SocketAddr {
+        addr("10.0.0.9:8009")
     }
 
     fn storage(name: &str, nvme: &str, disc: &str, subs: Vec<SubsystemRecord>) -> NodeRecord {
@@ -271,9 +308,9 @@ mod tests {
 
     #[test]
     fn every_subsystem_on_every_listener_then_referrals() {
-        let v = ClusterView::from_nodes(&cluster());
+        let v = ClusterView::from_nodes(&cluster(), false);
         assert_eq!(
-            lines(&v.entries_for(P1)),
+            lines(&v.entries_for(P1, lan())),
             [
                 // Ports numbered per (node, address): n1 4420 = 1, n1 8009 = 2, ...
                 "2 nqn.2026-01.io.ferrobay:n1:d0 10.0.0.11:4420 port 1",
@@ -306,8 +343,8 @@ mod tests {
 
     #[test]
     fn access_lists_filter_per_host() {
-        let v = ClusterView::from_nodes(&cluster());
-        let host = lines(&v.entries_for(HOST));
+        let v = ClusterView::from_nodes(&cluster(), false);
+        let host = lines(&v.entries_for(HOST, lan()));
         assert!(
             !host.iter().any(|l| l.contains(":n1:d0")),
             "not allowed: {host:?}"
@@ -316,7 +353,7 @@ mod tests {
         assert_eq!(host.iter().filter(|l| l.contains(":vol:")).count(), 6);
         // Referrals are for everyone: a host finds every node's own controller.
         assert_eq!(host.iter().filter(|l| l.starts_with("1 ")).count(), 4);
-        assert_eq!(v.entries_for(P1).len(), host.len() + 1);
+        assert_eq!(v.entries_for(P1, lan()).len(), host.len() + 1);
     }
 
     #[test]
@@ -332,7 +369,7 @@ mod tests {
         old.format = 1;
         old.subsystems.clear();
         old.discovery_addrs.clear();
-        let v = ClusterView::from_nodes(&[wild, old]);
+        let v = ClusterView::from_nodes(&[wild, old], false);
         assert_eq!(
             lines(&v.all_entries()),
             [
@@ -349,12 +386,57 @@ mod tests {
     #[test]
     fn ipv6_listeners() {
         let p = processor("p1", &["[fd00::5]:4420"], &["vol0"]);
-        let e = &ClusterView::from_nodes(&[p]).all_entries()[0];
+        let e = &ClusterView::from_nodes(&[p], false).all_entries()[0];
         assert_eq!((e.adrfam, e.traddr.as_str()), (adrfam::IPV6, "fd00::5"));
     }
 
     #[test]
+    fn loopback_entries_only_for_hosts_on_loopback() {
+        let n = storage(
+            "n1",
+            "127.0.0.1:4420",
+            "127.0.0.1:8010",
+            vec![open("nqn.2026-01.io.ferrobay:n1:d0")],
+        );
+        let p = processor("p1", &["10.0.0.5:4420"], &["vol0"]);
+        let v = ClusterView::from_nodes(&[n, p], false);
+        assert_eq!(
+            lines(&v.entries_for(HOST, lan())),
+            [
+                "2 nqn.2026-01.io.ferrobay:vol:vol0 10.0.0.5:4420 port 3",
+                "1 nqn.2014-08.org.nvmexpress.discovery 10.0.0.5:4420 port 3",
+            ],
+            "127.0.0.1 would name the host itself"
+        );
+        assert_eq!(v.entries_for(HOST, addr("127.0.0.1:8009")).len(), 4);
+    }
+
+    #[test]
+    fn wildcard_listeners_of_co_located_nodes_take_the_hosts_view() {
+        let p = processor("p1", &["0.0.0.0:4420"], &["vol0"]);
+        // Nodes elsewhere: nothing to send hosts to.
+        let apart = ClusterView::from_nodes(std::slice::from_ref(&p), false);
+        assert!(apart.entries_for(HOST, lan()).is_empty());
+        assert_eq!(apart.notes().len(), 1);
+        // `ferrobay up`: the node is where the CDC is.
+        let here = ClusterView::from_nodes(&[p], true);
+        assert!(here.notes().is_empty(), "{:?}", here.notes());
+        assert_eq!(
+            lines(&here.entries_for(HOST, lan())),
+            [
+                "2 nqn.2026-01.io.ferrobay:vol:vol0 10.0.0.9:4420 port 1",
+                "1 nqn.2014-08.org.nvmexpress.discovery 10.0.0.9:4420 port 1",
+            ]
+        );
+        // An IPv4 wildcard cannot take a host that came over IPv6.
+        assert!(here.entries_for(HOST, addr("[fd00::9]:8009")).is_empty());
+        let v6 = ClusterView::from_nodes(&[processor("p2", &["[::]:4420"], &["vol0"])], true);
+        let e = &v6.entries_for(HOST, addr("[fd00::9]:8009"))[0];
+        assert_eq!((e.adrfam, e.traddr.as_str()), (adrfam::IPV6, "fd00::9"));
+    }
+
+    #[test]
     fn an_empty_cluster_lists_nothing() {
-        assert!(ClusterView::from_nodes(&[]).all_entries().is_empty());
+        assert!(ClusterView::from_nodes(&[], false).all_entries().is_empty());
     }
 }
