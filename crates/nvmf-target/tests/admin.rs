@@ -422,7 +422,7 @@ struct TestSource {
 
 impl TestSource {
     fn set(&self, entries: Vec<(String, DiscoveryLogEntry)>) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock().expect("lock");
         s.0 += 1;
         s.1 = entries;
     }
@@ -430,7 +430,7 @@ impl TestSource {
 
 impl DiscoveryLogSource for TestSource {
     fn snapshot(&self, hostnqn: &str, _local: std::net::SocketAddr) -> DiscoverySnapshot {
-        let s = self.state.lock().unwrap();
+        let s = self.state.lock().expect("lock");
         DiscoverySnapshot {
             generation: s.0,
             entries: s
