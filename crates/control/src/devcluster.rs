@@ -1,23 +1,26 @@
 //! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
-//! `DIR/nX`), one processor node `p1` exporting on the address the user asked for, and a
-//! sample RAID-5 volume across the three storage nodes. Running it again on the same data
-//! dir brings the same cluster back: nothing is created twice, the volume assembles clean.
+//! `DIR/nX`, open to the processor node only), one processor node `p1` exporting on the
+//! address the user asked for, a central discovery controller on that address (port 8009
+//! when free) and a sample RAID-5 volume across the three storage nodes. Running it again
+//! on the same data dir brings the same cluster back: nothing is created twice, the
+//! volume assembles clean.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use meta::MetaStore;
 use storage_node::{NodeConfig, StorageNode};
 
 use crate::api::{ApiConfig, ApiServer};
+use crate::cdc::{Cdc, CdcConfig, CdcError, DISCOVERY_PORT};
 use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
-use crate::records::{NodeRecord, NodeRole, volume_nqn};
-use crate::registration::{Registration, register_node};
+use crate::records::{processor_hostnqn, volume_nqn};
+use crate::registration::LiveRegistration;
 
 /// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -48,6 +51,9 @@ pub struct DevClusterConfig {
     pub volume_name: String,
     /// Lease of every node's registration and of volume ownership.
     pub lease_ttl_ms: u64,
+    /// The central discovery controller's port on `addr`: None = 8009, or any free port
+    /// when 8009 is taken (and say so); Some(p) = exactly p (0: any free port).
+    pub cdc_port: Option<u16>,
 }
 
 impl DevClusterConfig {
@@ -60,6 +66,7 @@ impl DevClusterConfig {
             volume_size_bytes: 1 << 30,
             volume_name: DEFAULT_VOLUME.to_string(),
             lease_ttl_ms: 4000,
+            cdc_port: None,
         }
     }
 }
@@ -79,6 +86,11 @@ pub enum DevClusterError {
     DataDir { path: PathBuf, reason: String },
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error(
+        "{addr} is already in use (a storage node's discovery port, another CDC?); pick \
+         another port with --cdc-port, e.g. --cdc-port 0 for any free one"
+    )]
+    CdcPortInUse { addr: SocketAddr },
     #[error("{step}: {reason}")]
     Step { step: String, reason: String },
     #[error("{node} did not take volume {volume} within {timeout_s} s (last seen: {last})")]
@@ -109,11 +121,14 @@ pub struct DevCluster {
     created: bool,
     nvme_addr: SocketAddr,
     api_addr: Option<SocketAddr>,
+    cdc: Option<Cdc>,
+    /// Why the CDC is not where it would be by default.
+    cdc_note: Option<String>,
 }
 
 struct RunningNode {
     node: StorageNode,
-    registration: Option<Registration>,
+    registration: Option<LiveRegistration>,
 }
 
 /// Progress lines for a person ("starting storage node n1 ...").
@@ -157,6 +172,8 @@ impl DevCluster {
             created: false,
             nvme_addr,
             api_addr: None,
+            cdc: None,
+            cdc_note: None,
         };
         match cluster.bring_up(&cfg, &data_dir, progress).await {
             Ok(()) => Ok(cluster),
@@ -177,24 +194,19 @@ impl DevCluster {
         progress: Progress<'_>,
     ) -> Result<(), DevClusterError> {
         let ttl = Duration::from_millis(cfg.lease_ttl_ms);
+        // First, so that it follows every node record from the start.
+        self.start_cdc(cfg, progress).await?;
         let drive_bytes = member_share_bytes(cfg.volume_size_bytes) + DRIVE_HEADROOM_BYTES;
         for name in STORAGE_NODES {
             progress(&format!("starting storage node {name}"));
             let node = start_storage_node(name, data_dir, loopback(cfg.addr), drive_bytes).await?;
-            let record = NodeRecord {
-                name: name.to_string(),
-                role: NodeRole::Storage,
-                nvme_addrs: node.nvme_addrs(),
-                api_addr: node.http_addr(),
-                slot: None,
-                version: env!("CARGO_PKG_VERSION").to_string(),
-                started_unix_ms: unix_ms(),
-            };
             let mut running = RunningNode {
                 node,
                 registration: None,
             };
-            match register_node(self.store.clone(), record, ttl).await {
+            // The record follows the node's subsystems and access lists (for the CDC).
+            let feed = crate::exports::storage_node_feed(&running.node);
+            match LiveRegistration::start(self.store.clone(), feed, ttl).await {
                 Ok(r) => running.registration = Some(r),
                 Err(e) => {
                     let _ = running.node.shutdown().await;
@@ -269,6 +281,56 @@ impl DevCluster {
         self.wait_owned(&cfg.volume_name).await
     }
 
+    /// The central discovery controller on `addr`: the port asked for, else 8009, else
+    /// (8009 taken) any free port, with a note saying so.
+    async fn start_cdc(
+        &mut self,
+        cfg: &DevClusterConfig,
+        progress: Progress<'_>,
+    ) -> Result<(), DevClusterError> {
+        let start = |port: u16| {
+            let store = self.store.clone();
+            let listen = vec![SocketAddr::new(cfg.addr, port)];
+            // Every node of the dev cluster runs in this process.
+            let cfg = CdcConfig {
+                listen,
+                co_located: true,
+            };
+            async move { Cdc::start(store, cfg).await }
+        };
+        let cdc = match cfg.cdc_port {
+            Some(port) => start(port).await.map_err(|e| cdc_error(&e))?,
+            None => {
+                let wanted = SocketAddr::new(cfg.addr, DISCOVERY_PORT);
+                // The user's NVMe/TCP port wins over the default discovery port.
+                let first = if cfg.port == DISCOVERY_PORT {
+                    Err(CdcError::PortInUse { addr: wanted })
+                } else {
+                    start(DISCOVERY_PORT).await
+                };
+                match first {
+                    Ok(c) => c,
+                    Err(CdcError::PortInUse { addr }) => {
+                        let c = start(0).await.map_err(|e| cdc_error(&e))?;
+                        let got = c.addrs().first().copied().unwrap_or(addr);
+                        self.cdc_note = Some(format!(
+                            "{addr} is in use, so the central discovery controller is on \
+                             {got} (pick a port with --cdc-port)"
+                        ));
+                        c
+                    }
+                    Err(e) => return Err(cdc_error(&e)),
+                }
+            }
+        };
+        progress(&format!(
+            "central discovery controller on {}",
+            join_addrs(&cdc.addrs())
+        ));
+        self.cdc = Some(cdc);
+        Ok(())
+    }
+
     async fn wait_owned(&self, volume: &str) -> Result<(), DevClusterError> {
         let deadline = Instant::now() + OWNERSHIP_TIMEOUT;
         loop {
@@ -317,6 +379,32 @@ impl DevCluster {
         volume_nqn(&self.volume)
     }
 
+    /// The central discovery controller's address (hosts: `nvme discover`,
+    /// `nvme connect-all`).
+    pub fn cdc_addr(&self) -> Option<SocketAddr> {
+        let mut a = self.cdc.as_ref()?.addrs().first().copied()?;
+        if a.ip().is_unspecified() {
+            a.set_ip(loopback(a.ip()));
+        }
+        Some(a)
+    }
+
+    /// Why the CDC is not on port 8009, when it is not.
+    pub fn cdc_note(&self) -> Option<&str> {
+        self.cdc_note.as_deref()
+    }
+
+    /// The Linux host's command lines to find and connect every volume through the CDC:
+    /// `nvme discover ...` and `nvme connect-all ...`.
+    pub fn discover_commands(&self) -> Option<(String, String)> {
+        let a = self.cdc_addr()?;
+        let args = format!("-t tcp -a {} -s {}", a.ip(), a.port());
+        Some((
+            format!("nvme discover {args}"),
+            format!("nvme connect-all {args}"),
+        ))
+    }
+
     /// Whether this start created the volume (false: it existed already).
     pub fn created_volume(&self) -> bool {
         self.created
@@ -350,6 +438,10 @@ impl DevCluster {
 
     async fn stop_all(&mut self) -> Result<(), DevClusterError> {
         let mut first_error = None;
+        // Hosts stop discovering before the nodes leave.
+        if let Some(c) = self.cdc.take() {
+            c.stop().await;
+        }
         if let Some(api) = self.api.take() {
             api.stop().await;
         }
@@ -516,6 +608,13 @@ fn check_port_free(addr: SocketAddr) -> Result<(), DevClusterError> {
     }
 }
 
+fn cdc_error(e: &CdcError) -> DevClusterError {
+    match e {
+        CdcError::PortInUse { addr } => DevClusterError::CdcPortInUse { addr: *addr },
+        other => step("start the central discovery controller")(other),
+    }
+}
+
 /// A processor that fails to start because its port was taken between the check and the
 /// bind still gets the port message.
 fn listen_error(addr: SocketAddr, e: &dyn std::fmt::Display) -> DevClusterError {
@@ -577,11 +676,30 @@ async fn start_storage_node(
     let node = StorageNode::start(cfg)
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
-    if let Err(e) = remember_addr(&node, saved_addr, &addr_path) {
+    let prepared = match remember_addr(&node, saved_addr, &addr_path) {
+        Ok(()) => processor_only(&node).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = prepared {
         let _ = node.shutdown().await;
         return Err(step(format!("prepare storage node {name}"))(&e));
     }
     Ok(node)
+}
+
+/// The drives serve the processor node only (it carves the volumes' namespaces and fences
+/// them): a host that discovers the cluster through the CDC finds the volumes, not the
+/// members under them. Kept in the node state, so done once.
+async fn processor_only(node: &StorageNode) -> Result<(), String> {
+    let host = processor_hostnqn(PROCESSOR);
+    for s in node.subsystems() {
+        if s.allow_any_host || !s.allowed_hosts.contains(&host) {
+            node.allow_host(&s.nqn, &host)
+                .await
+                .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+        }
+    }
+    Ok(())
 }
 
 /// On the first start, keeps where the listener is (the volume record names it).
@@ -608,12 +726,6 @@ fn join_addrs(addrs: &[SocketAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

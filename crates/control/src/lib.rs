@@ -3,7 +3,10 @@
 //! - [`records`]: what the metadata store holds about nodes and volumes (serde JSON under
 //!   the keys of [`meta::schema`]).
 //! - [`metaurl`]: opening the store a `--meta` URL names.
-//! - [`registration`]: live nodes under leases, processor slots.
+//! - [`registration`]: live nodes under leases (records kept current), processor slots.
+//! - [`exports`]: what a node's record says it exports (subsystems, access lists).
+//! - [`cdc`]: the central discovery controller: every subsystem of the cluster, from the
+//!   node records, per host.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
 //! - [`api`]: the processor node's HTTP API and its client.
@@ -12,8 +15,10 @@
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
 
 pub mod api;
+pub mod cdc;
 pub mod devcluster;
 pub mod error;
+pub mod exports;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;

@@ -89,9 +89,23 @@ pub enum NodeRole {
     Processor,
 }
 
-/// `/ferrobay/nodes/<name>`, under the node's lease: a live node and how to reach it.
+/// The [`NodeRecord`] format this build writes. Format 2 added `discovery_addrs` and
+/// `subsystems` (what the central discovery controller lists); a record without `format`
+/// is format 1 and has neither. Readers ignore fields they do not know, so an older
+/// reader still reads a newer record.
+pub const NODE_RECORD_FORMAT: u32 = 2;
+
+fn node_record_format_1() -> u32 {
+    1
+}
+
+/// `/ferrobay/nodes/<name>`, under the node's lease: a live node, how to reach it and
+/// what it exports. The node rewrites it (same lease) when its exports change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
+    /// [`NODE_RECORD_FORMAT`] when written by this build; 1 when absent.
+    #[serde(default = "node_record_format_1")]
+    pub format: u32,
     pub name: String,
     pub role: NodeRole,
     /// NVMe/TCP listeners (I/O and discovery).
@@ -102,6 +116,75 @@ pub struct NodeRecord {
     pub slot: Option<u16>,
     pub version: String,
     pub started_unix_ms: u64,
+    /// Listeners that serve only discovery (a storage node's port 8009); the node's
+    /// discovery controller also answers on every `nvme_addrs` entry. Format 2.
+    #[serde(default)]
+    pub discovery_addrs: Vec<SocketAddr>,
+    /// The NVM subsystems the node exports on its `nvme_addrs`, with their access lists,
+    /// sorted by NQN. Format 2.
+    #[serde(default)]
+    pub subsystems: Vec<SubsystemRecord>,
+}
+
+impl NodeRecord {
+    /// A record of this build's format with nothing exported yet.
+    pub fn new(name: impl Into<String>, role: NodeRole, nvme_addrs: Vec<SocketAddr>) -> Self {
+        NodeRecord {
+            format: NODE_RECORD_FORMAT,
+            name: name.into(),
+            role,
+            nvme_addrs,
+            api_addr: None,
+            slot: None,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_ms: 0,
+            discovery_addrs: Vec::new(),
+            subsystems: Vec::new(),
+        }
+    }
+
+    /// Whether the record says what the node exports (format 2 and later).
+    pub fn publishes_subsystems(&self) -> bool {
+        self.format >= 2
+    }
+
+    /// Where the node's own discovery controller is: its first discovery-only listener,
+    /// else its first NVMe/TCP listener.
+    pub fn discovery_controller(&self) -> Option<SocketAddr> {
+        self.discovery_addrs
+            .first()
+            .or_else(|| self.nvme_addrs.first())
+            .copied()
+    }
+}
+
+/// An NVM subsystem a node exports and who may connect to it (the node target's access
+/// list: a storage node's from its node state, a processor node's volume exports allow
+/// any host).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemRecord {
+    pub nqn: String,
+    /// Any host may connect; `allowed_hosts` is then not used.
+    pub allow_any_host: bool,
+    /// Host NQNs allowed, sorted.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}
+
+impl SubsystemRecord {
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.allowed_hosts.iter().any(|h| h == hostnqn)
+    }
+}
+
+impl From<nvmf_target::SubsystemAccess> for SubsystemRecord {
+    fn from(a: nvmf_target::SubsystemAccess) -> Self {
+        SubsystemRecord {
+            nqn: a.nqn,
+            allow_any_host: a.allow_any_host,
+            allowed_hosts: a.allowed_hosts,
+        }
+    }
 }
 
 /// One member of a volume: where it is and which failure domain it belongs to.
@@ -201,6 +284,56 @@ mod tests {
             assert!(a >= 1 && a <= b && b < c, "slot {slot}");
             assert!(b <= 0xFFEF, "slot {slot} reaches reserved ids");
         }
+    }
+
+    #[test]
+    fn node_records_of_format_1_still_read_and_newer_fields_are_ignored_by_old_readers() {
+        // As written before format 2 (no format, no exports).
+        let v1 = r#"{"name":"n1","role":"storage","nvme_addrs":["10.0.0.11:4420"],
+            "api_addr":"10.0.0.11:9420","slot":null,"version":"0.1.0","started_unix_ms":5}"#;
+        let r: NodeRecord = serde_json::from_str(v1).expect("format 1 parses");
+        assert_eq!(r.format, 1);
+        assert!(!r.publishes_subsystems());
+        assert!(r.subsystems.is_empty() && r.discovery_addrs.is_empty());
+        assert_eq!(
+            r.discovery_controller(),
+            Some("10.0.0.11:4420".parse().unwrap())
+        );
+        // A format 2 record read by a format 1 reader: the same fields, the rest ignored.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct NodeRecordV1 {
+            name: String,
+            role: NodeRole,
+            nvme_addrs: Vec<SocketAddr>,
+            api_addr: Option<SocketAddr>,
+            slot: Option<u16>,
+            version: String,
+            started_unix_ms: u64,
+        }
+        let mut v2 = NodeRecord::new(
+            "n1",
+            NodeRole::Storage,
+            vec!["10.0.0.11:4420".parse().unwrap()],
+        );
+        v2.discovery_addrs = vec!["10.0.0.11:8009".parse().unwrap()];
+        v2.subsystems = vec![SubsystemRecord {
+            nqn: "nqn.2026-01.io.ferrobay:n1:d0".into(),
+            allow_any_host: false,
+            allowed_hosts: vec!["nqn.2026-01.io.ferrobay:processor:p1".into()],
+        }];
+        let text = serde_json::to_string(&v2).unwrap();
+        let old: NodeRecordV1 = serde_json::from_str(&text).expect("old reader");
+        assert_eq!(old.nvme_addrs, v2.nvme_addrs);
+        let back: NodeRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v2);
+        assert_eq!(back.format, NODE_RECORD_FORMAT);
+        assert_eq!(
+            back.discovery_controller(),
+            Some("10.0.0.11:8009".parse().unwrap())
+        );
+        assert!(back.subsystems[0].allows("nqn.2026-01.io.ferrobay:processor:p1"));
+        assert!(!back.subsystems[0].allows("nqn.2014-08.org.nvmexpress:uuid:x"));
     }
 
     #[test]

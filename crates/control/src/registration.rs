@@ -63,6 +63,18 @@ pub async fn register_node(
 }
 
 impl Registration {
+    /// Rewrites the record under the same lease (the node's exports changed).
+    pub async fn update(
+        &mut self,
+        store: &dyn MetaStore,
+        record: NodeRecord,
+    ) -> Result<(), ControlError> {
+        let key = node_key(&record.name)?;
+        put_json(store, &key, &record, Some(self.keeper.lease_id())).await?;
+        self.record = record;
+        Ok(())
+    }
+
     pub fn lease_id(&self) -> LeaseId {
         self.keeper.lease_id()
     }
@@ -160,36 +172,185 @@ pub async fn get_node(
 }
 
 /// Runs until `stop`, registering the node again whenever its lease is lost (the store
-/// was out of reach for longer than the TTL, so the record is gone). Returns the
-/// registration held at the end, if any.
+/// was out of reach for longer than the TTL, so the record is gone) and rewriting its
+/// record whenever `feed` says the node's exports changed. Returns the registration held
+/// at the end, if any.
 pub async fn stay_registered(
     store: Arc<dyn MetaStore>,
     mut reg: Registration,
     ttl: Duration,
+    mut feed: RecordFeed,
     stop: impl std::future::Future<Output = ()>,
 ) -> Option<Registration> {
     const RETRY: Duration = Duration::from_millis(500);
     tokio::pin!(stop);
+    // A record the store has not taken yet (it was out of reach): tried again every RETRY.
+    let mut unpublished: Option<NodeRecord> = None;
     loop {
         tokio::select! {
             () = &mut stop => return Some(reg),
             reason = meta::wait_lost(reg.subscribe()) => {
                 tracing::warn!(?reason, "registration lease lost; registering again");
             }
+            record = feed.changed() => {
+                unpublished = publish_record(store.as_ref(), &mut reg, record).await;
+                continue;
+            }
+            () = tokio::time::sleep(RETRY), if unpublished.is_some() => {
+                if let Some(record) = unpublished.take() {
+                    unpublished = publish_record(store.as_ref(), &mut reg, record).await;
+                }
+                continue;
+            }
         }
-        let record = reg.record().clone();
+        let record = feed.current();
+        unpublished = None;
         drop(reg);
         reg = loop {
             tokio::select! {
                 () = &mut stop => return None,
                 () = tokio::time::sleep(RETRY) => {}
             }
-            match register_node(store.clone(), record.clone(), ttl).await {
+            match register_node(store.clone(), feed.current(), ttl).await {
                 Ok(r) => break r,
                 Err(e) => tracing::warn!("registering again: {e}"),
             }
         };
         tracing::info!(node = %record.name, "registered again in the metadata store");
+    }
+}
+
+/// Rewrites the record; on failure hands it back to be tried again.
+pub(crate) async fn publish_record(
+    store: &dyn MetaStore,
+    reg: &mut Registration,
+    record: NodeRecord,
+) -> Option<NodeRecord> {
+    if *reg.record() == record {
+        return None;
+    }
+    match reg.update(store, record.clone()).await {
+        Ok(()) => {
+            tracing::debug!(node = %record.name, subsystems = record.subsystems.len(), "node record updated");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(node = %record.name, "updating the node record: {e} (trying again)");
+            Some(record)
+        }
+    }
+}
+
+/// How long a burst of export changes (a processor node adding every volume at start) is
+/// gathered into one record update.
+const FEED_SETTLE: Duration = Duration::from_millis(50);
+
+/// Where a node's record comes from: built afresh on demand, with a signal when it may
+/// have changed (the node target's discovery generation: subsystems, access lists,
+/// listeners).
+pub struct RecordFeed {
+    build: Box<dyn Fn() -> NodeRecord + Send + Sync>,
+    changes: Option<watch::Receiver<u64>>,
+    /// A change was seen but not yet returned (the settle wait was cancelled).
+    pending: bool,
+}
+
+impl RecordFeed {
+    /// A record that never changes.
+    pub fn fixed(record: NodeRecord) -> RecordFeed {
+        RecordFeed {
+            build: Box::new(move || record.clone()),
+            changes: None,
+            pending: false,
+        }
+    }
+
+    /// `build` again whenever `target`'s exports change.
+    pub fn following(
+        target: &nvmf_target::Target,
+        build: impl Fn() -> NodeRecord + Send + Sync + 'static,
+    ) -> RecordFeed {
+        let mut changes = target.discovery_changes();
+        changes.borrow_and_update();
+        RecordFeed {
+            build: Box::new(build),
+            changes: Some(changes),
+            pending: false,
+        }
+    }
+
+    /// The record as of now.
+    pub fn current(&self) -> NodeRecord {
+        (self.build)()
+    }
+
+    /// Waits for a change (pending forever for a fixed record or once the target is
+    /// gone), lets a burst settle, and returns the record as of then. Cancel safe: a
+    /// change seen by a cancelled call is returned by the next one.
+    pub async fn changed(&mut self) -> NodeRecord {
+        let Some(rx) = self.changes.as_mut() else {
+            return std::future::pending().await;
+        };
+        if !self.pending {
+            if rx.changed().await.is_err() {
+                self.changes = None;
+                return std::future::pending().await;
+            }
+            self.pending = true;
+        }
+        tokio::time::sleep(FEED_SETTLE).await;
+        rx.borrow_and_update();
+        self.pending = false;
+        self.current()
+    }
+}
+
+/// A registration kept alive and current in the background ([`stay_registered`] on a
+/// task) until [`LiveRegistration::stop`].
+pub struct LiveRegistration {
+    node: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Option<Registration>>,
+}
+
+impl LiveRegistration {
+    /// Registers the feed's current record under a lease of `ttl` and keeps it so.
+    pub async fn start(
+        store: Arc<dyn MetaStore>,
+        feed: RecordFeed,
+        ttl: Duration,
+    ) -> Result<LiveRegistration, ControlError> {
+        let record = feed.current();
+        let node = record.name.clone();
+        let reg = register_node(store.clone(), record, ttl).await?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(stay_registered(store, reg, ttl, feed, async move {
+            let _ = stop_rx.await;
+        }));
+        Ok(LiveRegistration {
+            node,
+            stop: Some(stop_tx),
+            task,
+        })
+    }
+
+    /// Stops the renewals and revokes the lease: the record goes at once.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match (&mut self.task).await {
+            Ok(Some(reg)) => reg.stop().await,
+            Ok(None) => {}
+            Err(e) => tracing::warn!(node = %self.node, "registration task: {e}"),
+        }
+    }
+}
+
+impl Drop for LiveRegistration {
+    fn drop(&mut self) {
+        // Not stopped: like a crash, the lease expires on its own.
+        self.task.abort();
     }
 }
 
@@ -200,15 +361,11 @@ mod tests {
     use meta::{EmbeddedOptions, EmbeddedStore};
 
     fn record(name: &str) -> NodeRecord {
-        NodeRecord {
-            name: name.into(),
-            role: NodeRole::Processor,
-            nvme_addrs: vec!["127.0.0.1:4420".parse().expect("addr")],
-            api_addr: None,
-            slot: None,
-            version: "test".into(),
-            started_unix_ms: 1,
-        }
+        NodeRecord::new(
+            name,
+            NodeRole::Processor,
+            vec!["127.0.0.1:4420".parse().expect("addr")],
+        )
     }
 
     #[tokio::test]

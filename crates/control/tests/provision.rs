@@ -70,15 +70,8 @@ impl Cluster {
             c.delete_namespace(&format!("nqn.2026-01.io.ferrobay:{name}:d0"), 1)
                 .await
                 .unwrap();
-            let record = NodeRecord {
-                name: name.clone(),
-                role: NodeRole::Storage,
-                nvme_addrs: node.nvme_addrs(),
-                api_addr: node.http_addr(),
-                slot: None,
-                version: "test".into(),
-                started_unix_ms: 1,
-            };
+            let mut record = NodeRecord::new(name.clone(), NodeRole::Storage, node.nvme_addrs());
+            record.api_addr = node.http_addr();
             let reg = register_node(store.clone(), record, TTL).await.unwrap();
             nodes.push(Node {
                 node,
@@ -365,15 +358,13 @@ async fn bad_requests_fail_clearly_and_leave_no_namespaces() {
 }
 
 fn processor_record(name: &str) -> NodeRecord {
-    NodeRecord {
-        name: name.into(),
-        role: NodeRole::Processor,
-        nvme_addrs: vec!["127.0.0.1:4420".parse().unwrap()],
-        api_addr: None,
-        slot: Some(0),
-        version: "test".into(),
-        started_unix_ms: 1,
-    }
+    let mut r = NodeRecord::new(
+        name,
+        NodeRole::Processor,
+        vec!["127.0.0.1:4420".parse().unwrap()],
+    );
+    r.slot = Some(0);
+    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

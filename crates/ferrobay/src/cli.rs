@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bench_cmd, discover_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd, volume_cmd};
+use crate::{
+    bench_cmd, cdc_cmd, discover_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd, volume_cmd,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -24,6 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Storage node: export drives over NVMe/TCP, manage its namespaces.
     Node(node_cmd::NodeArgs),
+    /// Central discovery controller: every subsystem of the cluster in one NVMe/TCP
+    /// discovery log, per host.
+    Cdc(cdc_cmd::CdcArgs),
     /// Processor node: own erasure-coded volumes across storage nodes, export them to
     /// hosts over NVMe/TCP with ANA, take over when another processor node dies.
     Processor(processor_cmd::ProcessorArgs),
@@ -57,6 +62,7 @@ pub struct DiscoverArgs {
 pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Node(a) => node_cmd::run(a).await,
+        Command::Cdc(a) => cdc_cmd::run(a).await,
         Command::Processor(a) => processor_cmd::run(a).await,
         Command::Volume(a) => volume_cmd::run(a).await,
         Command::S3(a) => s3_cmd::run(a).await,
@@ -129,6 +135,22 @@ mod tests {
             .is_err()
         );
         assert!(parse(&["up"]).is_ok());
+        assert!(parse(&["cdc", "run", "--meta", "etcd://h:1"]).is_ok());
+        assert!(
+            parse(&[
+                "cdc",
+                "run",
+                "--meta",
+                "etcd://h:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--listen",
+                "[::1]:8009"
+            ])
+            .is_ok()
+        );
+        // The CDC needs the cluster's store.
+        assert!(parse(&["cdc", "run"]).is_err());
         // A KV namespace: --max-value-size only with --kv, never with --block-size.
         let ns = |extra: &[&str]| {
             let mut a = vec!["node", "ns", "create", "--drive", "d0", "--size", "1G"];

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
@@ -74,12 +73,6 @@ pub fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
 pub fn write_json_file<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     blockdev::write_atomic(path, &serde_json::to_vec_pretty(value)?)
         .with_context(|| format!("write {}", path.display()))
-}
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A size for people: `1.0 GiB`, `64.0 KiB`, `512 B` (the one format of every table;

@@ -2,6 +2,7 @@
 //! library crates.
 
 mod bench_cmd;
+mod cdc_cmd;
 mod cli;
 mod cluster;
 mod discover_cmd;

@@ -309,16 +309,7 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
         http = ?endpoints.http,
         "node {} ready", a.name
     );
-    let registration = match (store, registration) {
-        (Some(store), Some(r)) => {
-            let ttl = std::time::Duration::from_millis(a.lease_ttl_ms);
-            control::registration::stay_registered(store, r, ttl, stop).await
-        }
-        _ => {
-            stop.await;
-            None
-        }
-    };
+    stop.await;
     tracing::info!("stopping node {}", a.name);
     if let Some(r) = registration {
         r.stop().await;
@@ -328,26 +319,17 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Puts the node's record (role storage, NVMe and HTTP addresses) under a lease kept alive
-/// until [`control::registration::Registration::stop`].
+/// Puts the node's record (role storage, its addresses, its subsystems with their allowed
+/// hosts) under a lease kept alive, and current, until
+/// [`control::registration::LiveRegistration::stop`].
 async fn register(
     store: std::sync::Arc<dyn meta::MetaStore>,
     node: &StorageNode,
     lease_ttl_ms: u64,
-) -> anyhow::Result<control::registration::Registration> {
-    use control::records::{NodeRecord, NodeRole};
-    let record = NodeRecord {
-        name: node.name().to_string(),
-        role: NodeRole::Storage,
-        nvme_addrs: node.nvme_addrs(),
-        api_addr: node.http_addr(),
-        slot: None,
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        started_unix_ms: crate::cluster::unix_ms(),
-    };
-    let r = control::registration::register_node(
+) -> anyhow::Result<control::registration::LiveRegistration> {
+    let r = control::registration::LiveRegistration::start(
         store,
-        record,
+        control::exports::storage_node_feed(node),
         std::time::Duration::from_millis(lease_ttl_ms),
     )
     .await

@@ -26,6 +26,11 @@ pub struct UpArgs {
     /// Size of the sample volume vol0 when it is created.
     #[arg(long, default_value = "1G")]
     pub volume_size: String,
+    /// Port of the central discovery controller on --addr (`nvme discover`,
+    /// `nvme connect-all`). Default: 8009, or any free port when 8009 is taken; 0: any
+    /// free port.
+    #[arg(long)]
+    pub cdc_port: Option<u16>,
 }
 
 fn progress(line: &str) {
@@ -61,6 +66,17 @@ fn print_ready(c: &DevCluster) {
     );
     let _ = writeln!(out, "Connect from a Linux host:");
     let _ = writeln!(out, "  {}", c.connect_command());
+    if let (Some(cdc), Some((discover, connect_all))) = (c.cdc_addr(), c.discover_commands()) {
+        let _ = writeln!(
+            out,
+            "Or find every volume through the central discovery controller on {cdc}:"
+        );
+        let _ = writeln!(out, "  {discover}");
+        let _ = writeln!(out, "  {connect_all}");
+    }
+    if let Some(note) = c.cdc_note() {
+        let _ = writeln!(out, "Note: {note}");
+    }
     let _ = writeln!(out, "API: http://{api}");
     let _ = writeln!(
         out,
@@ -82,6 +98,7 @@ pub async fn run(a: UpArgs) -> anyhow::Result<ExitCode> {
     cfg.addr = a.addr;
     cfg.port = a.port;
     cfg.volume_size_bytes = volume_size_bytes;
+    cfg.cdc_port = a.cdc_port;
     devcluster::run(cfg, &progress, print_ready, cluster::stop_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

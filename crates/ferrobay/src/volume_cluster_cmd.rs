@@ -548,14 +548,14 @@ mod tests {
     #[test]
     fn connect_hint_has_one_line_per_path() {
         let r = record();
-        let p = |name: &str, port: u16| NodeRecord {
-            name: name.into(),
-            role: NodeRole::Processor,
-            nvme_addrs: vec![format!("10.0.0.1:{port}").parse().unwrap()],
-            api_addr: None,
-            slot: Some(0),
-            version: "t".into(),
-            started_unix_ms: 0,
+        let p = |name: &str, port: u16| {
+            let mut r = NodeRecord::new(
+                name,
+                NodeRole::Processor,
+                vec![format!("10.0.0.1:{port}").parse().unwrap()],
+            );
+            r.slot = Some(0);
+            r
         };
         let h = connect_hint(&r, &[p("p1", 4420), p("p2", 4421)]);
         assert!(

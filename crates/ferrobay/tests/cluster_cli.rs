@@ -3,7 +3,9 @@
 //! `volume create --storage-nodes`, `volume list/status --json` show the owner; a
 //! multipath initiator to both processor nodes writes; `volume move --to p2 --wait` hands
 //! the volume over; `kill -9` of the owner makes the other one take over with a higher
-//! epoch. The data stays intact throughout.
+//! epoch. The data stays intact throughout. A `ferrobay cdc run` central discovery
+//! controller on the same etcd lists every subsystem per host and follows an access
+//! list change.
 
 mod common;
 
@@ -123,6 +125,7 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
     let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
 
     let mut nodes = Vec::new();
+    let mut node_apis = Vec::new();
     for name in ["n1", "n2", "n3"] {
         let d = dir.path().join(name);
         let drive = format!("d0=file:{}:256M", d.join("d0.img").display());
@@ -134,6 +137,7 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         let http = e["http"].as_str().expect("node http addr");
         let nss = json_of(&["node", "ns", "list", "--api", http, "--json"]);
         assert_eq!(nss, serde_json::json!([]), "namespaces on {name}");
+        node_apis.push(http.to_string());
         nodes.push(n);
     }
     let mut procs = Vec::new();
@@ -221,6 +225,7 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
     );
 
     let (_, epoch1) = wait_owner(&meta_url, "vol1", "p1", &logs);
+    check_cdc(&dir, &meta_url, &node_apis[0], &logs);
     // The same view through a processor node's API, and in the list.
     let list = json_of(&["volume", "list", "--json", "--api", &apis[1]]);
     let entry = list
@@ -269,6 +274,82 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         assert!(s.success(), "{} exit {s}:\n{}", n.name, n.log());
     }
     drop(etcd);
+}
+
+/// The subsystems (subtype 2) `ferrobay discover` finds at `addr` as `hostnqn`, if it
+/// answers.
+fn discovered(addr: &str, hostnqn: &str) -> Option<Vec<String>> {
+    let (ok, out, _) = ferrobay(&["discover", addr, "--json", "--hostnqn", hostnqn]);
+    let log: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+    let mut nqns: Vec<String> = log["records"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["subtype"] == 2)
+        .filter_map(|e| e["subnqn"].as_str().map(String::from))
+        .collect();
+    nqns.sort();
+    Some(nqns)
+}
+
+/// `ferrobay cdc run` on the cluster's etcd: one log with every drive and the volume (on
+/// both processor nodes); n1's drive restricted to the processor nodes (through n1's
+/// API) leaves other hosts' view.
+fn check_cdc(dir: &tempfile::TempDir, meta_url: &str, n1_api: &str, logs: &dyn Fn() -> String) {
+    let addr = format!(
+        "127.0.0.1:{}",
+        testkit::net::free_port().expect("free port")
+    );
+    let args: Vec<String> = ["cdc", "run", "--listen", &addr, "--meta", meta_url]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut cdc = spawn("cdc", &dir.path().join("cdc"), &args);
+    let host = "nqn.2014-08.org.nvmexpress:uuid:5e1f0a7c-2241-4d11-9a3b-700155129e03";
+    let vol = "nqn.2026-01.io.ferrobay:vol:vol1".to_string();
+    let drive = |n: u32| format!("nqn.2026-01.io.ferrobay:n{n}:d0");
+    let wait = |hostnqn: &str, want: &[String], what: &str| {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let got = discovered(&addr, hostnqn);
+            if got.as_deref() == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {got:?}, not {want:?}\n{}\n{}",
+                cdc.log(),
+                logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The volume on each processor node's listener, then every drive.
+    let all = [drive(1), drive(2), drive(3), vol.clone(), vol.clone()];
+    wait(host, &all, "the CDC lists the cluster");
+    for p in ["p1", "p2"] {
+        let (ok, out, err) = ferrobay(&[
+            "node",
+            "host",
+            "allow",
+            "--api",
+            n1_api,
+            &drive(1),
+            &control::records::processor_hostnqn(p),
+        ]);
+        assert!(ok, "host allow:\n{out}{err}");
+    }
+    wait(
+        host,
+        &[drive(2), drive(3), vol.clone(), vol.clone()],
+        "n1's drive hidden from other hosts",
+    );
+    wait(
+        &control::records::processor_hostnqn("p2"),
+        &all,
+        "n1's drive still listed for p2",
+    );
+    let s = terminate(&mut cdc);
+    assert!(s.success(), "cdc exit {s}:\n{}", cdc.log());
 }
 
 /// A storage node whose store goes away for longer than its lease registers again once

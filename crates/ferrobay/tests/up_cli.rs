@@ -1,13 +1,14 @@
 //! `ferrobay up` as a user runs it: start, wait for the `nvme connect` line, connect with
 //! our own initiator to the printed NQN, write and read back, Ctrl-C (SIGINT): a clean
 //! exit. Start again on the same data dir: the volume is reused and the data is there.
+//! Its central discovery controller moves off a taken port 8009 and says where.
 
 mod common;
 
 use std::process::Command;
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
-use common::up::{Up, arg_after};
+use common::up::{Up, arg_after, line_words};
 use common::{ferrobay_bin, scratch_dir};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 
@@ -148,4 +149,75 @@ fn up_on_a_taken_port_says_so_in_one_line() {
     );
     // Nothing was started, so nothing was created.
     assert!(!dir.path().join("data").join("n1").exists());
+}
+
+/// Port 8009 taken (held here): `up` puts its central discovery controller on another
+/// port and says so; the printed `nvme discover` line works: the volume is there for any
+/// host, the drives only for the processor node.
+#[test]
+fn up_moves_the_cdc_off_a_taken_8009_and_says_so() {
+    // Hold 8009 ourselves (another `up` of a parallel test may have it for a while).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let _held = loop {
+        match std::net::TcpListener::bind("127.0.0.1:8009") {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "127.0.0.1:8009 stays taken: {e}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    };
+    let dir = scratch_dir("up-cdc");
+    let mut up = Up::start(
+        &dir.path().join("data"),
+        free_port(),
+        dir.path().join("up.log"),
+    );
+    up.wait_connect_line();
+    let out = up.stdout.join("\n");
+    assert!(
+        out.contains("Note: 127.0.0.1:8009 is in use") && out.contains("--cdc-port"),
+        "{out}"
+    );
+    let discover = line_words(&up.stdout, "nvme discover ")
+        .unwrap_or_else(|| panic!("no discover line:\n{out}"));
+    let port: u16 = arg_after(&discover, "-s")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port: {out}"));
+    assert_ne!(port, 8009);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cdc = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let subsystems = |hostnqn: &str| -> Vec<String> {
+        let host = HostIdentity::from_hostnqn(hostnqn).expect("host");
+        let mut v: Vec<String> = rt
+            .block_on(nvmf_host::discover(cdc, &host))
+            .unwrap_or_else(|e| panic!("discover {cdc}: {e}\n{}", up.log()))
+            .into_iter()
+            .filter(|e| e.subtype == 2)
+            .map(|e| e.subnqn)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        subsystems("nqn.2014-08.org.nvmexpress:uuid:5e1f0a7c-2241-4d11-9a3b-700155129e09"),
+        ["nqn.2026-01.io.ferrobay:vol:vol0"]
+    );
+    assert_eq!(
+        subsystems("nqn.2026-01.io.ferrobay:processor:p1"),
+        [
+            "nqn.2026-01.io.ferrobay:n1:d0",
+            "nqn.2026-01.io.ferrobay:n2:d0",
+            "nqn.2026-01.io.ferrobay:n3:d0",
+            "nqn.2026-01.io.ferrobay:vol:vol0"
+        ]
+    );
+    let status = up.interrupt();
+    assert!(status.success(), "exit {status}:\n{}", up.log());
 }

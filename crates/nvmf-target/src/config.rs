@@ -63,6 +63,34 @@ pub struct TargetConfig {
     /// queues within milliseconds; the default (10 s) matches Linux nvmet's TLS
     /// handshake timeout.
     pub handshake_timeout_ms: u32,
+    /// What the discovery controller reports itself as (Identify Controller DCTYPE).
+    pub discovery_controller_type: DiscoveryControllerType,
+}
+
+/// The kind of discovery controller a target runs (TP 8010 DCTYPE). Nodes leave it
+/// unreported; a central discovery controller (`control::cdc`) says so, and Linux shows it
+/// in `/sys/class/nvme/nvmeX/dctype`. Neither accepts Discovery Information Management
+/// (registration) commands: a CDC here learns the cluster from its metadata store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DiscoveryControllerType {
+    #[default]
+    NotReported,
+    /// Lists the subsystems of its own target (a storage or processor node).
+    Direct,
+    /// Lists subsystems it does not host (through a [`crate::DiscoveryLogSource`]).
+    Central,
+}
+
+impl DiscoveryControllerType {
+    /// The DCTYPE byte of Identify Controller.
+    pub fn dctype(self) -> u8 {
+        use nvme_proto::identify::controller::bits;
+        match self {
+            DiscoveryControllerType::NotReported => bits::DCTYPE_NOT_REPORTED,
+            DiscoveryControllerType::Direct => bits::DCTYPE_DDC,
+            DiscoveryControllerType::Central => bits::DCTYPE_CDC,
+        }
+    }
 }
 
 impl Default for TargetConfig {
@@ -86,6 +114,7 @@ impl Default for TargetConfig {
             max_connections_per_listener: 16_384,
             max_connections_per_host: 4096,
             handshake_timeout_ms: 10_000,
+            discovery_controller_type: DiscoveryControllerType::NotReported,
         }
     }
 }

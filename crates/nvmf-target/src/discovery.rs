@@ -1,6 +1,8 @@
 //! The discovery log page (0x70): one entry per (subsystem, listener) the host may
 //! access, one "current discovery subsystem" entry per listener, and one referral entry per
-//! other discovery service the target refers hosts to.
+//! other discovery service the target refers hosts to; then whatever the installed
+//! [`crate::DiscoveryLogSource`] gives this host (a central discovery controller's view of
+//! the cluster).
 
 use std::net::SocketAddr;
 
@@ -17,9 +19,15 @@ const ASQSZ: u16 = 32;
 /// Builds the discovery log for `hostnqn`. `local` is the address the host reached us on,
 /// reported for listeners bound to a wildcard address.
 pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -> DiscoveryLog {
-    let genctr = t
+    let own_genctr = t
         .discovery_genctr
         .load(std::sync::atomic::Ordering::Acquire);
+    let extra = read(&t.discovery_source)
+        .clone()
+        .map(|s| s.snapshot(hostnqn, local))
+        .unwrap_or_default();
+    // Both only grow, so their sum changes whenever either part of the log does.
+    let genctr = own_genctr.wrapping_add(extra.generation);
     let listeners: Vec<_> = lock(&t.listeners).iter().cloned().collect();
     let mut entries = Vec::new();
     let entry = |l: &crate::target::ListenerInfo, subnqn: &str, st: u8, flags: u16| {
@@ -84,6 +92,7 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
             entries.push(entry(l, nqn, subtype::NVME, 0));
         }
     }
+    entries.extend(extra.entries);
     DiscoveryLog {
         genctr,
         recfmt: 0,

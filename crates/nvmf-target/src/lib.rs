@@ -18,8 +18,9 @@
 //! commands), [`KvBackend`] (the store behind a Key Value namespace,
 //! [`Target::add_kv_namespace`]), [`Reservations`] (per-namespace reservation state machine),
 //! [`Target::set_persistent_health`] (SMART counters that survive restarts),
-//! [`MediaHealthSource`] (the drives' own temperature and spare, for the SMART log) and
-//! [`Target::stats`] (metrics).
+//! [`MediaHealthSource`] (the drives' own temperature and spare, for the SMART log),
+//! [`DiscoveryLogSource`] (discovery log entries the target does not host: a central
+//! discovery controller) and [`Target::stats`] (metrics).
 //!
 //! Multipath: every namespace belongs to an ANA group ([`NamespaceConfig::ana_group`]);
 //! each listener holds a state per group ([`Target::set_ana_state`],
@@ -31,6 +32,7 @@ mod cmd;
 mod config;
 mod controller;
 mod discovery;
+mod discovery_source;
 mod error;
 mod fence;
 mod fuzz;
@@ -51,9 +53,10 @@ mod transport;
 
 pub use ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, AnaState};
 pub use config::{
-    ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, KvNamespaceConfig, MIN_MAXH2CDATA_BYTES,
-    NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,
+    ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, DiscoveryControllerType, KvNamespaceConfig,
+    MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,
 };
+pub use discovery_source::{DiscoveryLogSource, DiscoverySnapshot};
 pub use error::TargetError;
 pub use fuzz::{
     FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
@@ -70,7 +73,9 @@ pub use stats::{
     AdmissionStats, ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US,
     NamespaceStats, NsStatsSnapshot, PersistentHealth, TargetStats,
 };
-pub use target::{ListenerHandle, ListenerOptions, Target};
+pub use target::{ListenerHandle, ListenerOptions, SubsystemAccess, Target};
 
 /// The well-known discovery subsystem NQN.
 pub use nvme_proto::fabrics::DISCOVERY_NQN;
+/// One discovery log entry (what a [`DiscoveryLogSource`] returns).
+pub use nvme_proto::log::DiscoveryLogEntry;

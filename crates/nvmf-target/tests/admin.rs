@@ -14,8 +14,9 @@ use nvme_proto::log::{DiscoveryLog, DiscoveryLogHeader, GetLogPageCommand, Smart
 use nvme_proto::opcode::{admin, io};
 use nvme_proto::{Command, Status};
 use nvmf_target::{
-    CreateNamespace, HostRef, NamespaceConfig, NamespaceManager, Reservations, ResvEffects,
-    SubsystemConfig, Target, TargetConfig,
+    CreateNamespace, DiscoveryControllerType, DiscoveryLogEntry, DiscoveryLogSource,
+    DiscoverySnapshot, HostRef, NamespaceConfig, NamespaceManager, Reservations, ResvEffects,
+    SubsystemAccess, SubsystemConfig, Target, TargetConfig,
 };
 
 fn get_log(l: u8, offset: u64, len: u64) -> Command {
@@ -410,6 +411,177 @@ async fn discovery_log_filtered_per_host() {
         d.expect_status(identify_cmd(cns::NAMESPACE, 1), None, 4096)
             .await,
         Status::INVALID_FIELD.dnr()
+    );
+}
+
+/// A central discovery controller's source: entries per host, a generation.
+#[derive(Default)]
+struct TestSource {
+    state: Mutex<(u64, Vec<(String, DiscoveryLogEntry)>)>,
+}
+
+impl TestSource {
+    fn set(&self, entries: Vec<(String, DiscoveryLogEntry)>) {
+        let mut s = self.state.lock().expect("lock");
+        s.0 += 1;
+        s.1 = entries;
+    }
+}
+
+impl DiscoveryLogSource for TestSource {
+    fn snapshot(&self, hostnqn: &str, _local: std::net::SocketAddr) -> DiscoverySnapshot {
+        let s = self.state.lock().expect("lock");
+        DiscoverySnapshot {
+            generation: s.0,
+            entries: s
+                .1
+                .iter()
+                .filter(|(h, _)| h == hostnqn)
+                .map(|(_, e)| e.clone())
+                .collect(),
+        }
+    }
+}
+
+async fn read_discovery_log(d: &mut Client) -> DiscoveryLog {
+    let (_, page) = d.exec(get_log(lid::DISCOVERY, 0, 8192), None, 8192).await;
+    DiscoveryLog::decode(&page).expect("log")
+}
+
+fn remote_entry(subnqn: &str, port: &str) -> DiscoveryLogEntry {
+    DiscoveryLogEntry {
+        trtype: 3,
+        adrfam: 1,
+        subtype: 2,
+        treq: 0,
+        portid: 7,
+        cntlid: 0xFFFF,
+        asqsz: 32,
+        eflags: 0,
+        trsvcid: port.into(),
+        subnqn: subnqn.into(),
+        traddr: "192.0.2.9".into(),
+        sectype: 0,
+    }
+}
+
+/// The seam of a central discovery controller: a source's entries follow the target's
+/// own, per host; its generation moves GENCTR; a change notice raises the discovery AER;
+/// Identify reports DCTYPE CDC.
+#[tokio::test]
+async fn discovery_log_source_entries_per_host() {
+    let t = start_target(TargetConfig {
+        discovery_controller_type: DiscoveryControllerType::Central,
+        ..TargetConfig::default()
+    })
+    .await;
+    let source = Arc::new(TestSource::default());
+    let other_host = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-0000-0000-000000000000";
+    source.set(vec![
+        (
+            HOSTNQN.into(),
+            remote_entry("nqn.2026-01.io.ferrobay:vol:a", "4420"),
+        ),
+        (
+            other_host.into(),
+            remote_entry("nqn.2026-01.io.ferrobay:vol:b", "4421"),
+        ),
+    ]);
+    let mut changes = t.target.discovery_changes();
+    t.target.set_discovery_log_source(source.clone());
+    assert!(
+        changes.has_changed().unwrap(),
+        "installing a source is a change"
+    );
+    let mut d = Client::admin(t.addr, DISCOVERY_NQN, 0).await;
+    let (_, id) = d.exec(identify_cmd(cns::CONTROLLER, 0), None, 4096).await;
+    assert_eq!(IdentifyController::decode(&id).expect("id").dctype, 2);
+    let log = read_discovery_log(&mut d).await;
+    let own_generation = t.target.discovery_generation();
+    assert_eq!(log.genctr, own_generation + 1, "own + the source's");
+    let remote: Vec<_> = log.entries.iter().filter(|e| e.portid == 7).collect();
+    assert_eq!(remote.len(), 1, "{:?}", log.entries);
+    assert_eq!(remote[0].subnqn, "nqn.2026-01.io.ferrobay:vol:a");
+    assert_eq!(remote[0].traddr, "192.0.2.9");
+    // After the target's own: the current discovery entry and the local subsystem first.
+    assert_eq!(log.entries.last(), Some(remote[0]));
+    assert!(log.entries.iter().any(|e| e.subnqn == SUBNQN));
+    // A change of the source, announced, reaches a host waiting with an AER.
+    let s = SetFeatures {
+        nsid: 0,
+        fid: fid::ASYNC_EVENT_CONFIG,
+        sv: false,
+        cdw11: aec::DISCOVERY_LOG_CHANGE,
+        cdw12: 0,
+        uuid_index: 0,
+    };
+    assert_eq!(
+        d.expect_status(s.to_command(0), None, 0).await,
+        Status::SUCCESS
+    );
+    d.submit(
+        Command::new(admin::ASYNC_EVENT_REQUEST, 0, 0),
+        None,
+        0,
+        true,
+    )
+    .await;
+    source.set(vec![
+        (
+            HOSTNQN.into(),
+            remote_entry("nqn.2026-01.io.ferrobay:vol:a", "4420"),
+        ),
+        (
+            HOSTNQN.into(),
+            remote_entry("nqn.2026-01.io.ferrobay:vol:c", "4420"),
+        ),
+    ]);
+    t.target.notify_discovery_log_changed();
+    match d.next_event().await {
+        Event::Done(c, _) => assert_eq!(c.dw0, AerEvent::discovery_log_change().to_dw0()),
+        e => panic!("{e:?}"),
+    }
+    let log2 = read_discovery_log(&mut d).await;
+    assert!(log2.genctr > log.genctr);
+    let remote: Vec<_> = log2
+        .entries
+        .iter()
+        .filter(|e| e.portid == 7)
+        .map(|e| e.subnqn.as_str())
+        .collect();
+    assert_eq!(
+        remote,
+        [
+            "nqn.2026-01.io.ferrobay:vol:a",
+            "nqn.2026-01.io.ferrobay:vol:c"
+        ]
+    );
+    // What the target exports, with access lists, for a node to publish; a node follows
+    // the changes.
+    changes.borrow_and_update();
+    t.target
+        .add_subsystem(SubsystemConfig {
+            allow_any_host: false,
+            allowed_hosts: vec![other_host.into()],
+            ..SubsystemConfig::new("nqn.2026-01.io.ferrobay:test:closed")
+        })
+        .expect("subsystem");
+    assert!(changes.has_changed().unwrap());
+    // Sorted by NQN.
+    assert_eq!(
+        t.target.subsystem_access(),
+        vec![
+            SubsystemAccess {
+                nqn: "nqn.2026-01.io.ferrobay:test:closed".into(),
+                allow_any_host: false,
+                allowed_hosts: vec![other_host.into()],
+            },
+            SubsystemAccess {
+                nqn: SUBNQN.into(),
+                allow_any_host: true,
+                allowed_hosts: vec![],
+            },
+        ]
     );
 }
 

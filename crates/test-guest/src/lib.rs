@@ -56,6 +56,9 @@
 //! | `host_sync NAME [MSG]` | blocks until the test releases NAME; prints the payload |
 //! | `nvme_connect_tcp ADDR PORT NQN [opts]` | `nvme connect`, prints `/dev/nvmeXnY` |
 //! | `nvme_ns_dev NQN`, `nvme_ctrl_dev NQN`, `nvme_ctrl_state NQN`, `wait_ctrl_state NQN live` | find devices / states |
+//! | `nvme_disc_ctrl ADDR PORT` | the (persistent) discovery controller connected to ADDR:PORT |
+//! | `host_loopback_routed` | the host's 127.0.0.1 becomes reachable as 127.0.0.1 (the guest gives up its own IPv4 loopback) |
+//! | `uevent_log FILE` | records kernel uevents (e.g. `NVME_AEN=0x70f002`) in FILE; there is no udev |
 //! | `io_write / io_check / io_verify DEV OFFSET SIZE [TAG]` | one O_DIRECT request, data kept for later re-checks |
 //! | `io_matrix DEV [BASE] [PREFIX]`, `io_matrix_check ...` | 512 B..1 MiB at sector-aligned odd offsets, 16 MiB |
 //! | `wait_path PATH [S]`, `wait_path_gone PATH [S]`, `dev_size DEV` | block devices appearing / disappearing |

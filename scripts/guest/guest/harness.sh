@@ -84,6 +84,37 @@ host_sync() {
     return 1
 }
 
+# host_loopback_routed : make the host's 127.0.0.1 reachable from the guest as
+# 127.0.0.1 itself, so that addresses the host's daemons publish (discovery log
+# entries naming 127.0.0.1) work here. The guest gives up its own IPv4 loopback:
+# 127.0.0.0/8 goes out through QEMU's user network, which connects to the host's
+# loopback (route_localnet lets the kernel send such packets). After this, jobs
+# reach the host as 127.0.0.1 or $HOST_ADDR alike.
+host_loopback_routed() {
+    local dev
+    dev=$(ip route show default | sed -n 's/.* dev \([^ ]*\).*/\1/p' | head -n1)
+    [ -n "$dev" ] || { echo "host_loopback_routed: no default route" >&2; return 1; }
+    echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet &&
+        echo 1 > "/proc/sys/net/ipv4/conf/$dev/route_localnet" &&
+        ip addr del 127.0.0.1/8 dev lo || return 1
+    ip route get 127.0.0.1 | grep -q "via $HOST_ADDR" ||
+        { echo "host_loopback_routed: $(ip route get 127.0.0.1)" >&2; return 1; }
+}
+
+# uevent_log FILE : record every kernel uevent in FILE, one line per event with its
+# ACTION, DEVPATH, DEVNAME, SUBSYSTEM and NVME_* variables, from a background listener
+# on the kernel's uevent netlink socket (busybox uevent): there is no udev in the guest.
+uevent_log() {
+    cat > /tmp/uevent-helper <<'EOF_HELPER'
+#!/bin/sh
+echo "$(env | grep -E '^(ACTION|DEVPATH|DEVNAME|SUBSYSTEM|NVME_[A-Z_]*)=' | sort | tr '\n' ' ')" >> "$1"
+EOF_HELPER
+    chmod +x /tmp/uevent-helper && : > "$1" || return 1
+    uevent /tmp/uevent-helper "$1" &
+    sleep 0.2
+    kill -0 $! 2>/dev/null
+}
+
 # ---------------------------------------------------------------- devices
 # wait_path PATH [TIMEOUT_S] : wait (10 s) until PATH exists.
 wait_path() {
@@ -258,6 +289,22 @@ wait_ctrl_state() {
         [ $i -ge $n ] && { echo "wait_ctrl_state: $1 is $(nvme_ctrl_state "$1") not $2 after ${3:-30} s" >&2; return 1; }
         sleep 0.2; i=$((i + 1))
     done
+}
+# nvme_disc_ctrl ADDR PORT : print nvmeX, the discovery controller connected to
+# ADDR:PORT (a persistent discovery connection).
+nvme_disc_ctrl() {
+    local c
+    for c in /sys/class/nvme/nvme*; do
+        [ "$(cat "$c/subsysnqn" 2>/dev/null)" = nqn.2014-08.org.nvmexpress.discovery ] || continue
+        case ",$(cat "$c/address" 2>/dev/null)," in
+            *",traddr=$1,"*) ;;
+            *) continue ;;
+        esac
+        case ",$(cat "$c/address" 2>/dev/null)," in
+            *",trsvcid=$2,"*) echo "${c##*/}"; return 0 ;;
+        esac
+    done
+    return 1
 }
 # nvme_connect_tcp ADDR PORT NQN [nvme-connect options...] : connect and print
 # the namespace device. Diagnostics (nvme-cli output, dmesg) go to stderr.

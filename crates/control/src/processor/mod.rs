@@ -46,8 +46,9 @@ use tokio::task::JoinHandle;
 
 use crate::ControlError;
 use crate::api::{ApiConfig, ApiServer};
+use crate::exports::subsystem_records;
 use crate::records::{NodeRecord, NodeRole, cntlid_range, processor_hostnqn, reservation_key};
-use crate::registration::{Registration, claim_processor_slot};
+use crate::registration::{RecordFeed, Registration, claim_processor_slot, publish_record};
 
 pub use error::ProcessorError;
 pub use export_device::ExportDevice;
@@ -235,16 +236,23 @@ impl Processor {
             ),
             None => None,
         };
-        let record = NodeRecord {
-            name: cfg.name.clone(),
-            role: NodeRole::Processor,
-            nvme_addrs: listeners.iter().map(ListenerHandle::local_addr).collect(),
-            api_addr: api.as_ref().map(ApiServer::local_addr),
-            slot: Some(slot),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            started_unix_ms: node::now_unix_ms(),
-        };
-        let registration = node::register(&store, &record, cfg.lease_ttl_ms).await?;
+        let mut record = NodeRecord::new(
+            cfg.name.clone(),
+            NodeRole::Processor,
+            listeners.iter().map(ListenerHandle::local_addr).collect(),
+        );
+        record.api_addr = api.as_ref().map(ApiServer::local_addr);
+        record.slot = Some(slot);
+        record.started_unix_ms = node::now_unix_ms();
+        // The record lists the volume subsystems as they are exported (and access lists
+        // as they change), for the central discovery controller.
+        let exporter = target.clone();
+        let feed = RecordFeed::following(&target, move || {
+            let mut r = record.clone();
+            r.subsystems = subsystem_records(&exporter);
+            r
+        });
+        let registration = node::register(&store, &feed.current(), cfg.lease_ttl_ms).await?;
         let ctx = Arc::new(Ctx {
             name: cfg.name.clone(),
             key: reservation_key(&cfg.name),
@@ -259,7 +267,7 @@ impl Processor {
             shutting_down: watch::Sender::new(false),
         });
         let (lease_stop, stop_rx) = watch::channel(false);
-        let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, record, stop_rx));
+        let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, feed, stop_rx));
         let volumes = Arc::new(volumes::Volumes::default());
         volumes::sync(&ctx, &volumes).await;
         let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
@@ -398,37 +406,51 @@ impl Drop for Processor {
 }
 
 /// Keeps the node registered: on a lost lease every volume task sees `None` (and goes
-/// standby); a fresh lease and node record follow.
+/// standby); a fresh lease and node record follow. The record is rewritten whenever the
+/// node's exports change.
 async fn lease_loop(
     ctx: Arc<Ctx>,
     mut reg: Registration,
-    record: NodeRecord,
+    mut feed: RecordFeed,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut unpublished: Option<NodeRecord> = None;
     loop {
         ctx.lease.send_replace(Some(LeaseInfo {
             id: reg.lease_id(),
             state: reg.subscribe(),
         }));
         let ignore = ctx.cfg.ignore_ownership_loss;
-        tokio::select! {
-            reason = wait_lost(reg.subscribe()), if !ignore => {
-                tracing::warn!(node = %ctx.name, ?reason, "processor: lease lost; volumes go standby");
-            }
-            () = stopped(&mut stop) => {
-                ctx.lease.send_replace(None);
-                reg.stop().await;
-                return;
+        loop {
+            tokio::select! {
+                reason = wait_lost(reg.subscribe()), if !ignore => {
+                    tracing::warn!(node = %ctx.name, ?reason, "processor: lease lost; volumes go standby");
+                    break;
+                }
+                () = stopped(&mut stop) => {
+                    ctx.lease.send_replace(None);
+                    reg.stop().await;
+                    return;
+                }
+                record = feed.changed() => {
+                    unpublished = publish_record(ctx.store.as_ref(), &mut reg, record).await;
+                }
+                () = tokio::time::sleep(node::REPUBLISH_DELAY), if unpublished.is_some() => {
+                    if let Some(record) = unpublished.take() {
+                        unpublished = publish_record(ctx.store.as_ref(), &mut reg, record).await;
+                    }
+                }
             }
         }
         ctx.lease.send_replace(None);
+        unpublished = None;
         drop(reg);
         reg = loop {
             tokio::select! {
                 () = tokio::time::sleep(node::REREGISTER_DELAY) => {}
                 () = stopped(&mut stop) => return,
             }
-            match node::register(&ctx.store, &record, ctx.cfg.lease_ttl_ms).await {
+            match node::register(&ctx.store, &feed.current(), ctx.cfg.lease_ttl_ms).await {
                 Ok(r) => break r,
                 Err(e) => tracing::warn!(node = %ctx.name, "processor: registration failed: {e}"),
             }

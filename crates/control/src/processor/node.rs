@@ -16,16 +16,17 @@ pub(crate) fn now_unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Registers `record` (with a fresh start time) under a new lease of `ttl_ms`.
+/// Registers `record` under a new lease of `ttl_ms` (after a lost lease too: its start
+/// time stays the node's).
 pub(crate) async fn register(
     store: &Arc<dyn MetaStore>,
     record: &NodeRecord,
     ttl_ms: u64,
 ) -> Result<Registration, ControlError> {
-    let mut rec = record.clone();
-    rec.started_unix_ms = now_unix_ms();
-    register_node(store.clone(), rec, Duration::from_millis(ttl_ms)).await
+    register_node(store.clone(), record.clone(), Duration::from_millis(ttl_ms)).await
 }
 
 /// Backoff between registration attempts after a lost lease.
 pub(crate) const REREGISTER_DELAY: Duration = Duration::from_millis(250);
+/// Pause before rewriting a record the store did not take.
+pub(crate) const REPUBLISH_DELAY: Duration = Duration::from_millis(500);

@@ -28,6 +28,11 @@ pub struct Up {
 impl Up {
     /// Starts `ferrobay up` on `data_dir` and `port`, stderr into `log`.
     pub fn start(data_dir: &Path, port: u16, log: PathBuf) -> Up {
+        Up::start_with(data_dir, port, log, &[])
+    }
+
+    /// [`Up::start`] with more arguments (e.g. `--cdc-port`).
+    pub fn start_with(data_dir: &Path, port: u16, log: PathBuf, extra: &[&str]) -> Up {
         let err = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(up_bin())
             .args(["up", "--data-dir"])
@@ -35,6 +40,7 @@ impl Up {
             // A small volume: creating it writes zeros over the members' data areas (the
             // 1G default leaves 1.6 GB of drive files in the scratch dir).
             .args(["--port", &port.to_string(), "--volume-size", "64M"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -142,6 +148,14 @@ fn up_bin() -> PathBuf {
     assert!(bin.is_file(), "${UP_BIN_ENV}: no file {}", bin.display());
     eprintln!("running {} (${UP_BIN_ENV})", bin.display());
     bin
+}
+
+/// The words of the first stdout line (so far) that starts with `prefix`, trimmed.
+pub fn line_words(stdout: &[String], prefix: &str) -> Option<Vec<String>> {
+    stdout
+        .iter()
+        .find(|l| l.trim_start().starts_with(prefix))
+        .map(|l| l.split_whitespace().map(String::from).collect())
 }
 
 /// The value after `flag` in the connect line's words.

@@ -194,6 +194,14 @@ pub mod bits {
     pub const CNTRLTYPE_DISCOVERY: u8 = 2;
     pub const CNTRLTYPE_ADMIN: u8 = 3;
 
+    /// DCTYPE values (TP 8010, Identify Controller byte 1806): which kind of discovery
+    /// controller this is.
+    pub const DCTYPE_NOT_REPORTED: u8 = 0;
+    /// A direct discovery controller: it lists the subsystems of its own NVM subsystem.
+    pub const DCTYPE_DDC: u8 = 1;
+    /// A central discovery controller: it lists subsystems it does not host.
+    pub const DCTYPE_CDC: u8 = 2;
+
     /// OACS: Namespace Management and Attachment commands supported.
     pub const OACS_NS_MGMT: u16 = 1 << 3;
 

@@ -52,6 +52,9 @@ pub mod eflags {
     pub const DUPRETINFO: u16 = 1 << 0;
     /// Explicit persistent connection support for discovery.
     pub const EPCSD: u16 = 1 << 1;
+    /// No CDC connectivity (TP 8010): the subsystem is not reachable through a central
+    /// discovery controller.
+    pub const NCC: u16 = 1 << 2;
 }
 
 /// TCP security types (TSAS byte 0).

@@ -265,6 +265,7 @@ impl QueueContext {
         };
         if discovery {
             id.cntrltype = cbits::CNTRLTYPE_DISCOVERY;
+            id.dctype = cfg.discovery_controller_type.dctype();
             id.cmic = 0;
             id.oaes = cbits::OAES_DISCOVERY_CHANGE;
             id.maxcmd = cfg.mqes.saturating_add(1);

@@ -8,11 +8,13 @@
 //! - `admission`: connection limits at accept, handshake-timeout bookkeeping
 //! - `connections`: the registry of live connections, shutdown
 //! - `referrals`: discovery referrals and the discovery log generation
+//! - `discovery`: entries from a [`crate::DiscoveryLogSource`], change notifications
 //! - `health`: SMART counters and the metrics snapshot
 
 mod accept;
 mod admission;
 mod connections;
+mod discovery;
 mod health;
 mod listener;
 mod namespaces;
@@ -29,6 +31,7 @@ use nvme_proto::fabrics::{DISCOVERY_NQN, validate_nqn};
 
 use crate::TargetError;
 use crate::config::TargetConfig;
+use crate::discovery_source::DiscoveryLogSource;
 use crate::media_health::{MediaHealth, MediaHealthSource};
 use crate::ns_manager::NamespaceManager;
 use crate::resv_api::{Reservations, ReservationsFactory};
@@ -40,6 +43,7 @@ use admission::Admission;
 use connections::ConnRegistry;
 pub(crate) use listener::ListenerInfo;
 pub use listener::{ListenerHandle, ListenerOptions};
+pub use subsystems::SubsystemAccess;
 
 pub(crate) struct TargetInner {
     pub config: TargetConfig,
@@ -52,6 +56,12 @@ pub(crate) struct TargetInner {
     media_health: RwLock<Option<Arc<dyn MediaHealthSource>>>,
     resv_factory: RwLock<Arc<ReservationsFactory>>,
     pub discovery_genctr: AtomicU64,
+    /// Entries the discovery log shows beyond this target's own (a central discovery
+    /// controller's cluster view).
+    pub discovery_source: RwLock<Option<Arc<dyn DiscoveryLogSource>>>,
+    /// The discovery generation, for whoever follows changes of what the target exports
+    /// (subsystems, access lists, listeners, referrals).
+    pub discovery_changes: tokio::sync::watch::Sender<u64>,
     /// Other discovery services this one refers hosts to (discovery log referral entries).
     pub referrals: Mutex<Vec<SocketAddr>>,
     pub conns: ConnRegistry,
@@ -93,7 +103,8 @@ impl TargetInner {
 
     /// Bumps the discovery generation and tells discovery controllers.
     pub fn discovery_log_changed(&self) {
-        self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        let generation = self.discovery_genctr.fetch_add(1, Ordering::AcqRel) + 1;
+        self.discovery_changes.send_replace(generation);
         for c in self.discovery.live_controllers() {
             c.discovery_changed();
         }
@@ -161,6 +172,8 @@ impl Target {
                 media_health: RwLock::new(None),
                 resv_factory: RwLock::new(default_factory),
                 discovery_genctr: AtomicU64::new(1),
+                discovery_source: RwLock::new(None),
+                discovery_changes: tokio::sync::watch::Sender::new(1),
                 referrals: Mutex::new(Vec::new()),
                 conns: ConnRegistry::default(),
                 admission: Admission::default(),

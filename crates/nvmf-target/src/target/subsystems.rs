@@ -110,4 +110,30 @@ impl Target {
     pub fn subsystems(&self) -> Vec<String> {
         read(&self.inner.subsystems).keys().cloned().collect()
     }
+
+    /// Every NVM subsystem with who may connect to it, sorted by NQN (what a node
+    /// publishes for a central discovery controller).
+    pub fn subsystem_access(&self) -> Vec<SubsystemAccess> {
+        read(&self.inner.subsystems)
+            .values()
+            .map(|s| {
+                let a = read(&s.access);
+                SubsystemAccess {
+                    nqn: s.nqn.clone(),
+                    allow_any_host: a.allow_any,
+                    allowed_hosts: a.hosts.iter().cloned().collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// An NVM subsystem and its access list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubsystemAccess {
+    pub nqn: String,
+    /// Any host may connect (the list below is then not used).
+    pub allow_any_host: bool,
+    /// Host NQNs allowed, sorted.
+    pub allowed_hosts: Vec<String>,
 }
