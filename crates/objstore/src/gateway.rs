@@ -11,7 +11,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use s3s::service::S3ServiceBuilder;
 
 use crate::clock::{Clock, SystemClock};
+use crate::drain;
 use crate::index::Index;
+use crate::linger::LingeringIo;
 use crate::objects::{BackgroundConfig, ObjectConfig, ObjectLayer, spawn_background};
 use crate::placement::{PlacementError, StoreSet};
 use crate::s3::{AccessControl, Credentials, KeyStore, S3Gateway};
@@ -209,11 +211,21 @@ async fn serve(
                 if header_section_bytes(&req) > MAX_HEADER_BYTES {
                     return Ok::<_, s3s::HttpError>(header_too_large());
                 }
-                hyper::service::Service::call(&svc, req).await
+                let (parts, body) = req.into_parts();
+                let (body, rest) = drain::share(body);
+                let req = http::Request::from_parts(parts, s3s::Body::http_body(body));
+                let mut resp = svc.call(req).await?;
+                if drain::finish_body(rest).await == drain::Rest::Close {
+                    resp.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok(resp)
             }
         });
         let conn = http
-            .serve_connection(TokioIo::new(socket), handler)
+            .serve_connection(TokioIo::new(LingeringIo::new(socket)), handler)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -5,10 +5,12 @@
 pub mod checksum;
 pub mod clock;
 pub mod datapath;
+pub mod drain;
 pub mod format;
 pub mod gateway;
 pub mod index;
 pub mod layout;
+pub mod linger;
 pub mod objects;
 pub mod placement;
 pub mod s3;

@@ -5,7 +5,7 @@ import base64
 import hashlib
 import zlib
 
-from helpers import MIB, assert_absent, data
+from helpers import MIB, assert_absent, data, error_of
 from sigv4 import Signer, aws_chunked, error_code, send
 
 
@@ -114,3 +114,18 @@ def test_oversized_header_section(s3, bucket):
     status, _, body = put_raw(bucket, "h", b"x", headers={"x-padding": "p" * 9000})
     assert (status, error_code(body)) == (400, "RequestHeaderSectionTooLarge")
     assert_absent(s3, bucket, "h")
+
+
+def test_answers_before_the_body_keep_their_error(s3, bucket):
+    """The gateway answers some requests before reading their bodies (a bad upload id, a
+    part number out of range). What is left of the body must neither reset the answer
+    nor be read as the next request on the connection: once it did, a third of these
+    came back as a bare (400, '400') or a (404, '404') without the error document."""
+    u = s3.create_multipart_upload(Bucket=bucket, Key="early")["UploadId"]
+    seen = []
+    for _ in range(60):
+        seen.append(error_of(s3.upload_part, Bucket=bucket, Key="early", UploadId=u, PartNumber=10001, Body=b"x")[:2])
+        seen.append(error_of(s3.upload_part, Bucket=bucket, Key="early", UploadId="nope", PartNumber=1, Body=b"x")[:2])
+    wrong = [s for s in seen if s not in ((400, "InvalidArgument"), (404, "NoSuchUpload"))]
+    assert wrong == [], f"{len(wrong)} of {len(seen)} answers lost their error: {wrong[:5]}"
+    s3.abort_multipart_upload(Bucket=bucket, Key="early", UploadId=u)
