@@ -43,7 +43,8 @@ pub struct EventsArgs {
 
 enum Source {
     Meta(Arc<dyn meta::MetaStore>),
-    Api(ApiClient),
+    /// Boxed: the HTTP client is much larger than the store handle.
+    Api(Box<ApiClient>),
 }
 
 impl Source {
@@ -108,7 +109,7 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<ExitCode> {
                 a.api_token_file.as_deref(),
                 &[std::path::Path::new(cluster::UP_TOKEN_FILE)],
             )?;
-            Source::Api(ApiClient::new(addr.clone()).with_token(token))
+            Source::Api(Box::new(ApiClient::new(addr.clone()).with_token(token)))
         }
         (None, None) => return Err(usage("events need --meta URL or --api ADDR")),
     };
