@@ -9,15 +9,20 @@
 //!   node records, per host.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
-//! - [`api`]: the processor node's HTTP API and its client.
+//! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
+//!   client.
+//! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
+//! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
 
 pub mod api;
+pub mod auth;
 pub mod cdc;
 pub mod devcluster;
 pub mod error;
+pub mod events;
 pub mod exports;
 pub mod metaurl;
 pub mod processor;

@@ -82,7 +82,7 @@ pub fn processor_slot_key(node: &str) -> Result<String, SchemaError> {
     Ok(format!("{PROCESSOR_SLOTS}{node}"))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeRole {
     Storage,
@@ -101,7 +101,7 @@ fn node_record_format_1() -> u32 {
 
 /// `/ferrobay/nodes/<name>`, under the node's lease: a live node, how to reach it and
 /// what it exports. The node rewrites it (same lease) when its exports change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeRecord {
     /// [`NODE_RECORD_FORMAT`] when written by this build; 1 when absent.
     #[serde(default = "node_record_format_1")]
@@ -109,8 +109,10 @@ pub struct NodeRecord {
     pub name: String,
     pub role: NodeRole,
     /// NVMe/TCP listeners (I/O and discovery).
+    #[schema(value_type = Vec<String>, example = json!(["10.0.0.1:4420"]))]
     pub nvme_addrs: Vec<SocketAddr>,
     /// HTTP control API, if any.
+    #[schema(value_type = Option<String>)]
     pub api_addr: Option<SocketAddr>,
     /// Processor nodes: the slot that fixes their cntlid range.
     pub slot: Option<u16>,
@@ -119,6 +121,7 @@ pub struct NodeRecord {
     /// Listeners that serve only discovery (a storage node's port 8009); the node's
     /// discovery controller also answers on every `nvme_addrs` entry. Format 2.
     #[serde(default)]
+    #[schema(value_type = Vec<String>)]
     pub discovery_addrs: Vec<SocketAddr>,
     /// The NVM subsystems the node exports on its `nvme_addrs`, with their access lists,
     /// sorted by NQN. Format 2.
@@ -161,7 +164,7 @@ impl NodeRecord {
 /// An NVM subsystem a node exports and who may connect to it (the node target's access
 /// list: a storage node's from its node state, a processor node's volume exports allow
 /// any host).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubsystemRecord {
     pub nqn: String,
     /// Any host may connect; `allowed_hosts` is then not used.
@@ -188,7 +191,7 @@ impl From<nvmf_target::SubsystemAccess> for SubsystemRecord {
 }
 
 /// One member of a volume: where it is and which failure domain it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberRecord {
     /// `nvme+tcp://ADDR:PORT[,ADDR:PORT]/SUBNQN/NSID`.
     pub url: String,
@@ -199,7 +202,7 @@ pub struct MemberRecord {
 }
 
 /// `/ferrobay/volumes/<name>` (no lease): a volume, its layout and its members.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeRecord {
     pub name: String,
     pub uuid: Uuid,
@@ -226,7 +229,7 @@ impl VolumeRecord {
 }
 
 /// `/ferrobay/volume-status/<name>`, under the owner's lease: what the owner sees.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeStatusRecord {
     pub owner: String,
     pub epoch: u64,
@@ -238,7 +241,7 @@ pub struct VolumeStatusRecord {
 }
 
 /// How a takeover went (also in the log).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TakeoverReport {
     /// Ownership epoch (fencing generation in the metadata store).
     pub epoch: u64,

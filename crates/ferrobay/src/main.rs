@@ -6,6 +6,7 @@ mod cdc_cmd;
 mod cli;
 mod cluster;
 mod discover_cmd;
+mod events_cmd;
 mod node_cmd;
 mod processor_cmd;
 mod s3_cmd;

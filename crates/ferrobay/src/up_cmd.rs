@@ -77,7 +77,12 @@ fn print_ready(c: &DevCluster) {
     if let Some(note) = c.cdc_note() {
         let _ = writeln!(out, "Note: {note}");
     }
-    let _ = writeln!(out, "API: http://{api}");
+    let _ = writeln!(out, "API: http://{api}/api/v1 (docs/api.md)");
+    let _ = writeln!(
+        out,
+        "API token: {} (send it as `Authorization: Bearer <token>`)",
+        c.api_token_path().display()
+    );
     let _ = writeln!(
         out,
         "Status: ferrobay volume status {} --api {api}",

@@ -1,32 +1,28 @@
-//! [`ApiClient`]: the processor node's API as functions, for `ferrobay volume ... --api`.
+//! [`ApiClient`]: the cluster API as functions, for `ferrobay volume ... --api`,
+//! `ferrobay events --api` and tests.
 
 use std::time::Duration;
 
-use serde::Serialize;
+use httpapi::client::path;
+use httpapi::{ClientError, HttpClient};
+use meta::schema::EventPage;
 use serde::de::DeserializeOwned;
-use storage_node::http::wire::encode_segment;
-use storage_node::{ClientError, NodeClient};
 
-use super::{API_PREFIX, MoveRequest};
+use super::{API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces};
 use crate::error::ControlError;
 use crate::provision::{CreateVolume, VolumeView};
-use crate::records::{NodeRecord, VolumeRecord};
+use crate::records::{NodeRecord, VolumeRecord, VolumeStatusRecord};
 
-/// Calls a processor node's API at `host:port`.
+/// Calls the cluster API at `host:port`.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
-    http: NodeClient,
-}
-
-#[derive(serde::Deserialize)]
-struct ErrorBody {
-    error: String,
+    http: HttpClient,
 }
 
 impl ApiClient {
     pub fn new(addr: impl Into<String>) -> ApiClient {
         ApiClient {
-            http: NodeClient::new(addr),
+            http: HttpClient::new(addr),
         }
     }
 
@@ -37,8 +33,19 @@ impl ApiClient {
         self
     }
 
+    /// The bearer token the API requires (`docs/api.md`).
+    pub fn with_token(mut self, token: Option<String>) -> ApiClient {
+        self.http = self.http.with_token(token);
+        self
+    }
+
     pub fn addr(&self) -> &str {
         self.http.addr()
+    }
+
+    /// The underlying HTTP client (raw requests).
+    pub fn http(&self) -> &HttpClient {
+        &self.http
     }
 
     fn transport(&self, e: ClientError) -> ControlError {
@@ -59,28 +66,11 @@ impl ApiClient {
         body: Option<Vec<u8>>,
         allow_404: bool,
     ) -> Result<Option<T>, ControlError> {
-        let (status, bytes) = self
-            .http
-            .request(method, path, body)
-            .await
-            .map_err(|e| self.transport(e))?;
-        if status == 404 && allow_404 {
-            return Ok(None);
+        match self.http.call(method, path, body).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, .. }) if allow_404 => Ok(None),
+            Err(e) => Err(self.transport(e)),
         }
-        if status >= 400 {
-            let message = serde_json::from_slice::<ErrorBody>(&bytes)
-                .map(|e| e.error)
-                .unwrap_or_else(|_| {
-                    format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes).trim())
-                });
-            return Err(ControlError::Api { status, message });
-        }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| ControlError::ApiTransport {
-                addr: self.addr().to_string(),
-                reason: format!("bad response to {method} {path}: {e}"),
-            })
     }
 
     async fn must<T: DeserializeOwned>(
@@ -94,28 +84,34 @@ impl ApiClient {
             .ok_or_else(|| ControlError::NotFound(format!("{path}: not found")))
     }
 
-    fn json<T: Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
+    fn json<T: serde::Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
         serde_json::to_vec(v)
             .map(Some)
             .map_err(|e| ControlError::Invalid(format!("request does not encode: {e}")))
     }
 
-    fn volume_path(name: &str) -> String {
-        format!("{API_PREFIX}/volumes/{}", encode_segment(name))
+    fn p(parts: &[&str]) -> String {
+        path(API_PREFIX, parts)
     }
 
     pub async fn list_volumes(&self) -> Result<Vec<VolumeView>, ControlError> {
-        self.must("GET", &format!("{API_PREFIX}/volumes"), None)
-            .await
+        self.must("GET", &Self::p(&["volumes"]), None).await
     }
 
     /// `None` when there is no such volume.
     pub async fn volume(&self, name: &str) -> Result<Option<VolumeView>, ControlError> {
-        self.call("GET", &Self::volume_path(name), None, true).await
+        self.call("GET", &Self::p(&["volumes", name]), None, true)
+            .await
+    }
+
+    /// The owner's live status of a volume (404 when no processor node owns it).
+    pub async fn volume_status(&self, name: &str) -> Result<VolumeStatusRecord, ControlError> {
+        self.must("GET", &Self::p(&["volumes", name, "status"]), None)
+            .await
     }
 
     pub async fn create_volume(&self, req: &CreateVolume) -> Result<VolumeRecord, ControlError> {
-        self.must("POST", &format!("{API_PREFIX}/volumes"), Self::json(req)?)
+        self.must("POST", &Self::p(&["volumes"]), Self::json(req)?)
             .await
     }
 
@@ -124,7 +120,7 @@ impl ApiClient {
         name: &str,
         force: bool,
     ) -> Result<VolumeRecord, ControlError> {
-        let mut path = Self::volume_path(name);
+        let mut path = Self::p(&["volumes", name]);
         if force {
             path.push_str("?force=true");
         }
@@ -134,28 +130,49 @@ impl ApiClient {
     pub async fn move_volume(&self, name: &str, to: &str) -> Result<(), ControlError> {
         let body = Self::json(&MoveRequest { to: to.to_string() })?;
         let _: serde_json::Value = self
-            .must("POST", &format!("{}/move", Self::volume_path(name)), body)
+            .must("POST", &Self::p(&["volumes", name, "move"]), body)
             .await?;
         Ok(())
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeRecord>, ControlError> {
-        self.must("GET", &format!("{API_PREFIX}/nodes"), None).await
+        self.must("GET", &Self::p(&["nodes"]), None).await
+    }
+
+    /// The drives of every storage node.
+    pub async fn drives(&self) -> Result<Vec<NodeDrives>, ControlError> {
+        self.must("GET", &Self::p(&["drives"]), None).await
+    }
+
+    /// The namespaces of every storage node.
+    pub async fn namespaces(&self) -> Result<Vec<NodeNamespaces>, ControlError> {
+        self.must("GET", &Self::p(&["namespaces"]), None).await
+    }
+
+    /// The access lists of every storage node.
+    pub async fn hosts(&self) -> Result<Vec<NodeHosts>, ControlError> {
+        self.must("GET", &Self::p(&["hosts"]), None).await
+    }
+
+    /// A page of events, newest first (`since`, `before`: ids; `limit`: 1..=1000).
+    pub async fn events(
+        &self,
+        since: u64,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<EventPage, ControlError> {
+        let mut path = format!("{}?since={since}&limit={limit}", Self::p(&["events"]));
+        if let Some(b) = before {
+            path.push_str(&format!("&before={b}"));
+        }
+        self.must("GET", &path, None).await
     }
 
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Result<String, ControlError> {
-        let (status, bytes) = self
-            .http
-            .request("GET", "/metrics", None)
+        self.http
+            .text("/metrics")
             .await
-            .map_err(|e| self.transport(e))?;
-        if status != 200 {
-            return Err(ControlError::Api {
-                status,
-                message: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|e| self.transport(e))
     }
 }

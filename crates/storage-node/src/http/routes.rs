@@ -1,27 +1,84 @@
-//! The node's HTTP routes: `/metrics` and the JSON control API under `/api/v1`.
+//! The node's HTTP routes: `/metrics`, `/healthz` and the JSON control API under
+//! `/api/v1`, each handler with its OpenAPI entry (`docs/api/node-openapi.json`).
+//!
+//! Adding a route: write the handler with its `#[utoipa::path]`, add it to
+//! [`api_routes`]; the document and the router follow.
 
-use serde::de::DeserializeOwned;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use httpapi::auth::{Token, require_token};
+use httpapi::error::{json, ok};
+use httpapi::extract::{Json, Path};
+use httpapi::openapi::BearerAuth;
+use httpapi::probe::{Liveness, PUBLIC_PATHS};
+use httpapi::{ApiError, ErrorBody};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::server::{Handler, HandlerFuture};
-use super::wire::{Request, Response, decode_segment};
-use crate::api::{AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HostRequest};
+use crate::api::{
+    AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport, HostRequest,
+    NamespaceView, NodeInfo, SubsystemView,
+};
 use crate::node::{ErrorKind, NodeError, StorageNode};
 
-pub(crate) struct NodeHandler {
-    node: StorageNode,
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Ferrobay storage node API",
+        description = "Node-local operations of one storage node: its namespaces, subsystems and allowed hosts, health. Errors are `{\"error\": \"...\"}`; every call but /metrics, /healthz and this document needs the bearer token (docs/api.md, docs/node-api.md).",
+        license(name = "Apache-2.0"),
+        version = "1"
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "node", description = "The node, its health and metrics"),
+        (name = "namespaces", description = "Namespaces carved from the node's drives"),
+        (name = "subsystems", description = "Subsystems and the hosts allowed to connect"),
+    )
+)]
+struct NodeApiDoc;
+
+/// Every route of the node with its OpenAPI entry.
+fn api_routes() -> OpenApiRouter<StorageNode> {
+    OpenApiRouter::with_openapi(NodeApiDoc::openapi())
+        .routes(routes!(metrics))
+        .routes(routes!(healthz))
+        .routes(routes!(node_info))
+        .routes(routes!(health))
+        .routes(routes!(list_namespaces, create_namespace))
+        .routes(routes!(get_namespace, delete_namespace))
+        .routes(routes!(attach))
+        .routes(routes!(detach))
+        .routes(routes!(subsystems))
+        .routes(routes!(allow_host))
+        .routes(routes!(deny_host))
+        .routes(routes!(allow_any_host))
 }
 
-impl NodeHandler {
-    pub(crate) fn new(node: StorageNode) -> NodeHandler {
-        NodeHandler { node }
-    }
+/// The node API's OpenAPI document (what `/api/v1/openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().into_openapi()
 }
 
-impl Handler for NodeHandler {
-    fn handle(&self, req: Request) -> HandlerFuture {
-        let node = self.node.clone();
-        Box::pin(async move { route(node, req).await })
-    }
+/// The node's router, ready to serve: every route but the public ones needs `token`.
+pub(crate) fn router(node: StorageNode, token: Token) -> Router {
+    let (routes, doc) = api_routes().split_for_parts();
+    let doc = std::sync::Arc::new(doc);
+    let app = routes
+        .route(
+            httpapi::probe::OPENAPI_PATH,
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { httpapi::openapi::serve(&doc) }
+            }),
+        )
+        .with_state(node);
+    // The token guards the 404/405 answers too: without it nothing is revealed.
+    require_token(httpapi::server::finish(app), token, PUBLIC_PATHS)
 }
 
 fn status_of(e: &NodeError) -> u16 {
@@ -34,129 +91,173 @@ fn status_of(e: &NodeError) -> u16 {
     }
 }
 
-fn error(e: &NodeError) -> Response {
-    Response::error(status_of(e), &e.to_string())
+fn err(e: NodeError) -> ApiError {
+    ApiError::new(status_of(&e), e.to_string())
 }
 
-fn body<T: DeserializeOwned>(req: &Request) -> Result<T, Response> {
-    serde_json::from_slice(&req.body)
-        .map_err(|e| Response::error(400, &format!("bad JSON body: {e}")))
-}
-
-fn nsid_of(s: &str) -> Result<u32, Response> {
+fn nsid_of(s: &str) -> Result<u32, ApiError> {
     s.parse()
-        .map_err(|_| Response::error(400, &format!("bad namespace ID {s:?}")))
+        .map_err(|_| ApiError::bad_request(format!("bad namespace ID {s:?}")))
 }
 
-fn reply<T: serde::Serialize>(status: u16, r: Result<T, NodeError>) -> Response {
-    match r {
-        Ok(v) => Response::json(status, &v),
-        Err(e) => error(&e),
-    }
+/// Prometheus text (no token).
+#[utoipa::path(get, path = "/metrics", tag = "node", security(()),
+    responses((status = 200, description = "Prometheus text format 0.0.4 (docs/node-api.md)", content_type = "text/plain")))]
+async fn metrics(State(node): State<StorageNode>) -> Response {
+    let mut r = super::metrics::render(&node).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(super::metrics::CONTENT_TYPE),
+    );
+    r
 }
 
-async fn route(node: StorageNode, req: Request) -> Response {
-    match route_inner(node, &req).await {
-        Ok(r) | Err(r) => r,
-    }
+/// Liveness probe (no token).
+#[utoipa::path(get, path = "/healthz", tag = "node", security(()),
+    responses((status = 200, body = Liveness)))]
+async fn healthz(State(node): State<StorageNode>) -> Response {
+    ok(&Liveness::ok(node.name(), env!("CARGO_PKG_VERSION")))
 }
 
-async fn route_inner(node: StorageNode, req: &Request) -> Result<Response, Response> {
-    if req.path == "/metrics" {
-        return match req.method.as_str() {
-            "GET" => Ok(Response::new(
-                200,
-                super::metrics::CONTENT_TYPE,
-                super::metrics::render(&node),
-            )),
-            _ => Err(Response::error(405, "use GET")),
-        };
-    }
-    let Some(rest) = req.path.strip_prefix(crate::api::API_PREFIX) else {
-        return Err(Response::error(404, &format!("no such path {}", req.path)));
-    };
-    let segs: Vec<String> = rest
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(decode_segment)
-        .collect::<Result<_, _>>()
-        .map_err(|e| Response::error(e.status, &e.message))?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let m = req.method.as_str();
-    let not_allowed = || {
-        Err(Response::error(
-            405,
-            &format!("{m} is not allowed on {}", req.path),
-        ))
-    };
-    match segs.as_slice() {
-        ["node"] => match m {
-            "GET" => Ok(Response::json(200, &node.info())),
-            _ => not_allowed(),
-        },
-        ["health"] => match m {
-            "GET" => Ok(Response::json(200, &node.health())),
-            _ => not_allowed(),
-        },
-        ["namespaces"] => match m {
-            "GET" => Ok(Response::json(200, &node.list_namespaces())),
-            "POST" => {
-                let r: CreateNamespaceRequest = body(req)?;
-                Ok(reply(201, node.create_namespace(r).await))
-            }
-            _ => not_allowed(),
-        },
-        ["namespaces", nqn, nsid] => {
-            let nsid = nsid_of(nsid)?;
-            match m {
-                "GET" => Ok(reply(200, node.namespace(nqn, nsid))),
-                "DELETE" => Ok(reply(
-                    200,
-                    node.delete_namespace(nqn, nsid)
-                        .await
-                        .map(|()| serde_json::json!({})),
-                )),
-                _ => not_allowed(),
-            }
-        }
-        ["namespaces", nqn, nsid, action @ ("attach" | "detach")] => {
-            let nsid = nsid_of(nsid)?;
-            if m != "POST" {
-                return not_allowed();
-            }
-            let r: AttachRequest = body(req)?;
-            let result = if *action == "attach" {
-                node.attach_namespace(nqn, nsid, r).await
-            } else {
-                node.detach_namespace(nqn, nsid, r).await
-            };
-            Ok(reply(200, result))
-        }
-        ["subsystems"] => match m {
-            "GET" => Ok(Response::json(200, &node.subsystems())),
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "hosts"] => match m {
-            "POST" => {
-                let r: HostRequest = body(req)?;
-                Ok(reply(200, node.allow_host(nqn, &r.host_nqn).await))
-            }
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "hosts", host] => match m {
-            "DELETE" => Ok(reply(200, node.deny_host(nqn, host).await)),
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "allow_any_host"] => match m {
-            "PUT" => {
-                let r: AllowAnyHostRequest = body(req)?;
-                Ok(reply(
-                    200,
-                    node.set_allow_any_host(nqn, r.allow_any_host).await,
-                ))
-            }
-            _ => not_allowed(),
-        },
-        _ => Err(Response::error(404, &format!("no such path {}", req.path))),
-    }
+/// The node: name, UUID, listeners.
+#[utoipa::path(get, path = "/api/v1/node", tag = "node",
+    responses((status = 200, body = NodeInfo), (status = "default", body = ErrorBody)))]
+async fn node_info(State(node): State<StorageNode>) -> Response {
+    ok(&node.info())
+}
+
+/// SMART-like health of the node and each drive.
+#[utoipa::path(get, path = "/api/v1/health", tag = "node",
+    responses((status = 200, body = HealthReport), (status = "default", body = ErrorBody)))]
+async fn health(State(node): State<StorageNode>) -> Response {
+    ok(&node.health())
+}
+
+/// Every namespace of the node.
+#[utoipa::path(get, path = "/api/v1/namespaces", tag = "namespaces",
+    responses((status = 200, body = Vec<NamespaceView>), (status = "default", body = ErrorBody)))]
+async fn list_namespaces(State(node): State<StorageNode>) -> Response {
+    ok(&node.list_namespaces())
+}
+
+/// Carves a namespace (NVM or Key Value) from a drive.
+#[utoipa::path(post, path = "/api/v1/namespaces", tag = "namespaces",
+    request_body = CreateNamespaceRequest,
+    responses((status = 201, body = NamespaceView),
+        (status = "default", description = "400 bad request, 404 no such drive/subsystem, 409 NSID taken, 507 no room", body = ErrorBody)))]
+async fn create_namespace(
+    State(node): State<StorageNode>,
+    Json(r): Json<CreateNamespaceRequest>,
+) -> Result<Response, ApiError> {
+    let v = node.create_namespace(r).await.map_err(err)?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+/// One namespace.
+#[utoipa::path(get, path = "/api/v1/namespaces/{nqn}/{nsid}", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
+async fn get_namespace(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node.namespace(&nqn, nsid_of(&nsid)?).map_err(err)?))
+}
+
+/// Deletes a namespace (its space goes back to the drive).
+#[utoipa::path(delete, path = "/api/v1/namespaces/{nqn}/{nsid}", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    responses((status = 200, description = "`{}`"), (status = "default", body = ErrorBody)))]
+async fn delete_namespace(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    node.delete_namespace(&nqn, nsid_of(&nsid)?)
+        .await
+        .map_err(err)?;
+    Ok(ok(&serde_json::json!({})))
+}
+
+/// Attaches a namespace to every host or to the listed hosts.
+#[utoipa::path(post, path = "/api/v1/namespaces/{nqn}/{nsid}/attach", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    request_body = AttachRequest,
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
+async fn attach(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+    Json(r): Json<AttachRequest>,
+) -> Result<Response, ApiError> {
+    let nsid = nsid_of(&nsid)?;
+    Ok(ok(&node
+        .attach_namespace(&nqn, nsid, r)
+        .await
+        .map_err(err)?))
+}
+
+/// Detaches a namespace from every host or from the listed hosts.
+#[utoipa::path(post, path = "/api/v1/namespaces/{nqn}/{nsid}/detach", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    request_body = AttachRequest,
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
+async fn detach(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+    Json(r): Json<AttachRequest>,
+) -> Result<Response, ApiError> {
+    let nsid = nsid_of(&nsid)?;
+    Ok(ok(&node
+        .detach_namespace(&nqn, nsid, r)
+        .await
+        .map_err(err)?))
+}
+
+/// Every subsystem with its allowed hosts and connected controllers.
+#[utoipa::path(get, path = "/api/v1/subsystems", tag = "subsystems",
+    responses((status = 200, body = Vec<SubsystemView>), (status = "default", body = ErrorBody)))]
+async fn subsystems(State(node): State<StorageNode>) -> Response {
+    ok(&node.subsystems())
+}
+
+/// Allows a host (turns any-host off).
+#[utoipa::path(post, path = "/api/v1/subsystems/{nqn}/hosts", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN")),
+    request_body = HostRequest,
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
+async fn allow_host(
+    State(node): State<StorageNode>,
+    Path(nqn): Path<String>,
+    Json(r): Json<HostRequest>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node
+        .allow_host(&nqn, &r.host_nqn)
+        .await
+        .map_err(err)?))
+}
+
+/// Removes a host (its controllers are disconnected).
+#[utoipa::path(delete, path = "/api/v1/subsystems/{nqn}/hosts/{host}", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("host" = String, Path, description = "Host NQN")),
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
+async fn deny_host(
+    State(node): State<StorageNode>,
+    Path((nqn, host)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node.deny_host(&nqn, &host).await.map_err(err)?))
+}
+
+/// Lets every host connect, or only the allowed ones.
+#[utoipa::path(put, path = "/api/v1/subsystems/{nqn}/allow_any_host", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN")),
+    request_body = AllowAnyHostRequest,
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
+async fn allow_any_host(
+    State(node): State<StorageNode>,
+    Path(nqn): Path<String>,
+    Json(r): Json<AllowAnyHostRequest>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node
+        .set_allow_any_host(&nqn, r.allow_any_host)
+        .await
+        .map_err(err)?))
 }
