@@ -32,6 +32,7 @@ mod config;
 mod controller;
 mod discovery;
 mod error;
+mod ext_telemetry;
 mod fence;
 mod fuzz;
 mod kv_backend;
@@ -55,6 +56,7 @@ pub use config::{
     NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,
 };
 pub use error::TargetError;
+pub use ext_telemetry::TelemetrySource;
 pub use fuzz::{
     FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
     fuzz_seed_io_session, fuzz_seed_kv_session,
