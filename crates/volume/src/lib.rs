@@ -87,6 +87,7 @@ mod assemble;
 mod chunks;
 pub mod clock;
 mod config;
+mod copy;
 mod create;
 mod engine;
 mod error;

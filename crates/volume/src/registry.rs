@@ -630,6 +630,7 @@ mod tests {
             valid_bytes: 0,
             failed_by_operator: false,
             missing: false,
+            replaces: None,
         }
     }
 
