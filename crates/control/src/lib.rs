@@ -14,6 +14,7 @@
 pub mod api;
 pub mod devcluster;
 pub mod error;
+pub mod health;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;

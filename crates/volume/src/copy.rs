@@ -113,6 +113,55 @@ impl Volume {
         self.inner.spawn_copy()
     }
 
+    /// Starts copying slot `member` onto the volume's first hot spare (what a proactive
+    /// replacement policy does): as [`Volume::copy_member`] with a device already in the
+    /// volume.
+    pub async fn copy_member_onto_spare(
+        &self,
+        member: usize,
+    ) -> Result<watch::Receiver<CopyProgress>> {
+        self.check_slot_pub(member)?;
+        let name = {
+            let mut sb = self.inner.meta.lock().await;
+            let mut topo = (*self.inner.topo()).clone();
+            if topo.slots[member].state != MemberState::Active {
+                return Err(VolumeError::Invalid(format!(
+                    "member {member} is {}: only an active member is copied (a failed one is replaced)",
+                    crate::assemble::state_name(topo.slots[member].state)
+                )));
+            }
+            if topo.spares.iter().any(|s| s.replaces.is_some()) {
+                return Err(VolumeError::Invalid(
+                    "a copy is already running (one at a time)".into(),
+                ));
+            }
+            let Some(j) = topo.free_spare() else {
+                return Err(VolumeError::Invalid(
+                    "no hot spare to copy onto (add one with add-spare)".into(),
+                ));
+            };
+            let n = self.inner.geo.members();
+            let Some(e) = sb.members.get_mut(n + j) else {
+                return Err(VolumeError::Invalid(
+                    "spare missing from the member table".into(),
+                ));
+            };
+            e.state = MemberState::Replacing;
+            e.replaces = Some(member);
+            e.rebuild_offset_bytes = 0;
+            topo.spares[j].replaces = Some(Replace::new(member, 0));
+            let name = topo.spares[j].dev.info().name.clone();
+            self.inner.set_topo(topo);
+            self.inner.commit_locked(&mut sb, true).await?;
+            name
+        };
+        self.inner.membership_barrier().await?;
+        self.inner.note(format!(
+            "proactive copy of member {member} onto spare {name} started"
+        ));
+        self.inner.spawn_copy()
+    }
+
     /// Waits for the running copy (if any) and returns its final progress.
     pub async fn wait_copy(&self) -> Option<CopyProgress> {
         let mut rx = self.inner.tasks().copy.as_ref()?.progress.clone();
