@@ -143,6 +143,13 @@ impl HealthMonitor {
         // Sample every member slot (spares are not graded: they carry no load).
         let candidates: Vec<(String, Arc<Volume>, usize, String)> = {
             let mut st = lock(&self.state);
+            // A volume this node no longer serves (stopped, fenced by a new owner).
+            st.volumes.retain(|_, w| {
+                !matches!(
+                    w.volume.status().state,
+                    volume::VolumeState::Stopped | volume::VolumeState::Fenced
+                )
+            });
             let mut keep = Vec::new();
             let mut rows = Vec::new();
             for (name, w) in &st.volumes {

@@ -81,6 +81,10 @@ pub struct ProcessorConfig {
     /// record); only fencing by the members stops this node. Never set in production.
     #[doc(hidden)]
     pub ignore_ownership_loss: bool,
+    /// Member health grading (fail-slow against the other members of each volume).
+    pub prediction: telemetry::PredictionConfig,
+    /// When a failing member is copied onto a spare (`crate::health`).
+    pub proactive: crate::health::ProactivePolicy,
 }
 
 impl ProcessorConfig {
@@ -100,6 +104,8 @@ impl ProcessorConfig {
             poll_ms: 200,
             drain_timeout_ms: 5000,
             ignore_ownership_loss: false,
+            prediction: telemetry::PredictionConfig::default(),
+            proactive: crate::health::ProactivePolicy::default(),
         }
     }
 }
@@ -117,6 +123,9 @@ impl LeaseInfo {
     }
 }
 
+/// Members are sampled and graded this often.
+const HEALTH_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What every task of the node shares.
 pub(crate) struct Ctx {
     pub name: String,
@@ -133,6 +142,8 @@ pub(crate) struct Ctx {
     pub failures: Mutex<BTreeMap<String, String>>,
     /// Set by `shutdown`: owners hand over to a live standby.
     pub shutting_down: watch::Sender<bool>,
+    /// The owned volumes' members: telemetry, grades, proactive copies.
+    pub health: Arc<crate::health::HealthMonitor>,
 }
 
 impl Ctx {
@@ -167,6 +178,7 @@ pub struct Processor {
     api: Option<ApiServer>,
     volumes: Arc<volumes::Volumes>,
     volumes_task: JoinHandle<()>,
+    health_task: JoinHandle<()>,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: watch::Sender<bool>,
 }
@@ -245,7 +257,14 @@ impl Processor {
             started_unix_ms: node::now_unix_ms(),
         };
         let registration = node::register(&store, &record, cfg.lease_ttl_ms).await?;
+        let health = Arc::new(crate::health::HealthMonitor::new(
+            cfg.prediction.clone(),
+            cfg.proactive.clone(),
+            telemetry::Retention::default(),
+            Arc::new(telemetry::MonotonicClock::new()),
+        ));
         let ctx = Arc::new(Ctx {
+            health: health.clone(),
             name: cfg.name.clone(),
             key: reservation_key(&cfg.name),
             store,
@@ -263,6 +282,14 @@ impl Processor {
         let volumes = Arc::new(volumes::Volumes::default());
         volumes::sync(&ctx, &volumes).await;
         let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
+        let health_task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(HEALTH_SAMPLE_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                every.tick().await;
+                health.tick().await;
+            }
+        });
         tracing::info!(
             node = %ctx.name,
             slot,
@@ -276,6 +303,7 @@ impl Processor {
             api,
             volumes,
             volumes_task,
+            health_task,
             lease_task: Some(lease_task),
             lease_stop,
         })
@@ -283,6 +311,11 @@ impl Processor {
 
     pub fn name(&self) -> &str {
         &self.ctx.name
+    }
+
+    /// The owned volumes' member health: grades, series, events (for the API).
+    pub fn health(&self) -> &Arc<crate::health::HealthMonitor> {
+        &self.ctx.health
     }
 
     /// The slot that fixes this node's controller ID range.
@@ -344,6 +377,7 @@ impl Processor {
     pub async fn shutdown(mut self) -> Result<(), ControlError> {
         self.ctx.shutting_down.send_replace(true);
         self.volumes_task.abort();
+        self.health_task.abort();
         volumes::stop_all(&self.ctx, &self.volumes).await;
         self.lease_stop.send_replace(true);
         if let Some(t) = self.lease_task.take() {
@@ -365,6 +399,7 @@ impl Processor {
 
     fn kill_now(&mut self) {
         self.volumes_task.abort();
+        self.health_task.abort();
         volumes::abort_all(&self.ctx, &self.volumes);
         if let Some(t) = self.lease_task.take() {
             t.abort();
