@@ -6,7 +6,9 @@
 //! - [`registration`]: live nodes under leases, processor slots.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
-//! - [`api`]: the processor node's HTTP API and its client.
+//! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
+//!   client.
+//! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
@@ -14,6 +16,7 @@
 pub mod api;
 pub mod devcluster;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod metaurl;
 pub mod processor;

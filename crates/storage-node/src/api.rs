@@ -202,7 +202,4 @@ pub struct HealthReport {
 }
 
 /// Body of every error response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: String,
-}
+pub use httpapi::ErrorBody;
