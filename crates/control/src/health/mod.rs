@@ -339,6 +339,79 @@ impl HealthMonitor {
     }
 }
 
+/// The cluster event (`crate::events`) of a health event of node `node`.
+pub fn to_event(node: &str, e: &HealthEvent) -> meta::schema::NewEvent {
+    use meta::schema::{Severity, SubjectKind};
+    let severity = match (e.kind.as_str(), e.grade) {
+        ("prediction", Some(Grade::Ok)) | ("proactive_copy_done", _) => Severity::Info,
+        ("proactive_copy_failed", _) => Severity::Error,
+        _ => Severity::Warning,
+    };
+    let message = match e.member {
+        Some(m) => format!("volume {} member {m}: {}", e.volume, e.detail),
+        None => format!("volume {}: {}", e.volume, e.detail),
+    };
+    let mut ev =
+        crate::events::new_event(&e.kind, severity, SubjectKind::Volume, &e.volume, message);
+    ev = crate::events::with_field(ev, "node", node);
+    if let Some(m) = e.member {
+        ev = crate::events::with_field(ev, "member", m);
+    }
+    if let Some(d) = &e.device {
+        ev = crate::events::with_field(ev, "device", d.as_str());
+    }
+    if let Some(g) = e.grade {
+        ev = crate::events::with_field(ev, "grade", g.name());
+    }
+    ev
+}
+
+impl HealthMonitor {
+    /// Adds the members' telemetry families (`ferrobay_member_io_*`,
+    /// `ferrobay_member_health_grade`) to a `/metrics` page.
+    pub fn add_metrics(&self, page: &mut httpapi::metrics::Page, node: &str) {
+        use storage_node::telemetry_metrics::{TelemetryRow, add_families};
+        let rows: Vec<(
+            Vec<(&str, String)>,
+            telemetry::TelemetrySnapshot,
+            Option<Grade>,
+        )> = {
+            let st = lock(&self.state);
+            let mut rows = Vec::new();
+            for (name, w) in &st.volumes {
+                for m in w.volume.status().members {
+                    let Some(dev) = m.device else { continue };
+                    let Some(meter) = w.meters.get(&dev) else {
+                        continue;
+                    };
+                    let grade = st.grades.get(&member_key(name, &dev)).map(|a| a.grade);
+                    rows.push((
+                        vec![
+                            ("node", node.to_string()),
+                            ("volume", name.clone()),
+                            ("member", m.index.to_string()),
+                            ("device", dev.clone()),
+                        ],
+                        meter.snapshot(),
+                        grade,
+                    ));
+                }
+            }
+            rows
+        };
+        let rows: Vec<TelemetryRow<'_>> = rows
+            .iter()
+            .map(|(labels, counters, grade)| TelemetryRow {
+                labels: labels.clone(),
+                counters,
+                media: None,
+                grade: Some(grade.unwrap_or(Grade::Ok)),
+            })
+            .collect();
+        add_families(page, "ferrobay_member", "volume member", &rows);
+    }
+}
+
 /// Grades of sources that left the store go too.
 fn keep_grades(st: &mut State) {
     let keys: Vec<String> = st.store.sources().map(str::to_string).collect();

@@ -233,6 +233,12 @@ impl Processor {
         }
         let ports: Vec<u16> = listeners.iter().map(ListenerHandle::port_id).collect();
         let owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>> = Arc::default();
+        let health = Arc::new(crate::health::HealthMonitor::new(
+            cfg.prediction.clone(),
+            cfg.proactive.clone(),
+            telemetry::Retention::default(),
+            Arc::new(telemetry::MonotonicClock::new()),
+        ));
         let api = match cfg.api_listen {
             Some(addr) => Some(
                 ApiServer::start(
@@ -240,7 +246,7 @@ impl Processor {
                     ApiConfig {
                         store: store.clone(),
                         host: host.clone(),
-                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone())),
+                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), health.clone())),
                     },
                 )
                 .await?,
@@ -257,12 +263,6 @@ impl Processor {
             started_unix_ms: node::now_unix_ms(),
         };
         let registration = node::register(&store, &record, cfg.lease_ttl_ms).await?;
-        let health = Arc::new(crate::health::HealthMonitor::new(
-            cfg.prediction.clone(),
-            cfg.proactive.clone(),
-            telemetry::Retention::default(),
-            Arc::new(telemetry::MonotonicClock::new()),
-        ));
         let ctx = Arc::new(Ctx {
             health: health.clone(),
             name: cfg.name.clone(),
@@ -282,12 +282,19 @@ impl Processor {
         let volumes = Arc::new(volumes::Volumes::default());
         volumes::sync(&ctx, &volumes).await;
         let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
+        let events_store = ctx.store.clone();
+        let node_name = ctx.name.clone();
         let health_task = tokio::spawn(async move {
             let mut every = tokio::time::interval(HEALTH_SAMPLE_INTERVAL);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 every.tick().await;
-                health.tick().await;
+                for e in health.tick().await {
+                    crate::events::spawn_emit(
+                        events_store.clone(),
+                        crate::health::to_event(&node_name, &e),
+                    );
+                }
             }
         });
         tracing::info!(
@@ -476,8 +483,10 @@ async fn lease_loop(
 fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    health: Arc<crate::health::HealthMonitor>,
 ) -> crate::api::MetricsFn {
     Arc::new(move |page: &mut httpapi::metrics::Page| {
+        health.add_metrics(page, &node);
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

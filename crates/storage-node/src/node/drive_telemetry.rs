@@ -265,6 +265,46 @@ impl NodeTelemetry {
         }
     }
 
+    /// Adds the drive and namespace telemetry families to a `/metrics` page
+    /// (`ferrobay_drive_io_*`, `ferrobay_namespace_io_*`, ... in `docs/node-api.md`).
+    pub fn add_metrics(&self, page: &mut httpapi::metrics::Page) {
+        use crate::telemetry_metrics::{TelemetryRow, add_families};
+        let view = self.view();
+        let snaps: Vec<&SourceView> = view.sources.iter().collect();
+        let drives: Vec<TelemetryRow<'_>> = snaps
+            .iter()
+            .filter(|s| s.source.starts_with("drive/"))
+            .map(|s| TelemetryRow {
+                labels: vec![
+                    ("node", self.node.clone()),
+                    ("drive", s.labels.get("drive").cloned().unwrap_or_default()),
+                ],
+                counters: &s.counters,
+                media: s.media,
+                grade: s.assessment.as_ref().map(|a| a.grade),
+            })
+            .collect();
+        add_families(page, "ferrobay_drive", "drive", &drives);
+        let namespaces: Vec<TelemetryRow<'_>> = snaps
+            .iter()
+            .filter(|s| s.source.starts_with("ns/"))
+            .map(|s| TelemetryRow {
+                labels: vec![
+                    ("node", self.node.clone()),
+                    (
+                        "subsystem",
+                        s.labels.get("subsystem").cloned().unwrap_or_default(),
+                    ),
+                    ("nsid", s.labels.get("nsid").cloned().unwrap_or_default()),
+                ],
+                counters: &s.counters,
+                media: None,
+                grade: None,
+            })
+            .collect();
+        add_families(page, "ferrobay_namespace", "namespace", &namespaces);
+    }
+
     /// The whole retained history of every source.
     pub fn series(&self) -> Vec<SeriesView> {
         lock(&self.state).store.views()
