@@ -339,6 +339,13 @@ impl HealthMonitor {
     }
 }
 
+/// Labels, counters and grade of one member, for `/metrics`.
+type MemberRow = (
+    Vec<(&'static str, String)>,
+    telemetry::TelemetrySnapshot,
+    Option<Grade>,
+);
+
 /// The cluster event (`crate::events`) of a health event of node `node`.
 pub fn to_event(node: &str, e: &HealthEvent) -> meta::schema::NewEvent {
     use meta::schema::{Severity, SubjectKind};
@@ -371,11 +378,7 @@ impl HealthMonitor {
     /// `ferrobay_member_health_grade`) to a `/metrics` page.
     pub fn add_metrics(&self, page: &mut httpapi::metrics::Page, node: &str) {
         use storage_node::telemetry_metrics::{TelemetryRow, add_families};
-        let rows: Vec<(
-            Vec<(&str, String)>,
-            telemetry::TelemetrySnapshot,
-            Option<Grade>,
-        )> = {
+        let rows: Vec<MemberRow> = {
             let st = lock(&self.state);
             let mut rows = Vec::new();
             for (name, w) in &st.volumes {

@@ -27,6 +27,9 @@ use super::lock_catalog;
 /// How often NVMe drives are asked for their SMART log (an admin command each).
 const MEDIA_EVERY_MS: u64 = 10_000;
 
+/// Per (subsystem NQN, NSID): the namespace's drive and its meter.
+type NamespaceMeters = BTreeMap<(String, u32), (Uuid, Arc<DeviceTelemetry>)>;
+
 struct Drive {
     name: String,
     meter: Arc<DeviceTelemetry>,
@@ -45,7 +48,7 @@ struct State {
 pub struct NodeTelemetry {
     node: String,
     drives: BTreeMap<Uuid, Drive>,
-    namespaces: Mutex<BTreeMap<(String, u32), (Uuid, Arc<DeviceTelemetry>)>>,
+    namespaces: Mutex<NamespaceMeters>,
     catalog: Mutex<Option<Arc<Mutex<Catalog>>>>,
     admin: Arc<dyn NvmeAdmin>,
     clock: Arc<dyn Clock>,
