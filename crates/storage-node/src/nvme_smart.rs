@@ -328,4 +328,37 @@ mod tests {
                 .is_err()
         );
     }
+
+    #[test]
+    fn media_reading_has_wear_spare_temperature_and_media_errors() {
+        let mut admin = FakeAdmin::default();
+        let c = PathBuf::from("/dev/nvme0");
+        admin.logs.insert(
+            c.clone(),
+            SmartLog {
+                composite_temperature_k: 315,
+                percentage_used: 104,
+                available_spare_pct: 9,
+                available_spare_threshold_pct: 10,
+                media_errors: 12,
+                ..SmartLog::default()
+            },
+        );
+        let m = read_media_reading(&admin, &c);
+        assert_eq!(
+            m,
+            telemetry::MediaReading {
+                temperature_k: Some(315),
+                percentage_used: Some(104),
+                available_spare_pct: Some(9),
+                available_spare_threshold_pct: Some(10),
+                media_errors: Some(12),
+            }
+        );
+        assert_eq!(
+            read_media_reading(&admin, Path::new("/dev/nvme9")),
+            telemetry::MediaReading::default(),
+            "a controller that cannot be asked reports nothing"
+        );
+    }
 }

@@ -138,6 +138,47 @@ async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
 }
 
 #[tokio::test]
+async fn a_copy_cut_by_a_crash_starts_over_and_completes() {
+    let m = ram_members(4, 6 * MIB);
+    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
+    cfg.options.checkpoint_bytes = 512 << 10;
+    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
+        .await
+        .unwrap();
+    let mut model = random_bytes(&mut rng(21), vol.size_bytes() as usize);
+    write(&vol, 0, &model).await;
+    let (new, _h) = slow_device("new", Duration::from_millis(2));
+    vol.copy_member(2, new.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    scribble(&vol, &mut model, 22, 10).await;
+    // The power goes: nothing more is written, no clean flag.
+    vol.detach();
+    let mut devs = m.devs.clone();
+    devs.push(new.clone());
+    let ex = Volume::examine(devs.clone()).await.unwrap();
+    assert!(!ex.status.clean);
+    assert_eq!(ex.status.spares[0].state, MemberState::Replacing);
+    let mut opts = test_options();
+    opts.auto_rebuild = true;
+    let vol = Volume::assemble_with(devs, opts).await.unwrap();
+    let first = vol
+        .copy_progress()
+        .expect("the copy resumed")
+        .borrow()
+        .clone();
+    assert!(
+        first.bytes_done < first.bytes_total / 2,
+        "from the start: {first:?}"
+    );
+    let p = vol.wait_copy().await.unwrap();
+    assert_eq!(p.phase, TaskPhase::Done, "{p:?}");
+    assert_eq!(vol.status().members[2].device.as_deref(), Some("new"));
+    check_all(&vol, &model).await;
+    vol.fail_member(0).await.unwrap();
+    check_all(&vol, &model).await;
+}
+
+#[tokio::test]
 async fn a_member_failing_during_the_copy_hands_over_to_the_replacement() {
     let (m, vol, mut model) = filled(LevelSpec::Raid5, 4, 5).await;
     let (new, _h) = slow_device("new", Duration::from_millis(1));

@@ -412,3 +412,92 @@ impl TelemetrySource for NodeTelemetry {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io;
+
+    use blockdev::{BlockDevice, FaultAction, FaultOps, FaultRule, FaultyDevice, IoBuf, RamDevice};
+    use nvme_proto::log::SmartLog;
+    use telemetry::{ManualClock, MeteredDevice};
+
+    use super::*;
+
+    /// No NVMe controller answers (the drives here are a file and RAM).
+    struct NoController;
+
+    impl NvmeAdmin for NoController {
+        fn smart_log(&self, _controller: &Path) -> io::Result<[u8; SmartLog::BYTES]> {
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        }
+    }
+
+    /// A drive whose reads fail now and then (grown defects) is graded suspect at the
+    /// first error and failing once they recur, while it still serves I/O; its healthy
+    /// neighbour stays ok.
+    #[tokio::test]
+    async fn intermittent_media_errors_grade_a_drive_before_it_dies() {
+        let clock = Arc::new(ManualClock::new());
+        let d0 = Uuid::from_u128(1);
+        let d1 = Uuid::from_u128(2);
+        let t = NodeTelemetry::new(
+            "n1",
+            &[
+                (d0, "d0".into(), "file:/x:8M".into()),
+                (d1, "d1".into(), "ram:8M".into()),
+            ],
+            Path::new("/nonexistent"),
+            Arc::new(NoController),
+            clock.clone(),
+        );
+        let faulty = Arc::new(FaultyDevice::new(Arc::new(RamDevice::new("d0", 8 << 20))));
+        let faults = faulty.handle();
+        let dev = MeteredDevice::with(faulty, t.drive_meter(&d0).unwrap(), clock.clone());
+        let mut grades = Vec::new();
+        let mut buf = IoBuf::new_zeroed(4096);
+        for sec in 1..=20u64 {
+            // Every 4th second one read fails; the rest succeed.
+            if sec % 4 == 0 {
+                faults.add(FaultRule::new(FaultOps::READ, FaultAction::Media).times(1));
+            }
+            for i in 0..50u64 {
+                buf = match dev.read(i * 4096, buf).await {
+                    Ok(b) => b,
+                    Err(_) => IoBuf::new_zeroed(4096),
+                };
+            }
+            clock.set_ns(sec * 1_000_000_000);
+            t.tick();
+            let g = t.grades();
+            grades.push(g.iter().find(|a| a.source == "drive/d0").unwrap().grade);
+        }
+        assert_eq!(grades[2], Grade::Ok, "no error yet");
+        assert_eq!(grades[3], Grade::Suspect, "the first error");
+        assert_eq!(
+            grades[11],
+            Grade::Failing,
+            "the third recurrence: {grades:?}"
+        );
+        let a = t.grades();
+        let d0g = a.iter().find(|a| a.source == "drive/d0").unwrap();
+        assert!(d0g.summary().contains("media_errors"), "{}", d0g.summary());
+        let v = t.view();
+        let d0v = v.sources.iter().find(|s| s.source == "drive/d0").unwrap();
+        assert_eq!(d0v.counters.errors(telemetry::ErrorKind::Media), 5);
+        assert_eq!(d0v.latest.unwrap().errors(telemetry::ErrorKind::Media), 1);
+        // The healthy neighbour.
+        let d1g = a.iter().find(|a| a.source == "drive/d1").unwrap();
+        assert_eq!(d1g.grade, Grade::Ok);
+        // The extended SMART page carries the grade.
+        t.namespace_meter("nqn.x", 1, d0);
+        let page = TelemetrySource::ext_smart(&t, "nqn.x", None);
+        let drive = page
+            .records
+            .iter()
+            .find(|r| r.name == "d0" && r.nsid == 0)
+            .unwrap();
+        assert_eq!(drive.grade, Some(Grade::Failing as u8));
+        assert_eq!(drive.errors[0], 5);
+    }
+}
