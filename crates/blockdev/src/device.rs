@@ -2,7 +2,7 @@
 
 use crate::{BlockError, DeviceStats, IoBuf};
 
-pub use crate::io_future::IoFuture;
+pub use crate::io_future::{IoFuture, IoObserver, IoOp, MAX_OBSERVERS};
 
 /// `max_io_bytes` of the local backends. They accept larger I/Os (the kernel or the
 /// backend splits them), so this is the size callers such as the NVMe target's MDTS

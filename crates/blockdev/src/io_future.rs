@@ -51,6 +51,41 @@ pub struct IoFuture<'a, T> {
     _not_sync: PhantomData<*mut ()>,
     /// The stored future may point into itself once polled.
     _pinned: PhantomPinned,
+    /// Who is told when the operation completes (telemetry wrappers), innermost first.
+    observers: [Option<Observation<'a>>; MAX_OBSERVERS],
+}
+
+/// Observers an [`IoFuture`] carries without a wrapper future (a drive and a namespace on
+/// it can both be metered with no allocation); a third one boxes a wrapper.
+pub const MAX_OBSERVERS: usize = 2;
+
+/// The kind of operation an [`IoObserver`] is told about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoOp {
+    Read,
+    Write,
+    Flush,
+    WriteZeroes,
+    Discard,
+}
+
+/// Watches operations complete, e.g. to keep latency histograms (`telemetry` crate).
+/// Called on the I/O path: keep it to a few atomic updates.
+pub trait IoObserver: Send + Sync {
+    /// The operation was issued; returns a token handed back to `end` (e.g. a start time).
+    fn begin(&self) -> u64;
+    /// The operation completed (`error` if it failed); `bytes` as given at `observe`.
+    fn end(&self, op: IoOp, bytes: u64, token: u64, error: Option<&BlockError>);
+    /// The future was dropped before the operation completed.
+    fn cancelled(&self, token: u64);
+}
+
+#[derive(Clone, Copy)]
+struct Observation<'a> {
+    observer: &'a dyn IoObserver,
+    op: IoOp,
+    bytes: u64,
+    token: u64,
 }
 
 // SAFETY: every constructor requires the stored future to be `Send`, and the storage is
@@ -147,6 +182,47 @@ impl<'a, T> IoFuture<'a, T> {
             _life: PhantomData,
             _not_sync: PhantomData,
             _pinned: PhantomPinned,
+            observers: [None; MAX_OBSERVERS],
+        }
+    }
+
+    /// Tells `observer` when this operation completes: `begin` now, `end` with the
+    /// result. Stored in the future itself (no allocation) up to [`MAX_OBSERVERS`]; past
+    /// that the future is wrapped in a boxed one.
+    pub fn observed(mut self, observer: &'a dyn IoObserver, op: IoOp, bytes: u64) -> Self
+    where
+        T: Send + 'a,
+    {
+        let token = observer.begin();
+        let obs = Observation {
+            observer,
+            op,
+            bytes,
+            token,
+        };
+        if let Some(slot) = self.observers.iter_mut().find(|o| o.is_none()) {
+            *slot = Some(obs);
+            return self;
+        }
+        // Made outside the async block so that dropping it unpolled still tells the observer.
+        let mut guard = CancelGuard(Some(obs));
+        IoFuture::boxed(async move {
+            let r = self.await;
+            if let Some(o) = guard.0.take() {
+                o.observer.end(o.op, o.bytes, o.token, r.as_ref().err());
+            }
+            r
+        })
+    }
+}
+
+/// Tells an observer of a boxed wrapper that its operation was dropped unfinished.
+struct CancelGuard<'a>(Option<Observation<'a>>);
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(o) = self.0.take() {
+            o.observer.cancelled(o.token);
         }
     }
 }
@@ -158,15 +234,29 @@ impl<T> Future for IoFuture<'_, T> {
         // SAFETY: nothing is moved out of `self`; the stored future stays where it is
         // (structural pinning of `storage`), and `poll` matches the stored type.
         #[allow(unsafe_code)]
-        unsafe {
-            let this = self.get_unchecked_mut();
-            (this.poll)(this.storage.0.as_mut_ptr().cast(), cx)
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above: the storage holds the pinned future `poll` was made for.
+        #[allow(unsafe_code)]
+        let r = unsafe { (this.poll)(this.storage.0.as_mut_ptr().cast(), cx) };
+        if let Poll::Ready(result) = &r {
+            for o in this.observers.iter_mut() {
+                if let Some(o) = o.take() {
+                    o.observer
+                        .end(o.op, o.bytes, o.token, result.as_ref().err());
+                }
+            }
         }
+        r
     }
 }
 
 impl<T> Drop for IoFuture<'_, T> {
     fn drop(&mut self) {
+        for o in self.observers.iter_mut() {
+            if let Some(o) = o.take() {
+                o.observer.cancelled(o.token);
+            }
+        }
         // SAFETY: the storage holds the live future `drop` was made for; this runs once.
         #[allow(unsafe_code)]
         unsafe {
@@ -268,6 +358,72 @@ mod tests {
             assert!(fut.as_mut().poll(&mut cx).is_pending());
         }
         assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    /// Counts begins, ends (with errors) and cancellations.
+    #[derive(Default)]
+    struct Counting {
+        begun: AtomicUsize,
+        ended: AtomicUsize,
+        failed: AtomicUsize,
+        cancelled: AtomicUsize,
+    }
+
+    impl IoObserver for Counting {
+        fn begin(&self) -> u64 {
+            self.begun.fetch_add(1, Ordering::SeqCst) as u64
+        }
+        fn end(&self, _op: IoOp, bytes: u64, _token: u64, error: Option<&BlockError>) {
+            assert_eq!(bytes, 512);
+            self.ended.fetch_add(1, Ordering::SeqCst);
+            if error.is_some() {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn cancelled(&self, _token: u64) {
+            self.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn observers_see_every_end_and_cancellation() {
+        let (a, b, c) = (
+            Counting::default(),
+            Counting::default(),
+            Counting::default(),
+        );
+        let f = IoFuture::new(async { Ok::<_, BlockError>(1u8) })
+            .observed(&a, IoOp::Read, 512)
+            .observed(&b, IoOp::Read, 512);
+        assert!(f.is_inline(), "two observers ride in the future itself");
+        f.await.unwrap();
+        let f = IoFuture::<()>::ready(Err(BlockError::Timeout))
+            .observed(&a, IoOp::Write, 512)
+            .observed(&b, IoOp::Write, 512)
+            .observed(&c, IoOp::Write, 512);
+        assert!(!f.is_inline(), "a third one needs a wrapper");
+        assert!(f.await.is_err());
+        for o in [&a, &b] {
+            assert_eq!(o.ended.load(Ordering::SeqCst), 2);
+            assert_eq!(o.failed.load(Ordering::SeqCst), 1);
+        }
+        assert_eq!(c.failed.load(Ordering::SeqCst), 1);
+        let pending = |o: &'static Counting| {
+            IoFuture::new(async {
+                std::future::pending::<()>().await;
+                Ok::<_, BlockError>(())
+            })
+            .observed(o, IoOp::Flush, 512)
+        };
+        let leak: &'static Counting = Box::leak(Box::default());
+        drop(pending(leak));
+        let third = pending(leak)
+            .observed(leak, IoOp::Flush, 512)
+            .observed(leak, IoOp::Flush, 512);
+        drop(third);
+        assert_eq!(leak.begun.load(Ordering::SeqCst), 4);
+        assert_eq!(leak.cancelled.load(Ordering::SeqCst), 4);
+        assert_eq!(leak.ended.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -21,7 +21,8 @@ mod stats;
 pub use atomic_file::write_atomic;
 pub use crash::{CrashRecorder, PendingWriteInfo, WriteChoice};
 pub use device::{
-    BlockDevice, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, IoFuture, WriteFlags, check_range,
+    BlockDevice, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, IoFuture, IoObserver, IoOp,
+    MAX_OBSERVERS, WriteFlags, check_range,
 };
 pub use error::BlockError;
 pub use faulty::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, RuleId};

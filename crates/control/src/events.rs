@@ -39,6 +39,15 @@ pub mod kind {
     pub const HANDOFF: &str = "handoff";
     /// A processor node lost a volume (lease lost, fenced by a member).
     pub const VOLUME_LOST: &str = "volume_lost";
+    /// A member's failure prediction grade changed (`fields.grade`: ok, suspect,
+    /// failing; the message says why).
+    pub const PREDICTION: &str = "prediction";
+    /// A proactive copy of a failing member onto a spare started.
+    pub const PROACTIVE_COPY_STARTED: &str = "proactive_copy_started";
+    /// A proactive copy completed: the spare took the member's place.
+    pub const PROACTIVE_COPY_DONE: &str = "proactive_copy_done";
+    /// A proactive copy ended without completing (stopped, the replacement failed).
+    pub const PROACTIVE_COPY_FAILED: &str = "proactive_copy_failed";
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -24,6 +24,7 @@ pub mod devcluster;
 pub mod error;
 pub mod events;
 pub mod exports;
+pub mod health;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;

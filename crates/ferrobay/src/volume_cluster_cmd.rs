@@ -202,6 +202,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         | VolumeCommand::FailMember { .. }
         | VolumeCommand::ReAdd { .. }
         | VolumeCommand::ReplaceMember { .. }
+        | VolumeCommand::CopyMember { .. }
         | VolumeCommand::Rebuild { .. }
         | VolumeCommand::Scrub { .. }
         | VolumeCommand::Stop { .. } => {

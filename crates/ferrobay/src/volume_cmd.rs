@@ -129,6 +129,17 @@ pub enum VolumeCommand {
         #[command(flatten)]
         throttle: ThrottleArgs,
     },
+    /// Copy an active member onto a new device or a spare while it stays in service
+    /// (mdadm --replace): the copy takes its place at the end, with no degraded window.
+    /// For a drive that is failing but not dead yet. MEMBER: its index or its device spec.
+    CopyMember {
+        name: String,
+        member: String,
+        /// The device to copy onto; without it, the volume's first spare.
+        device: Option<String>,
+        #[command(flatten)]
+        throttle: ThrottleArgs,
+    },
     /// Rebuild failed or stale members onto spares / returning members.
     Rebuild {
         name: String,
@@ -264,6 +275,44 @@ async fn stop_and_report(
 }
 
 /// Follows a rebuild to its end with a progress bar (terminal) or log lines.
+/// Shows a proactive copy's progress until it ends; an error if it did not complete.
+async fn follow_copy(
+    vol: &Volume,
+    mut rx: tokio::sync::watch::Receiver<volume::CopyProgress>,
+) -> anyhow::Result<()> {
+    let mut last_log = std::time::Instant::now();
+    loop {
+        let p = rx.borrow().clone();
+        if p.phase != volume::TaskPhase::Running {
+            break;
+        }
+        if last_log.elapsed() > Duration::from_secs(5) {
+            last_log = std::time::Instant::now();
+            tracing::info!(member = p.member, target = %p.target, done = p.bytes_done, total = p.bytes_total, eta_s = ?p.eta_secs, "copy progress");
+        }
+        if rx.changed().await.is_err() {
+            break;
+        }
+    }
+    match vol.wait_copy().await {
+        Some(p) if p.phase == volume::TaskPhase::Done => {
+            println!(
+                "member {} copied onto {} ({}), which took its place",
+                p.member,
+                p.target,
+                crate::cluster::human_bytes(p.bytes_done)
+            );
+            Ok(())
+        }
+        Some(p) => anyhow::bail!(
+            "the copy of member {} did not complete: {:?}",
+            p.member,
+            p.phase
+        ),
+        None => anyhow::bail!("no copy ran"),
+    }
+}
+
 async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
     let mut rx = vol.start_rebuild().await?;
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -455,6 +504,52 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             }
             reg.save(&entry, true)?;
             follow_rebuild(&vol).await?;
+            stop_and_report(&reg, &name, engine, &vol, false).await?;
+        }
+        VolumeCommand::CopyMember {
+            name,
+            member,
+            device,
+            throttle,
+        } => {
+            let (mut entry, vol) =
+                assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
+            let i =
+                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
+            let (rx, new_spec) = match &device {
+                Some(d) => {
+                    let dev = open_devices(std::slice::from_ref(d), engine)
+                        .await?
+                        .remove(0);
+                    (vol.copy_member(i, dev).await, d.clone())
+                }
+                None => {
+                    // The volume's spares come in the registry's order: the first free
+                    // one is the one the copy takes.
+                    let j = vol
+                        .status()
+                        .spares
+                        .iter()
+                        .position(|s| s.state == volume::MemberState::Spare);
+                    let spec = j
+                        .and_then(|j| entry.spares.get(j).cloned())
+                        .unwrap_or_default();
+                    (vol.copy_member_onto_spare(i).await, spec)
+                }
+            };
+            let rx = rx.with_context(|| format!("copy member {i} of {name}"))?;
+            follow_copy(&vol, rx).await?;
+            let done = vol.wait_copy().await;
+            if done
+                .as_ref()
+                .is_some_and(|p| p.phase == volume::TaskPhase::Done)
+            {
+                entry.spares.retain(|s| *s != new_spec);
+                if let Some(slot) = entry.members.get_mut(i) {
+                    *slot = new_spec;
+                }
+                reg.save(&entry, true)?;
+            }
             stop_and_report(&reg, &name, engine, &vol, false).await?;
         }
         VolumeCommand::Rebuild { name, throttle } => {

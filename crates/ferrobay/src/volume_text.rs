@@ -41,6 +41,7 @@ pub fn member_state_text(m: &MemberStatus) -> &'static str {
         MemberState::Active => "active",
         MemberState::Rebuilding => "rebuilding",
         MemberState::Spare => "spare",
+        MemberState::Replacing => "replacing",
     }
 }
 
@@ -101,6 +102,20 @@ pub fn status_text(s: &VolumeStatus) -> String {
             ),
         );
     }
+    if let Some(p) = &s.copy {
+        line(
+            "Copy",
+            format!(
+                "member {} onto {}: {} ({} of {}), {:?}",
+                p.member,
+                p.target,
+                percent(p.bytes_done, p.bytes_total),
+                human_bytes(p.bytes_done),
+                human_bytes(p.bytes_total),
+                p.phase
+            ),
+        );
+    }
     if let Some(p) = &s.scrub {
         line(
             "Scrub",
@@ -152,11 +167,18 @@ pub fn status_text(s: &VolumeStatus) -> String {
         );
     }
     for m in &s.spares {
+        let (state, copied) = match m.replaces {
+            Some(slot) => (
+                format!("replacing {slot}"),
+                percent(m.rebuild_offset_bytes, s.member_data_bytes),
+            ),
+            None => ("spare".to_string(), "-".to_string()),
+        };
         out += &format!(
             "{:>4}  {:<18} {:<8} {:<10} {}\n",
             format!("s{}", m.index),
-            "spare",
-            "-",
+            state,
+            copied,
             domain(m),
             m.device.as_deref().unwrap_or("-")
         );
@@ -183,6 +205,7 @@ mod tests {
             valid_bytes: 0,
             failed_by_operator: false,
             missing: false,
+            replaces: None,
         };
         VolumeStatus {
             name: "v6".into(),
@@ -216,6 +239,7 @@ mod tests {
             region_count: 1,
             dirty_regions: 1,
             rebuild: None,
+            copy: None,
             last_scrub: None,
             scrub: None,
             last_resync: None,

@@ -602,3 +602,51 @@ fn fail_member_sticks_until_re_add() {
         r.stderr
     );
 }
+
+/// `volume copy-member` (mdadm --replace): a member is copied onto the spare while it
+/// stays in service; the spare takes its slot, the registry follows, every block verifies,
+/// and the copied member carries its share (the others' files can go one at a time).
+#[test]
+fn copy_member_onto_the_spare_replaces_without_degrading() {
+    let dir = scratch_dir("volume-copy");
+    let reg = dir.path().join("registry");
+    let f = |n: &str| format!("file:{}:32M", dir.path().join(n).display());
+    let members = [f("m0.img"), f("m1.img"), f("m2.img")].join(",");
+    let (ok, out) = ferrobay(
+        &reg,
+        &[
+            "volume",
+            "create",
+            "c",
+            "--level",
+            "raid5",
+            "--members",
+            &members,
+            "--spare",
+            &f("s.img"),
+        ],
+    );
+    assert!(ok, "{out}");
+    write_all(&reg, "c");
+    let (ok, out) = ferrobay(
+        &reg,
+        &["volume", "copy-member", "c", "1", "--throttle", "unlimited"],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("member 1 copied onto"), "{out}");
+    let (ok, status) = ferrobay(&reg, &["volume", "status", "c"]);
+    assert!(ok, "{status}");
+    assert_eq!(member_state(&status, 1), "active", "{status}");
+    assert!(
+        status.contains("s.img"),
+        "the spare is member 1 now:\n{status}"
+    );
+    assert!(!status.contains("m1.img"), "the old member left:\n{status}");
+    verify_all(&reg, "c");
+    // The copy holds member 1's share: without m0 the volume still reads everything.
+    std::fs::remove_file(dir.path().join("m0.img")).unwrap();
+    verify_all(&reg, "c");
+    // Only an active member is copied, and the reason says so.
+    let (ok, out) = ferrobay(&reg, &["volume", "copy-member", "c", "9"]);
+    assert!(!ok && out.lines().count() == 1, "{out}");
+}

@@ -56,6 +56,9 @@ pub(crate) struct CtrlState {
     pub resv_log: VecDeque<ResvNotice>,
     pub resv_log_count: u64,
     pub io_queues: BTreeMap<u16, Arc<ConnHandle>>,
+    /// The Telemetry Host-Initiated data captured last (generation, whole page): a host
+    /// reads it in pieces, so it stays put until the next capture.
+    pub telemetry_capture: Option<(u8, Vec<u8>)>,
 }
 
 pub(crate) const ERROR_LOG_ENTRIES: usize = 64;
@@ -130,6 +133,7 @@ impl Controller {
                 error_log: VecDeque::new(),
                 error_count: 0,
                 resv_log: VecDeque::new(),
+                telemetry_capture: None,
                 resv_log_count: 0,
                 io_queues: BTreeMap::new(),
             }),

@@ -34,6 +34,7 @@ mod controller;
 mod discovery;
 mod discovery_source;
 mod error;
+mod ext_telemetry;
 mod fence;
 mod fuzz;
 mod kv_backend;
@@ -58,6 +59,7 @@ pub use config::{
 };
 pub use discovery_source::{DiscoveryLogSource, DiscoverySnapshot};
 pub use error::TargetError;
+pub use ext_telemetry::TelemetrySource;
 pub use fuzz::{
     FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
     fuzz_seed_io_session, fuzz_seed_kv_session,

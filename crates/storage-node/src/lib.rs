@@ -21,6 +21,7 @@ pub mod naming;
 pub mod node;
 pub mod nvme_smart;
 pub mod state;
+pub mod telemetry_metrics;
 pub mod text;
 
 pub use http::{ClientError, NodeClient};

@@ -168,6 +168,25 @@ pub fn read_media_health(admin: &dyn NvmeAdmin, controller: &Path) -> MediaHealt
     }
 }
 
+/// Everything the drive's SMART log says that telemetry and prediction use (temperature,
+/// wear, spare, its own media error count); all `None` when it cannot be asked.
+pub fn read_media_reading(admin: &dyn NvmeAdmin, controller: &Path) -> telemetry::MediaReading {
+    let Ok(page) = admin.smart_log(controller) else {
+        return telemetry::MediaReading::default();
+    };
+    let Ok(log) = SmartLog::decode(&page) else {
+        return telemetry::MediaReading::default();
+    };
+    let spare_ok = log.available_spare_pct <= 100 && log.available_spare_threshold_pct <= 100;
+    telemetry::MediaReading {
+        temperature_k: (log.composite_temperature_k != 0).then_some(log.composite_temperature_k),
+        percentage_used: Some(log.percentage_used),
+        available_spare_pct: spare_ok.then_some(log.available_spare_pct),
+        available_spare_threshold_pct: spare_ok.then_some(log.available_spare_threshold_pct),
+        media_errors: Some(u64::try_from(log.media_errors).unwrap_or(u64::MAX)),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -307,6 +326,39 @@ mod tests {
             KernelNvmeAdmin
                 .smart_log(Path::new("/dev/nvme-does-not-exist"))
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn media_reading_has_wear_spare_temperature_and_media_errors() {
+        let mut admin = FakeAdmin::default();
+        let c = PathBuf::from("/dev/nvme0");
+        admin.logs.insert(
+            c.clone(),
+            SmartLog {
+                composite_temperature_k: 315,
+                percentage_used: 104,
+                available_spare_pct: 9,
+                available_spare_threshold_pct: 10,
+                media_errors: 12,
+                ..SmartLog::default()
+            },
+        );
+        let m = read_media_reading(&admin, &c);
+        assert_eq!(
+            m,
+            telemetry::MediaReading {
+                temperature_k: Some(315),
+                percentage_used: Some(104),
+                available_spare_pct: Some(9),
+                available_spare_threshold_pct: Some(10),
+                media_errors: Some(12),
+            }
+        );
+        assert_eq!(
+            read_media_reading(&admin, Path::new("/dev/nvme9")),
+            telemetry::MediaReading::default(),
+            "a controller that cannot be asked reports nothing"
         );
     }
 }

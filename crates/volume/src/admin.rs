@@ -144,6 +144,7 @@ impl Volume {
             rebuild_offset_bytes: 0,
             valid_bytes,
             failed_by_operator: false,
+            replaces: None,
         };
         self.inner.set_topo(topo);
         self.inner.commit_locked(&mut sb, true).await?;
@@ -198,6 +199,7 @@ impl Volume {
         topo.spares.push(Spare {
             dev: device.clone(),
             uuid,
+            replaces: None,
         });
         self.inner.take_spare(&mut sb, &mut topo).await;
         self.inner.set_topo(topo);
@@ -206,6 +208,24 @@ impl Volume {
         self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
+    }
+
+    pub(crate) fn check_slot_pub(&self, member: usize) -> Result<()> {
+        self.check_slot(member)
+    }
+
+    pub(crate) fn check_device_pub(&self, device: &Dev) -> Result<()> {
+        self.check_device(device)
+    }
+
+    pub(crate) fn in_use_pub(
+        &self,
+        topo: &crate::topology::Topology,
+        device: &Dev,
+        own: Option<&Superblock>,
+        sb: &Superblock,
+    ) -> bool {
+        self.in_use(topo, device, own, sb)
     }
 
     fn check_slot(&self, member: usize) -> Result<()> {

@@ -18,7 +18,7 @@ use crate::intent::decode_bitmap;
 use crate::layout::Geometry;
 use crate::sbio;
 use crate::shortfall::{Shortfall, SlotReport};
-use crate::topology::{Dev, Slot, Spare, Topology};
+use crate::topology::{Dev, Replace, Slot, Spare, Topology};
 use crate::volume::Volume;
 
 /// What the devices say about one slot of the authoritative member table.
@@ -399,9 +399,25 @@ impl Volume {
         for (j, entry) in sb.members.iter().enumerate().skip(n) {
             match &survey.by_entry[j] {
                 Some((dev, _)) => {
+                    // A copy in progress resumes at its checkpoint after a clean stop;
+                    // after a crash a write may have reached only one of the two: from 0.
+                    let replaces = entry
+                        .replaces
+                        .filter(|_| entry.state == MemberState::Replacing)
+                        .map(|slot| {
+                            Replace::new(
+                                slot,
+                                if sb.clean {
+                                    entry.rebuild_offset_bytes
+                                } else {
+                                    0
+                                },
+                            )
+                        });
                     spares.push(Spare {
                         dev: dev.clone(),
                         uuid: entry.uuid,
+                        replaces,
                     });
                     kept.push(entry.clone());
                 }
@@ -496,7 +512,13 @@ impl Volume {
         } else {
             inner.resync_dirty(&journaled).await?;
         }
-        Ok(Volume::start(inner))
+        let copying = inner.topo().spares.iter().any(|s| s.replaces.is_some());
+        let volume = Volume::start(inner);
+        if copying && volume.inner.opts.auto_rebuild {
+            volume.inner.note("resuming the proactive copy".into());
+            volume.inner.spawn_copy()?;
+        }
+        Ok(volume)
     }
 }
 
@@ -507,5 +529,6 @@ pub(crate) fn state_name(s: MemberState) -> &'static str {
         MemberState::Failed => "failed",
         MemberState::Spare => "spare",
         MemberState::Rebuilding => "rebuilding",
+        MemberState::Replacing => "replacing",
     }
 }

@@ -176,6 +176,7 @@ impl Volume {
                 .map(|(d, e)| Spare {
                     dev: d.clone(),
                     uuid: e.uuid,
+                    replaces: None,
                 })
                 .collect(),
         };

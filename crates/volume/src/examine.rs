@@ -51,6 +51,7 @@ impl Volume {
                     valid_bytes: e.valid_bytes,
                     failed_by_operator: e.failed_by_operator,
                     missing: survey.findings[i] == Finding::Missing,
+                    replaces: None,
                 }
             })
             .collect();
@@ -101,12 +102,17 @@ impl Volume {
                     index: j - n,
                     uuid: e.uuid,
                     device: Some(device),
-                    state: MemberState::Spare,
+                    state: e.state,
                     failure_domain: e.failure_domain.clone(),
-                    rebuild_offset_bytes: 0,
+                    rebuild_offset_bytes: if e.state == MemberState::Replacing {
+                        e.rebuild_offset_bytes
+                    } else {
+                        0
+                    },
                     valid_bytes: 0,
                     failed_by_operator: false,
                     missing: false,
+                    replaces: e.replaces,
                 })
             })
             .collect();
@@ -150,6 +156,7 @@ impl Volume {
             region_count: auth.bitmap.region_count,
             dirty_regions: dirty.iter().map(|w| u64::from(w.count_ones())).sum(),
             rebuild: None,
+            copy: None,
             last_scrub: None,
             scrub: None,
             last_resync: None,

@@ -87,6 +87,7 @@ mod assemble;
 mod chunks;
 pub mod clock;
 mod config;
+mod copy;
 mod create;
 mod engine;
 mod error;
@@ -116,7 +117,7 @@ pub use layout::{LayoutParams, Level, LevelSpec};
 pub use probe::{ProbeInfo, probe_device};
 pub use shortfall::{Shortfall, SlotReport};
 pub use status::{
-    MemberStatus, RebuildProgress, ResyncProgress, ResyncReport, ScrubProgress, ScrubReport,
-    TaskPhase, VolumeState, VolumeStatus,
+    CopyProgress, MemberStatus, RebuildProgress, ResyncProgress, ResyncReport, ScrubProgress,
+    ScrubReport, TaskPhase, VolumeState, VolumeStatus,
 };
 pub use volume::Volume;

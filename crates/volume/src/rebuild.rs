@@ -391,16 +391,28 @@ impl Inner {
         if !target_ok {
             return Ok(false);
         }
-        let out = match self.geo.family() {
-            Family::Rotating { k, m } => self.rebuild_rotating(topo, t, r0, r1, k, m, pool).await?,
-            Family::Near { copies } => self.rebuild_near(topo, t, r0, r1, copies, pool).await?,
-        };
+        let out = self.reconstruct_rows(topo, t, r0, r1, pool).await?;
         let out = self
             .mwrite(topo, t, r0 * self.su(), out, false)
             .await
             .map_err(|f| vec![f])?;
         pool.put(out);
         Ok(true)
+    }
+
+    /// Member `t`'s rows `[r0, r1)` computed from the other members (never read from `t`).
+    pub(crate) async fn reconstruct_rows(
+        &self,
+        topo: &Topology,
+        t: usize,
+        r0: u64,
+        r1: u64,
+        pool: &BufPool,
+    ) -> std::result::Result<IoBuf, Faults> {
+        match self.geo.family() {
+            Family::Rotating { k, m } => self.rebuild_rotating(topo, t, r0, r1, k, m, pool).await,
+            Family::Near { copies } => self.rebuild_near(topo, t, r0, r1, copies, pool).await,
+        }
     }
 
     /// Any k shards of a row rebuild the missing one: reads rows `[r0, r1)` from k

@@ -630,6 +630,7 @@ mod tests {
             valid_bytes: 0,
             failed_by_operator: false,
             missing: false,
+            replaces: None,
         }
     }
 
@@ -654,6 +655,7 @@ mod tests {
             region_count: 0,
             dirty_regions: 0,
             rebuild: None,
+            copy: None,
             last_scrub: None,
             scrub: None,
             last_resync: None,

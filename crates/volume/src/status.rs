@@ -50,6 +50,10 @@ pub struct MemberStatus {
     /// (the next assembly marks it failed). Always false on a running volume.
     #[serde(default)]
     pub missing: bool,
+    /// A spare being filled with a copy of this slot (state replacing;
+    /// `rebuild_offset_bytes` is how much is copied).
+    #[serde(default)]
+    pub replaces: Option<usize>,
 }
 
 /// Phase of a background task.
@@ -79,6 +83,23 @@ pub struct RebuildProgress {
     /// sleep): about the `Throttle::Fraction` setting, 1 when unthrottled.
     #[serde(default)]
     pub busy_fraction: f64,
+}
+
+/// A proactive copy (`Volume::copy_member`), published after every batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CopyProgress {
+    /// The slot being copied and the device it is copied to.
+    pub member: usize,
+    pub target: String,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub rate_bytes_per_sec: f64,
+    pub eta_secs: Option<f64>,
+    pub phase: TaskPhase,
+    /// Member bytes rebuilt from the other members because the member could not read
+    /// them (its media errors during the copy).
+    pub bytes_reconstructed: u64,
 }
 
 /// Result of a scrub pass.
@@ -173,6 +194,9 @@ pub struct VolumeStatus {
     pub region_count: u64,
     pub dirty_regions: u64,
     pub rebuild: Option<RebuildProgress>,
+    /// The running proactive copy (or the last one, once it ended).
+    #[serde(default)]
+    pub copy: Option<CopyProgress>,
     pub last_scrub: Option<ScrubReport>,
     /// The running scrub's progress (or the last one's, once it ended).
     #[serde(default)]

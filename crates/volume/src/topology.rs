@@ -49,6 +49,32 @@ impl Slot {
 pub(crate) struct Spare {
     pub dev: Dev,
     pub uuid: Uuid,
+    /// Set while the spare is being filled with a copy of a slot (`MemberState::Replacing`).
+    pub replaces: Option<Replace>,
+}
+
+/// A proactive copy in progress: the spare mirrors every write to `slot` and is filled
+/// below `frontier` by the copy task. Shared by snapshots.
+#[derive(Clone)]
+pub(crate) struct Replace {
+    pub slot: usize,
+    /// Member data bytes `[0, frontier)` are copied.
+    pub frontier: Arc<AtomicU64>,
+    /// The part of the frontier recorded in the superblock (durable).
+    pub checkpoint: Arc<AtomicU64>,
+    /// A mirrored write or the copy failed on it: it no longer follows the slot.
+    pub broken: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Replace {
+    pub fn new(slot: usize, frontier_bytes: u64) -> Replace {
+        Replace {
+            slot,
+            frontier: Arc::new(AtomicU64::new(frontier_bytes)),
+            checkpoint: Arc::new(AtomicU64::new(frontier_bytes)),
+            broken: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -107,6 +133,21 @@ impl Topology {
             .iter()
             .map(|s| s.dev.is_none() || s.state != MemberState::Active)
             .collect()
+    }
+
+    /// The replacement being copied for slot `member`, if any: (its device, its copy).
+    pub fn replacement(&self, member: usize) -> Option<(&Dev, &Replace)> {
+        self.spares.iter().find_map(|s| {
+            s.replaces
+                .as_ref()
+                .filter(|r| r.slot == member)
+                .map(|r| (&s.dev, r))
+        })
+    }
+
+    /// Index in `spares` of the first spare free to take a slot (not replacing one).
+    pub fn free_spare(&self) -> Option<usize> {
+        self.spares.iter().position(|s| s.replaces.is_none())
     }
 
     pub fn all_active(&self) -> bool {

@@ -31,6 +31,8 @@ pub(crate) struct TaskState {
     /// A slot is waiting for a rebuild (spare taken, stale member re-added).
     pub rebuild_wanted: bool,
     pub rebuild: Option<RebuildTask>,
+    /// The proactive copy task (`copy_member`), one at a time.
+    pub copy: Option<crate::copy::CopyTask>,
     pub last_scrub: Option<ScrubReport>,
     pub scrub_progress: Option<crate::status::ScrubProgress>,
     pub last_resync: Option<crate::status::ResyncReport>,
@@ -117,6 +119,7 @@ impl Volume {
                     failed_by_operator: s.state == MemberState::Failed
                         && e.as_ref().is_some_and(|e| e.failed_by_operator),
                     missing: false,
+                    replaces: None,
                 }
             })
             .collect();
@@ -129,15 +132,24 @@ impl Volume {
                 index: j,
                 uuid: s.uuid,
                 device: Some(s.dev.info().name.clone()),
-                state: MemberState::Spare,
+                state: if s.replaces.is_some() {
+                    MemberState::Replacing
+                } else {
+                    MemberState::Spare
+                },
                 failure_domain: entry(n + j).map(|e| e.failure_domain).unwrap_or_default(),
-                rebuild_offset_bytes: 0,
+                rebuild_offset_bytes: s
+                    .replaces
+                    .as_ref()
+                    .map_or(0, |r| r.frontier.load(Ordering::Acquire)),
                 valid_bytes: 0,
                 failed_by_operator: false,
                 missing: false,
+                replaces: s.replaces.as_ref().map(|r| r.slot),
             })
             .collect();
         let rebuild = tasks.rebuild.as_ref().map(|r| r.progress.borrow().clone());
+        let copy = tasks.copy.as_ref().map(|c| c.progress.borrow().clone());
         let rebuilding = rebuild
             .as_ref()
             .is_some_and(|r| r.phase == TaskPhase::Running);
@@ -173,6 +185,7 @@ impl Volume {
             region_count: geom.region_count,
             dirty_regions: inner.intent.dirty_regions().len() as u64,
             rebuild,
+            copy,
             last_scrub: tasks.last_scrub.clone(),
             scrub: tasks.scrub_progress.clone(),
             last_resync: tasks.last_resync.clone(),
@@ -227,15 +240,23 @@ impl Volume {
     }
 
     async fn cancel_tasks(&self) {
-        let (rebuild, cleaner, scrub, resync) = {
+        let (rebuild, cleaner, scrub, resync, copy) = {
             let mut t = self.inner.tasks();
             (
                 t.rebuild.take(),
                 t.cleaner.take(),
                 t.scrub_cancel.take(),
                 t.resync.take(),
+                t.copy.take(),
             )
         };
+        if let Some(c) = copy {
+            // The copy saves its checkpoint and ends after its batch in flight.
+            c.cancel.store(true, Ordering::Release);
+            if !c.handle.is_finished() {
+                let _ = c.handle.await;
+            }
+        }
         if let Some(c) = scrub {
             c.store(true, Ordering::Release);
         }

@@ -90,6 +90,7 @@ pub(crate) async fn hand_over(
     }
     ctx.set_ana(owned.group, AnaState::Inaccessible);
     ctx.owned_lock().remove(name);
+    ctx.health.unwatch(name);
     tracing::info!(node = %ctx.name, volume = name, to = to.unwrap_or("-"), "processor: volume handed over");
     let message = match to {
         Some(to) => format!("{} handed volume {name} over to {to}", ctx.name),
@@ -115,6 +116,7 @@ pub(crate) fn lose(ctx: &Ctx, name: &str, owned: Owned, export: &ExportDevice, w
     owned.volume.detach();
     export.detach();
     ctx.owned_lock().remove(name);
+    ctx.health.unwatch(name);
     tracing::warn!(node = %ctx.name, volume = name, "processor: volume lost ({why}); standby");
     let e = events::new_event(
         kind::VOLUME_LOST,

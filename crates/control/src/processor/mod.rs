@@ -85,6 +85,10 @@ pub struct ProcessorConfig {
     /// record); only fencing by the members stops this node. Never set in production.
     #[doc(hidden)]
     pub ignore_ownership_loss: bool,
+    /// Member health grading (fail-slow against the other members of each volume).
+    pub prediction: telemetry::PredictionConfig,
+    /// When a failing member is copied onto a spare (`crate::health`).
+    pub proactive: crate::health::ProactivePolicy,
 }
 
 impl ProcessorConfig {
@@ -105,6 +109,8 @@ impl ProcessorConfig {
             poll_ms: 200,
             drain_timeout_ms: 5000,
             ignore_ownership_loss: false,
+            prediction: telemetry::PredictionConfig::default(),
+            proactive: crate::health::ProactivePolicy::default(),
         }
     }
 }
@@ -122,6 +128,9 @@ impl LeaseInfo {
     }
 }
 
+/// Members are sampled and graded this often.
+const HEALTH_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What every task of the node shares.
 pub(crate) struct Ctx {
     pub name: String,
@@ -138,6 +147,8 @@ pub(crate) struct Ctx {
     pub failures: Mutex<BTreeMap<String, String>>,
     /// Set by `shutdown`: owners hand over to a live standby.
     pub shutting_down: watch::Sender<bool>,
+    /// The owned volumes' members: telemetry, grades, proactive copies.
+    pub health: Arc<crate::health::HealthMonitor>,
 }
 
 impl Ctx {
@@ -172,6 +183,7 @@ pub struct Processor {
     api: Option<ApiServer>,
     volumes: Arc<volumes::Volumes>,
     volumes_task: JoinHandle<()>,
+    health_task: JoinHandle<()>,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: watch::Sender<bool>,
 }
@@ -226,6 +238,12 @@ impl Processor {
         }
         let ports: Vec<u16> = listeners.iter().map(ListenerHandle::port_id).collect();
         let owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>> = Arc::default();
+        let health = Arc::new(crate::health::HealthMonitor::new(
+            cfg.prediction.clone(),
+            cfg.proactive.clone(),
+            telemetry::Retention::default(),
+            Arc::new(telemetry::MonotonicClock::new()),
+        ));
         let api = match cfg.api_listen {
             Some(addr) => Some(
                 ApiServer::start(
@@ -240,7 +258,7 @@ impl Processor {
                                 .map_err(|e| ProcessorError::Config(e.to_string()))?,
                         },
                         node_name: cfg.name.clone(),
-                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone())),
+                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), health.clone())),
                     },
                 )
                 .await?,
@@ -265,6 +283,7 @@ impl Processor {
         });
         let registration = node::register(&store, &feed.current(), cfg.lease_ttl_ms).await?;
         let ctx = Arc::new(Ctx {
+            health: health.clone(),
             name: cfg.name.clone(),
             key: reservation_key(&cfg.name),
             store,
@@ -282,6 +301,21 @@ impl Processor {
         let volumes = Arc::new(volumes::Volumes::default());
         volumes::sync(&ctx, &volumes).await;
         let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
+        let events_store = ctx.store.clone();
+        let node_name = ctx.name.clone();
+        let health_task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(HEALTH_SAMPLE_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                every.tick().await;
+                for e in health.tick().await {
+                    crate::events::spawn_emit(
+                        events_store.clone(),
+                        crate::health::to_event(&node_name, &e),
+                    );
+                }
+            }
+        });
         tracing::info!(
             node = %ctx.name,
             slot,
@@ -295,6 +329,7 @@ impl Processor {
             api,
             volumes,
             volumes_task,
+            health_task,
             lease_task: Some(lease_task),
             lease_stop,
         })
@@ -302,6 +337,11 @@ impl Processor {
 
     pub fn name(&self) -> &str {
         &self.ctx.name
+    }
+
+    /// The owned volumes' member health: grades, series, events (for the API).
+    pub fn health(&self) -> &Arc<crate::health::HealthMonitor> {
+        &self.ctx.health
     }
 
     /// The slot that fixes this node's controller ID range.
@@ -363,6 +403,7 @@ impl Processor {
     pub async fn shutdown(mut self) -> Result<(), ControlError> {
         self.ctx.shutting_down.send_replace(true);
         self.volumes_task.abort();
+        self.health_task.abort();
         volumes::stop_all(&self.ctx, &self.volumes).await;
         self.lease_stop.send_replace(true);
         if let Some(t) = self.lease_task.take() {
@@ -384,6 +425,7 @@ impl Processor {
 
     fn kill_now(&mut self) {
         self.volumes_task.abort();
+        self.health_task.abort();
         volumes::abort_all(&self.ctx, &self.volumes);
         if let Some(t) = self.lease_task.take() {
             t.abort();
@@ -474,8 +516,10 @@ async fn lease_loop(
 fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    health: Arc<crate::health::HealthMonitor>,
 ) -> crate::api::MetricsFn {
     Arc::new(move |page: &mut httpapi::metrics::Page| {
+        health.add_metrics(page, &node);
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

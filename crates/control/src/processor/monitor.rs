@@ -156,7 +156,15 @@ async fn bring_back(
     fence_member(&ns, ctx.key)
         .await
         .map_err(|e| format!("not fenced: {e}"))?;
-    let dev = Arc::new(MemberDevice::new(ns.clone(), url, latch.clone()));
+    let mut meters = std::collections::BTreeMap::new();
+    let dev = super::takeover::metered(
+        &mut meters,
+        Arc::new(MemberDevice::new(ns.clone(), url, latch.clone())),
+    );
+    let name = volume.status().name;
+    for (device, meter) in meters {
+        ctx.health.add_meter(&name, &device, meter);
+    }
     volume
         .replace_member(i, dev)
         .await

@@ -118,23 +118,26 @@ pub(crate) async fn take_over(
     )
     .await;
     let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
+    let mut meters = std::collections::BTreeMap::new();
     let mut unfenceable = 0;
     for (m, r) in rec.members.iter().zip(&reached) {
         if let Ok((ns, outcome)) = r {
             if *outcome == FenceOutcome::Unsupported {
                 unfenceable += 1;
             }
-            devices.push(Arc::new(MemberDevice::new(
-                ns.clone(),
-                &m.url,
-                latch.clone(),
-            )));
+            devices.push(metered(
+                &mut meters,
+                Arc::new(MemberDevice::new(ns.clone(), &m.url, latch.clone())),
+            ));
         }
     }
     let fenced = devices.len();
     for (j, s) in rec.spares.iter().enumerate() {
         if let Ok((ns, _)) = reach(ctx, name, rec.members.len() + j, &s.url).await {
-            devices.push(Arc::new(MemberDevice::new(ns, &s.url, latch.clone())));
+            devices.push(metered(
+                &mut meters,
+                Arc::new(MemberDevice::new(ns, &s.url, latch.clone())),
+            ));
         }
     }
     if !ctx.cfg.ignore_ownership_loss && !lease.is_alive() {
@@ -183,6 +186,7 @@ pub(crate) async fn take_over(
         return Err(fail("fenced by another node during assembly".into()));
     }
     let volume = Arc::new(volume);
+    ctx.health.watch(name, volume.clone(), meters);
     export.attach(volume.clone());
     ctx.set_ana(rec.ana_group, AnaState::Optimized);
     let report = TakeoverReport {
@@ -253,6 +257,17 @@ pub(crate) async fn take_over(
         group: rec.ana_group,
         monitor,
     })
+}
+
+/// `dev` behind a telemetry meter (the member as this node sees it), its meter kept by
+/// device name for the health monitor.
+pub(crate) fn metered(
+    meters: &mut std::collections::BTreeMap<String, Arc<telemetry::DeviceTelemetry>>,
+    dev: Arc<dyn BlockDevice>,
+) -> Arc<dyn BlockDevice> {
+    let m = telemetry::MeteredDevice::new(dev);
+    meters.insert(m.info().name.clone(), m.telemetry().clone());
+    Arc::new(m)
 }
 
 fn takeover_event(node: &str, volume: &str, r: &TakeoverReport) -> meta::schema::NewEvent {

@@ -211,6 +211,8 @@ pub mod bits {
     pub const LPA_CMD_EFFECTS: u8 = 1 << 1;
     /// LPA: extended data for Get Log Page (NUMDU, LPOL/LPOU).
     pub const LPA_EXTENDED_DATA: u8 = 1 << 2;
+    /// LPA: Telemetry Host-Initiated and Controller-Initiated log pages.
+    pub const LPA_TELEMETRY: u8 = 1 << 3;
 
     /// ONCS: Compare.
     pub const ONCS_COMPARE: u16 = 1 << 0;

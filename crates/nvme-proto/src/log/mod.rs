@@ -6,20 +6,24 @@ pub mod changed_ns;
 pub mod discovery;
 pub mod effects;
 pub mod error_info;
+pub mod ext_smart;
 pub mod firmware;
 pub mod read;
 pub mod reservation;
 pub mod smart;
+pub mod telemetry;
 
 pub use ana::{AnaGroupDescriptor, AnaLog, ana_state};
 pub use changed_ns::ChangedNsList;
 pub use discovery::{DiscoveryLog, DiscoveryLogEntry, DiscoveryLogHeader};
 pub use effects::{CommandEffectsLog, io_effects_kv, io_effects_nvm};
 pub use error_info::ErrorInfoEntry;
+pub use ext_smart::{ExtSmartLog, ExtSmartRecord, LatencySummary};
 pub use firmware::FirmwareSlotLog;
 pub use read::{LogPageRead, LogReadError, log_page_range, read_log_page};
 pub use reservation::ReservationNotificationLog;
 pub use smart::SmartLog;
+pub use telemetry::TelemetryHeader;
 
 use crate::command::Command;
 use crate::opcode::admin;
@@ -41,6 +45,8 @@ pub mod lid {
     pub const PERSISTENT_EVENT: u8 = 0x0D;
     pub const FEATURE_IDS_EFFECTS: u8 = 0x12;
     pub const DISCOVERY: u8 = 0x70;
+    /// Ferrobay's extended SMART page (vendor specific, `ext_smart`).
+    pub const FERROBAY_EXT_SMART: u8 = 0xC0;
     pub const RESERVATION_NOTIFICATION: u8 = 0x80;
     pub const SANITIZE_STATUS: u8 = 0x81;
 }

@@ -244,7 +244,7 @@ impl QueueContext {
             acl: ACL,
             aerl: AERL,
             frmw: 0x03,
-            lpa: cbits::LPA_CMD_EFFECTS | cbits::LPA_EXTENDED_DATA,
+            lpa: cbits::LPA_CMD_EFFECTS | cbits::LPA_EXTENDED_DATA | cbits::LPA_TELEMETRY,
             elpe: (ERROR_LOG_ENTRIES - 1) as u8,
             npss: 0,
             wctemp: 0x0157,

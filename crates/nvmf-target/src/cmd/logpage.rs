@@ -6,7 +6,7 @@ use blockdev::IoBuf;
 use nvme_proto::log::effects::{effect, io_effects_kv};
 use nvme_proto::log::{
     ChangedNsList, CommandEffectsLog, ErrorInfoEntry, FirmwareSlotLog, GetLogPageCommand,
-    ReservationNotificationLog, SmartLog, ana, lid, log_page_range,
+    ReservationNotificationLog, SmartLog, ana, lid, log_page_range, telemetry,
 };
 use nvme_proto::opcode::{admin, io};
 use nvme_proto::{Command, Status};
@@ -74,6 +74,41 @@ impl QueueContext {
                 // Temperature and spare: the drives' own, or not reported.
                 self.target.media_health(&ctrl.subsys.nqn).fill(&mut log);
                 log.to_bytes().to_vec()
+            }
+            (lid::FERROBAY_EXT_SMART, false) => {
+                let nsid = match g.nsid {
+                    0 | u32::MAX => None,
+                    n if ctrl
+                        .subsys
+                        .namespaces()
+                        .iter()
+                        .any(|ns| ns.nsid == n && ctrl.is_active(ns)) =>
+                    {
+                        Some(n)
+                    }
+                    _ => {
+                        return Outcome::status(Status::INVALID_FIELD.dnr())
+                            .with_loc(4)
+                            .into();
+                    }
+                };
+                self.target.ext_smart(&ctrl.subsys, nsid).to_bytes()
+            }
+            (lid::TELEMETRY_HOST, false) => {
+                let create = g.lsp & telemetry::LSP_CREATE != 0;
+                let st = lock(&ctrl.state);
+                match (&st.telemetry_capture, create) {
+                    (Some((_, page)), false) => page.clone(),
+                    (prev, _) => {
+                        // A capture: asked for, or the first read of this controller.
+                        let generation = prev.as_ref().map_or(0, |(g, _)| g.wrapping_add(1));
+                        drop(st);
+                        let area1 = self.target.ext_smart(&ctrl.subsys, None).to_bytes();
+                        let page = telemetry::host_initiated_page(generation, &area1);
+                        lock(&ctrl.state).telemetry_capture = Some((generation, page.clone()));
+                        page
+                    }
+                }
             }
             (lid::FIRMWARE_SLOT, false) => FirmwareSlotLog::single(&self.target.config.firmware)
                 .to_bytes()

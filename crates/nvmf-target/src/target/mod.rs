@@ -32,6 +32,7 @@ use nvme_proto::fabrics::{DISCOVERY_NQN, validate_nqn};
 use crate::TargetError;
 use crate::config::TargetConfig;
 use crate::discovery_source::DiscoveryLogSource;
+use crate::ext_telemetry::TelemetrySource;
 use crate::media_health::{MediaHealth, MediaHealthSource};
 use crate::ns_manager::NamespaceManager;
 use crate::resv_api::{Reservations, ReservationsFactory};
@@ -54,6 +55,7 @@ pub(crate) struct TargetInner {
     next_cntlid: Mutex<u16>,
     pub ns_manager: RwLock<Option<Arc<dyn NamespaceManager>>>,
     media_health: RwLock<Option<Arc<dyn MediaHealthSource>>>,
+    telemetry: RwLock<Option<Arc<dyn TelemetrySource>>>,
     resv_factory: RwLock<Arc<ReservationsFactory>>,
     pub discovery_genctr: AtomicU64,
     /// Entries the discovery log shows beyond this target's own (a central discovery
@@ -116,6 +118,19 @@ impl TargetInner {
         source.map_or_else(MediaHealth::default, |s| s.media_health(subnqn))
     }
 
+    /// The extended SMART page of subsystem `subsys` (all namespaces, or `nsid`).
+    pub fn ext_smart(&self, subsys: &Subsystem, nsid: Option<u32>) -> nvme_proto::log::ExtSmartLog {
+        let source = read(&self.telemetry).clone();
+        match source {
+            Some(s) => s.ext_smart(&subsys.nqn, nsid),
+            None => crate::ext_telemetry::own_records(
+                subsys,
+                nsid,
+                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ),
+        }
+    }
+
     pub fn new_reservations(&self, nqn: &str, nsid: u32) -> Arc<dyn Reservations> {
         let f = read(&self.resv_factory).clone();
         f(nqn, nsid)
@@ -170,6 +185,7 @@ impl Target {
                 next_portid: AtomicU64::new(1),
                 ns_manager: RwLock::new(None),
                 media_health: RwLock::new(None),
+                telemetry: RwLock::new(None),
                 resv_factory: RwLock::new(default_factory),
                 discovery_genctr: AtomicU64::new(1),
                 discovery_source: RwLock::new(None),
@@ -198,6 +214,12 @@ impl Target {
     /// are not reported).
     pub fn set_media_health_source(&self, s: Arc<dyn MediaHealthSource>) {
         *write(&self.inner.media_health) = Some(s);
+    }
+
+    /// Installs where the extended SMART and telemetry log pages get their records
+    /// (without one: the target's own namespace counters).
+    pub fn set_telemetry_source(&self, s: Arc<dyn TelemetrySource>) {
+        *write(&self.inner.telemetry) = Some(s);
     }
 
     /// Sets how namespaces without an explicit reservation object get one.

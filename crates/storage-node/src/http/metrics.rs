@@ -33,6 +33,16 @@ pub fn render_stats(
     drives: &[DriveSample],
     kv: &[KvSample],
 ) -> String {
+    stats_page(node_name, stats, drives, kv).render()
+}
+
+/// The families of [`render_stats`], to add more before rendering.
+pub fn stats_page(
+    node_name: &str,
+    stats: &TargetStats,
+    drives: &[DriveSample],
+    kv: &[KvSample],
+) -> Page {
     let mut page = Page::new();
     let node = node_name;
     let ns = &stats.namespaces;
@@ -280,7 +290,7 @@ pub fn render_stats(
         }
     }
     render_kv(&mut page, node, kv);
-    page.render()
+    page
 }
 
 /// Per-namespace figures of the KV stores: usage gauges and operation counters.
@@ -394,7 +404,9 @@ pub fn render(node: &StorageNode) -> String {
     let stats = node.target().stats();
     let drives = node.drive_samples();
     let kv = node.kv_samples();
-    render_stats(node.name(), &stats, &drives, &kv)
+    let mut page = stats_page(node.name(), &stats, &drives, &kv);
+    node.telemetry().add_metrics(&mut page);
+    page.render()
 }
 
 #[cfg(test)]

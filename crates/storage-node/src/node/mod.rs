@@ -1,5 +1,6 @@
 //! The running storage node: drives, catalog, NVMe/TCP target, listeners, HTTP port.
 
+mod drive_telemetry;
 mod drives;
 mod health;
 mod kv;
@@ -30,11 +31,14 @@ use crate::naming::{NamingError, NodeDrive};
 use crate::state::{
     Attachment, DataDirLock, FsStore, LoadSource, NamespaceKind, NamespaceRecord, StateError,
 };
+pub use drive_telemetry::{NodeTelemetry, SourceView, TelemetryView};
 
 /// The well-known NVMe/TCP discovery port.
 pub const DISCOVERY_PORT: u16 = 8009;
 /// Power-on time is persisted this often, so an unsafe shutdown loses at most this much.
 const POWER_ON_SAVE_INTERVAL: Duration = Duration::from_secs(600);
+/// Drive telemetry is sampled this often (the series store's fine resolution).
+const TELEMETRY_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a clean shutdown waits for connections to close.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -192,6 +196,9 @@ pub(crate) struct NodeInner {
     /// Up to when power-on time has been added to the state.
     power_on_saved: Mutex<Instant>,
     ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Meters, series and grades of the drives and namespaces.
+    telemetry: Arc<NodeTelemetry>,
+    telemetry_ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
     shut_down: std::sync::atomic::AtomicBool,
     /// Held until a clean shutdown has been recorded.
     lock: Mutex<Option<DataDirLock>>,
@@ -336,6 +343,37 @@ impl StorageNode {
             devices.insert(uuid, d.device);
         }
 
+        // Every drive is metered: all I/O to it (its namespaces' included) is counted.
+        let node_telemetry = {
+            let st = catalog.state();
+            let drives: Vec<(Uuid, String, String)> = st
+                .drives
+                .iter()
+                .map(|d| (d.uuid, d.name.clone(), d.spec.clone()))
+                .collect();
+            Arc::new(NodeTelemetry::new(
+                &cfg.name,
+                &drives,
+                std::path::Path::new("/sys"),
+                Arc::new(crate::nvme_smart::KernelNvmeAdmin),
+                Arc::new(telemetry::MonotonicClock::new()),
+            ))
+        };
+        let devices: BTreeMap<Uuid, Arc<dyn BlockDevice>> = devices
+            .into_iter()
+            .map(|(uuid, dev)| match node_telemetry.drive_meter(&uuid) {
+                Some(m) => (
+                    uuid,
+                    Arc::new(telemetry::MeteredDevice::with(
+                        dev,
+                        m,
+                        node_telemetry.clock(),
+                    )) as Arc<dyn BlockDevice>,
+                ),
+                None => (uuid, dev),
+            })
+            .collect();
+
         let target = Target::new(cfg.target.clone())?;
         // The counters as they will be once this start is recorded (after bring-up
         // succeeded: a start that fails is not a power cycle).
@@ -353,7 +391,9 @@ impl StorageNode {
             std::path::Path::new("/sys"),
             Arc::new(crate::nvme_smart::KernelNvmeAdmin),
         )));
-        if let Err(e) = bring_up(&target, &catalog, &devices, &kv_entries) {
+        node_telemetry.set_catalog(catalog.clone());
+        target.set_telemetry_source(node_telemetry.clone());
+        if let Err(e) = bring_up(&target, &catalog, &devices, &kv_entries, &node_telemetry) {
             target.shutdown(SHUTDOWN_TIMEOUT).await;
             for ((nqn, nsid), entry) in &kv_entries {
                 let _ = kv::close(nqn, *nsid, entry).await;
@@ -375,6 +415,8 @@ impl StorageNode {
             started: now,
             power_on_saved: Mutex::new(now),
             ticker: Mutex::new(None),
+            telemetry: node_telemetry.clone(),
+            telemetry_ticker: Mutex::new(None),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             lock: Mutex::new(Some(lock)),
         });
@@ -427,6 +469,23 @@ impl StorageNode {
             }
         });
         *node.inner.ticker.lock().unwrap_or_else(|p| p.into_inner()) = Some(ticker);
+        let meters = node.inner.telemetry.clone();
+        let sampler = tokio::spawn(async move {
+            let mut every = tokio::time::interval(TELEMETRY_SAMPLE_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                every.tick().await;
+                let m = meters.clone();
+                if tokio::task::spawn_blocking(move || m.tick()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        *node
+            .inner
+            .telemetry_ticker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(sampler);
         Ok(node)
     }
 
@@ -483,6 +542,12 @@ impl StorageNode {
             .map(|s| s.local_addr())
     }
 
+    /// The drives' and namespaces' telemetry: meters, series, grades (for the API,
+    /// `/metrics` and the dashboard).
+    pub fn telemetry(&self) -> &Arc<NodeTelemetry> {
+        &self.inner.telemetry
+    }
+
     /// Adds the power-on time since the last save to the state (blocking I/O).
     fn save_power_on_time(&self) -> Result<(), NodeError> {
         let mut saved = self
@@ -517,14 +582,10 @@ impl StorageNode {
         if let Some(h) = http {
             h.stop().await;
         }
-        if let Some(t) = self
-            .inner
-            .ticker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            t.abort();
+        for ticker in [&self.inner.ticker, &self.inner.telemetry_ticker] {
+            if let Some(t) = ticker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                t.abort();
+            }
         }
         self.inner.target.shutdown(SHUTDOWN_TIMEOUT).await;
         let mut flush_error = None;
@@ -642,6 +703,7 @@ fn bring_up(
     catalog: &Arc<Mutex<Catalog>>,
     devices: &BTreeMap<Uuid, Arc<dyn BlockDevice>>,
     kv_entries: &kv::KvNamespaces,
+    meters: &NodeTelemetry,
 ) -> Result<(), NodeError> {
     let state = lock_catalog(catalog).state().clone();
     for s in &state.subsystems {
@@ -659,7 +721,10 @@ fn bring_up(
             .ok_or_else(|| NodeError::Internal(format!("drive {} is not open", ns.drive_uuid)))?;
         match &ns.kind {
             NamespaceKind::Nvm => {
-                target.add_namespace(&ns.subsystem_nqn, namespace_config(drive, ns, catalog)?)?;
+                target.add_namespace(
+                    &ns.subsystem_nqn,
+                    namespace_config(drive, ns, catalog, meters)?,
+                )?;
             }
             NamespaceKind::Kv(_) => {
                 let entry = kv_entries
@@ -693,8 +758,15 @@ pub(crate) fn namespace_config(
     drive: &Arc<dyn BlockDevice>,
     ns: &NamespaceRecord,
     catalog: &Arc<Mutex<Catalog>>,
+    meters: &NodeTelemetry,
 ) -> Result<NamespaceConfig, NodeError> {
     let (device, offset_bytes) = namespace_device(drive, ns)?;
+    // The namespace's own meter, on top of its drive's.
+    let device: Arc<dyn BlockDevice> = Arc::new(telemetry::MeteredDevice::with(
+        device,
+        meters.namespace_meter(&ns.subsystem_nqn, ns.nsid, ns.drive_uuid),
+        meters.clock(),
+    ));
     Ok(NamespaceConfig {
         nsid: ns.nsid,
         device,

@@ -290,7 +290,12 @@ impl StorageNode {
                     zero_extents(drive, &record)?;
                     self.inner.target.add_namespace(
                         &record.subsystem_nqn,
-                        namespace_config(drive, &record, &self.inner.catalog)?,
+                        namespace_config(
+                            drive,
+                            &record,
+                            &self.inner.catalog,
+                            &self.inner.telemetry,
+                        )?,
                     )?;
                     self.apply_new_attachment(&record)
                 }
@@ -400,6 +405,7 @@ impl StorageNode {
             let _ = handle.block_on(kv::close(nqn, nsid, &entry));
         }
         c.delete_namespace(nqn, nsid)?;
+        self.inner.telemetry.forget_namespace(nqn, nsid);
         tracing::info!(%nqn, nsid, "namespace deleted");
         Ok(())
     }

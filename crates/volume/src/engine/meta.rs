@@ -157,13 +157,22 @@ impl Inner {
     /// Puts the first spare into the first failed slot (state rebuilding, from 0).
     pub(crate) async fn take_spare(&self, sb: &mut Superblock, t: &mut Topology) {
         let n = t.slots.len();
-        while !t.spares.is_empty() {
+        // A slot that failed while being copied: its replacement already holds the copied
+        // part and takes the slot from there.
+        for i in 0..n {
+            if t.slots[i].state == MemberState::Failed && crate::copy::promote_replacement(sb, t, i)
+            {
+                info!(volume = %self.name, slot = i, "the replacement being copied takes the failed slot");
+                self.tasks().rebuild_wanted = true;
+            }
+        }
+        while let Some(j) = t.free_spare() {
             let Some(slot) = (0..n).find(|&i| t.slots[i].state == MemberState::Failed) else {
                 return;
             };
-            let spare = t.spares.remove(0);
-            let entry = if sb.members.len() > n {
-                sb.members.remove(n)
+            let spare = t.spares.remove(j);
+            let entry = if sb.members.len() > n + j {
+                sb.members.remove(n + j)
             } else {
                 MemberEntry::new(spare.uuid, MemberState::Spare, spare.dev.info().size_bytes)
             };

@@ -233,8 +233,27 @@ impl Inner {
             return Err(Self::fault(member, None, BlockError::Closed));
         };
         let at = self.data_offset_bytes + offset_bytes;
-        self.member_io(member, d, |d| d.write(at, buf, WriteFlags { fua }))
-            .await
+        let buf = self
+            .member_io(member, d, |d| d.write(at, buf, WriteFlags { fua }))
+            .await?;
+        // A proactive copy of this member in progress: the replacement gets every write
+        // too (after the member: the member's data stays authoritative). Its failure is
+        // not the volume's: the copy is abandoned, the write succeeded.
+        match topo.replacement(member) {
+            Some((rdev, rep)) if !rep.broken.load(Ordering::Acquire) => {
+                let len = buf.len();
+                match self.timed(rdev.write(at, buf, WriteFlags { fua })).await {
+                    Ok(b) => Ok(b),
+                    Err(e) => {
+                        rep.broken.store(true, Ordering::Release);
+                        tracing::warn!(volume = %self.name, member, replacement = %rdev.info().name,
+                            error = %e, "write to the replacement failed: the copy is abandoned");
+                        Ok(IoBuf::new_zeroed(len))
+                    }
+                }
+            }
+            _ => Ok(buf),
+        }
     }
 
     /// Raw write at an absolute member offset (bitmap blocks).
@@ -258,11 +277,22 @@ impl Inner {
             .filter(|&i| topo.writable(i))
             .filter_map(|i| topo.dev(i).map(|d| (i, d)))
             .map(|(i, d)| async move { self.member_io(i, d, |d| d.flush()).await });
-        futures::future::join_all(futs)
-            .await
-            .into_iter()
-            .filter_map(|r| r.err())
-            .collect()
+        // Replacements being copied hold mirrored writes: flushed too; a failure only
+        // abandons that copy.
+        let replacements = topo.spares.iter().filter_map(|s| {
+            let r = s.replaces.as_ref()?;
+            Some(async move {
+                if self.timed(s.dev.flush()).await.is_err() {
+                    r.broken.store(true, Ordering::Release);
+                }
+            })
+        });
+        let (slots, _) = futures::future::join(
+            futures::future::join_all(futs),
+            futures::future::join_all(replacements),
+        )
+        .await;
+        slots.into_iter().filter_map(|r| r.err()).collect()
     }
 
     /// Runs `op` against fresh topology snapshots until it succeeds, failing the members

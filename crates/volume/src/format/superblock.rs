@@ -59,6 +59,8 @@ const E_UUID: usize = 0;
 const E_STATE: usize = 16;
 const E_FLAGS: usize = 17;
 const E_DOMAIN_LEN: usize = 18;
+/// Replacing: the slot index the entry copies (byte 19, reserved and zero before).
+const E_REPLACES: usize = 19;
 const E_DEVICE_BYTES: usize = 24;
 const E_STATE_GENERATION: usize = 32;
 const E_REBUILD_OFFSET: usize = 40;
@@ -86,6 +88,11 @@ pub enum MemberState {
     Spare,
     /// Being rebuilt: rows below `rebuild_offset_bytes` are current.
     Rebuilding,
+    /// A spare-area entry being filled with a copy of slot `replaces` while that slot
+    /// stays active (a proactive replacement: no degraded window). Every write to the
+    /// slot goes to it too; rows below `rebuild_offset_bytes` are copied. When the copy
+    /// completes it takes the slot and the old member leaves.
+    Replacing,
 }
 
 impl MemberState {
@@ -95,6 +102,7 @@ impl MemberState {
             MemberState::Failed => 2,
             MemberState::Spare => 3,
             MemberState::Rebuilding => 4,
+            MemberState::Replacing => 5,
         }
     }
 
@@ -104,6 +112,7 @@ impl MemberState {
             2 => MemberState::Failed,
             3 => MemberState::Spare,
             4 => MemberState::Rebuilding,
+            5 => MemberState::Replacing,
             _ => return None,
         })
     }
@@ -136,6 +145,9 @@ pub struct MemberEntry {
     /// assembly) has `false` and comes back by itself when its device is offered again.
     #[serde(default)]
     pub failed_by_operator: bool,
+    /// Replacing: the slot this entry is a copy of.
+    #[serde(default)]
+    pub replaces: Option<usize>,
 }
 
 impl MemberEntry {
@@ -149,6 +161,7 @@ impl MemberEntry {
             rebuild_offset_bytes: 0,
             valid_bytes: 0,
             failed_by_operator: false,
+            replaces: None,
         }
     }
 }
@@ -264,6 +277,9 @@ impl Superblock {
             }
             let domain = truncate_utf8(&e.failure_domain, DOMAIN_MAX_BYTES);
             put_u8(&mut b, at + E_DOMAIN_LEN, domain.len() as u8);
+            if let Some(r) = e.replaces {
+                put_u8(&mut b, at + E_REPLACES, r as u8);
+            }
             put_u64(&mut b, at + E_DEVICE_BYTES, e.device_bytes);
             put_u64(&mut b, at + E_STATE_GENERATION, e.state_generation);
             put_u64(&mut b, at + E_REBUILD_OFFSET, e.rebuild_offset_bytes);
@@ -330,10 +346,16 @@ impl Superblock {
             let state = MemberState::from_code(u8_at(b, at + E_STATE))
                 .ok_or(FormatError::Field("member state"))?;
             let is_slot = i < layout.members;
-            if is_slot == (state == MemberState::Spare) {
+            let spare_state = matches!(state, MemberState::Spare | MemberState::Replacing);
+            if is_slot == spare_state {
                 return Err(FormatError::Field(
                     "spare in a slot or slot state on a spare",
                 ));
+            }
+            let replaces =
+                (state == MemberState::Replacing).then(|| usize::from(u8_at(b, at + E_REPLACES)));
+            if replaces.is_some_and(|r| r >= layout.members) {
+                return Err(FormatError::Field("replacing an entry that is not a slot"));
             }
             // Bits other than the operator flag are reserved: written zero, ignored.
             let failed_by_operator = u8_at(b, at + E_FLAGS) & ENTRY_FLAG_OPERATOR_FAILED != 0;
@@ -358,6 +380,7 @@ impl Superblock {
                 rebuild_offset_bytes: u64_at(b, at + E_REBUILD_OFFSET),
                 valid_bytes: u64_at(b, at + E_VALID_BYTES),
                 failed_by_operator,
+                replaces,
             });
         }
         let member_uuid = Uuid::from_bytes(get(b, OFF_MEMBER_UUID));

@@ -157,7 +157,7 @@ fn arb_entry(slot: bool) -> impl Strategy<Value = MemberEntry> {
         ]
         .boxed()
     } else {
-        Just(MemberState::Spare).boxed()
+        prop_oneof![Just(MemberState::Spare), Just(MemberState::Replacing)].boxed()
     };
     (
         any::<[u8; 16]>(),
@@ -179,6 +179,8 @@ fn arb_entry(slot: bool) -> impl Strategy<Value = MemberEntry> {
                 rebuild_offset_bytes: off,
                 valid_bytes: valid,
                 failed_by_operator: operator && state == MemberState::Failed,
+                // Slot 0 exists in every generated table.
+                replaces: (state == MemberState::Replacing).then_some(0),
             },
         )
 }
