@@ -5,7 +5,8 @@
 //! - [`metaurl`]: opening the store a `--meta` URL names.
 //! - [`registration`]: live nodes under leases, processor slots.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
-//!   fabric), deleting, listing, moving them.
+//!   fabric), deleting, listing, moving them; object pools of KV namespaces.
+//! - [`pool_gateway`]: an S3 gateway on an object pool, following its record.
 //! - [`api`]: the processor node's HTTP API and its client.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
@@ -15,6 +16,7 @@ pub mod api;
 pub mod devcluster;
 pub mod error;
 pub mod metaurl;
+pub mod pool_gateway;
 pub mod processor;
 pub mod provision;
 pub mod records;

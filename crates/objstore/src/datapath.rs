@@ -5,7 +5,7 @@
 //! Write quorum is k shards per stripe: with up to m stores of a piece down, writes go on
 //! and the piece is reported degraded, for the healer to complete when the stores return.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -85,7 +85,9 @@ impl Default for DataPathConfig {
 }
 
 pub struct DataPath {
-    stores: StoreSet,
+    /// Swapped whole when the stores change ([`DataPath::set_stores`]); each operation
+    /// works on the set it started with.
+    stores: RwLock<Arc<StoreSet>>,
     config: DataPathConfig,
 }
 
@@ -128,11 +130,30 @@ impl DataPath {
             config.shard_bytes > 0 && config.shard_bytes as usize <= format::MAX_PAYLOAD_BYTES,
             "shard_bytes must fit one store value with its header"
         );
-        DataPath { stores, config }
+        DataPath {
+            stores: RwLock::new(Arc::new(stores)),
+            config,
+        }
     }
 
-    pub fn stores(&self) -> &StoreSet {
-        &self.stores
+    /// The stores now (a snapshot: a later [`set_stores`](Self::set_stores) does not
+    /// change it).
+    pub fn stores(&self) -> Arc<StoreSet> {
+        self.stores
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the stores new pieces are placed on and existing shards are looked up
+    /// in (a store pool that grew, a store that reconnected under a new handle). Pieces
+    /// keep the store ids of their shard maps: a store missing from the new set reads as
+    /// unavailable, so keep every store that holds shards.
+    pub fn set_stores(&self, stores: StoreSet) {
+        *self
+            .stores
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(stores);
     }
 
     pub fn config(&self) -> &DataPathConfig {
@@ -142,7 +163,7 @@ impl DataPath {
     /// Starts a new piece of geometry `g` on stores chosen by placement.
     pub fn writer(&self, g: Geometry) -> Result<PieceWriter<'_>, DataError> {
         let id = *uuid::Uuid::new_v4().as_bytes();
-        let stores = self.stores.place(&id, g.total())?;
+        let stores = self.stores().place(&id, g.total())?;
         let rs = ReedSolomon::new(usize::from(g.data), usize::from(g.parity))?;
         Ok(PieceWriter {
             dp: self,
@@ -160,9 +181,10 @@ impl DataPath {
         })
     }
 
-    fn store_of(&self, piece: &Piece, shard: usize) -> Result<&Arc<dyn ShardStore>, String> {
-        self.stores
+    fn store_of(&self, piece: &Piece, shard: usize) -> Result<Arc<dyn ShardStore>, String> {
+        self.stores()
             .get(&piece.stores[shard])
+            .cloned()
             .ok_or_else(|| format!("shard store {} is not configured", piece.stores[shard]))
     }
 

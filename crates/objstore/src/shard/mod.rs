@@ -7,14 +7,17 @@
 //! failure domain (a storage node); placement never puts two shards of a stripe into one.
 //!
 //! Implementations here: [`MemShardStore`] (RAM), [`DirShardStore`] (a directory of files,
-//! durable), [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt).
+//! durable), [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt),
+//! [`LazyShardStore`] (connects another store in the background: unavailable until then).
 
 mod dir;
 mod faulty;
+mod lazy;
 mod mem;
 
 pub use dir::DirShardStore;
 pub use faulty::{Faults, FaultyShardStore};
+pub use lazy::{ConnectFn, ConnectFuture, LazyShardStore};
 pub use mem::MemShardStore;
 
 use std::fmt;
