@@ -46,6 +46,11 @@ pub fn processor_hostnqn(node: &str) -> String {
     format!("nqn.2026-01.io.ferrobay:processor:{node}")
 }
 
+/// The host NQN an S3 gateway uses towards the storage nodes' KV namespaces.
+pub fn s3_hostnqn(gateway: &str) -> String {
+    format!("nqn.2026-01.io.ferrobay:s3:{gateway}")
+}
+
 /// The controller ID range of a processor slot.
 pub fn cntlid_range(slot: u16) -> (u16, u16) {
     let first = slot.saturating_mul(CNTLIDS_PER_SLOT).saturating_add(1);

@@ -48,7 +48,7 @@ fn start_gateway(dir: &Path, meta: &str, name: &str) -> GatewayProcess {
     let endpoints = dir.join(format!("{name}.json"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = ferrobay()
-        .args(["s3", "run", "--listen", "127.0.0.1:0", "--meta", meta])
+        .args(["s3", "run", "--listen", "127.0.0.1:0", "--index", meta])
         .args(store_args(dir))
         .arg("--endpoints-file")
         .arg(&endpoints)
@@ -110,7 +110,7 @@ fn add_key(meta: &str, access_key: &str) -> (String, String) {
             "s3",
             "key",
             "add",
-            "--meta",
+            "--index",
             meta,
             "--access-key",
             access_key,
@@ -355,20 +355,21 @@ fn bad_command_lines_get_one_line_reasons() {
         c.args(args).output().expect("run")
     };
     let store = format!("s1={}", dir.path().join("s1").display());
-    let cases: [(&[&str], bool, &str); 4] = [
+    let cases: [(&[&str], bool, &str); 5] = [
+        // --meta is the cluster's metadata store; the index has its own flag.
         (
             &[
                 "s3",
                 "run",
                 "--listen",
                 "127.0.0.1:0",
+                "--index",
+                "sqlite:/tmp/x.db",
                 "--meta",
-                "mysql://x",
-                "--store",
-                &store,
+                "sqlite:/tmp/x.db",
             ],
             true,
-            "--meta mysql://x",
+            "give the object index with --index sqlite:/tmp/x.db",
         ),
         (
             &[
@@ -376,7 +377,21 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
+                "mysql://x",
+                "--store",
+                &store,
+            ],
+            true,
+            "--index mysql://x",
+        ),
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 "nodir",
@@ -390,7 +405,7 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 &store,
@@ -406,7 +421,7 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 &store,
@@ -432,7 +447,7 @@ fn bad_command_lines_get_one_line_reasons() {
             "run",
             "--listen",
             "127.0.0.1:0",
-            "--meta",
+            "--index",
             &meta,
             "--store",
             &store,
