@@ -1,8 +1,12 @@
 //! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
-//! `DIR/nX`), one processor node `p1` exporting on the address the user asked for, and a
-//! sample RAID-5 volume across the three storage nodes. Running it again on the same data
-//! dir brings the same cluster back: nothing is created twice, the volume assembles clean.
+//! `DIR/nX`), one processor node `p1` exporting on the address the user asked for, a
+//! sample RAID-5 volume across the three storage nodes, and an S3 gateway on KV
+//! namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again on the
+//! same data dir brings the same cluster back: nothing is created twice, the volume
+//! assembles clean, the gateway finds its objects and key pair.
+
+pub mod s3;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -14,10 +18,13 @@ use meta::MetaStore;
 use storage_node::{NodeConfig, StorageNode};
 
 use crate::api::{ApiConfig, ApiServer};
+use crate::pool_gateway::PoolGateway;
 use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
 use crate::records::{NodeRecord, NodeRole, volume_nqn};
 use crate::registration::{Registration, register_node};
+
+pub use s3::{KeyPair, S3Info};
 
 /// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -48,6 +55,10 @@ pub struct DevClusterConfig {
     pub volume_name: String,
     /// Lease of every node's registration and of volume ownership.
     pub lease_ttl_ms: u64,
+    /// The S3 gateway's port (on `addr`).
+    pub s3_port: u16,
+    /// Size of each storage node's KV namespace for objects, when the pool is created.
+    pub s3_namespace_bytes: u64,
 }
 
 impl DevClusterConfig {
@@ -60,6 +71,8 @@ impl DevClusterConfig {
             volume_size_bytes: 1 << 30,
             volume_name: DEFAULT_VOLUME.to_string(),
             lease_ttl_ms: 4000,
+            s3_port: 9000,
+            s3_namespace_bytes: 1 << 30,
         }
     }
 }
@@ -73,6 +86,12 @@ pub enum DevClusterError {
         addr.port().wrapping_add(1).max(1024)
     )]
     PortInUse { addr: SocketAddr },
+    #[error(
+        "{addr} is already in use (another `ferrobay up`, MinIO or S3 gateway?); \
+         pick another S3 port with --s3-port, e.g. --s3-port {}",
+        addr.port().wrapping_add(1).max(1024)
+    )]
+    S3PortInUse { addr: SocketAddr },
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: SocketAddr, reason: String },
     #[error("data dir {path}: {reason}")]
@@ -109,6 +128,8 @@ pub struct DevCluster {
     created: bool,
     nvme_addr: SocketAddr,
     api_addr: Option<SocketAddr>,
+    s3: Option<PoolGateway>,
+    s3_info: Option<S3Info>,
 }
 
 struct RunningNode {
@@ -131,6 +152,11 @@ impl DevCluster {
         // Before anything starts: a taken port is the most likely failure, and the
         // cheapest to report.
         check_port_free(nvme_addr)?;
+        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
+        check_port_free(s3_addr).map_err(|e| match e {
+            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
+            other => other,
+        })?;
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
             path: cfg.data_dir.clone(),
             reason: e.to_string(),
@@ -157,6 +183,8 @@ impl DevCluster {
             created: false,
             nvme_addr,
             api_addr: None,
+            s3: None,
+            s3_info: None,
         };
         match cluster.bring_up(&cfg, &data_dir, progress).await {
             Ok(()) => Ok(cluster),
@@ -177,7 +205,9 @@ impl DevCluster {
         progress: Progress<'_>,
     ) -> Result<(), DevClusterError> {
         let ttl = Duration::from_millis(cfg.lease_ttl_ms);
-        let drive_bytes = member_share_bytes(cfg.volume_size_bytes) + DRIVE_HEADROOM_BYTES;
+        let drive_bytes = member_share_bytes(cfg.volume_size_bytes)
+            + cfg.s3_namespace_bytes
+            + DRIVE_HEADROOM_BYTES;
         for name in STORAGE_NODES {
             progress(&format!("starting storage node {name}"));
             let node = start_storage_node(name, data_dir, loopback(cfg.addr), drive_bytes).await?;
@@ -266,7 +296,19 @@ impl DevCluster {
             "waiting for {PROCESSOR} to own {}",
             cfg.volume_name
         ));
-        self.wait_owned(&cfg.volume_name).await
+        self.wait_owned(&cfg.volume_name).await?;
+
+        let (gateway, info) = s3::start(
+            &self.store,
+            data_dir,
+            SocketAddr::new(cfg.addr, cfg.s3_port),
+            cfg.s3_namespace_bytes,
+            progress,
+        )
+        .await?;
+        self.s3 = Some(gateway);
+        self.s3_info = Some(info);
+        Ok(())
     }
 
     async fn wait_owned(&self, volume: &str) -> Result<(), DevClusterError> {
@@ -322,6 +364,11 @@ impl DevCluster {
         self.created
     }
 
+    /// The S3 gateway: endpoint, key pair, pool.
+    pub fn s3(&self) -> Option<&S3Info> {
+        self.s3_info.as_ref()
+    }
+
     /// The metadata store (embedded, owned by this process).
     pub fn store(&self) -> &Arc<dyn MetaStore> {
         &self.store
@@ -350,6 +397,9 @@ impl DevCluster {
 
     async fn stop_all(&mut self) -> Result<(), DevClusterError> {
         let mut first_error = None;
+        if let Some(gw) = self.s3.take() {
+            gw.shutdown().await;
+        }
         if let Some(api) = self.api.take() {
             api.stop().await;
         }
@@ -467,6 +517,23 @@ fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
     crate::provision::sizing::member_bytes_for(&params, cfg.volume_size_bytes)
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
+    if cfg.s3_port == 0 {
+        return Err(DevClusterError::Config(
+            "--s3-port 0: S3 clients need a known port; pick one, e.g. --s3-port 9000".into(),
+        ));
+    }
+    if cfg.s3_port == cfg.port {
+        return Err(DevClusterError::Config(format!(
+            "--s3-port {} is the NVMe/TCP port too: pick another",
+            cfg.s3_port
+        )));
+    }
+    if cfg.s3_namespace_bytes < crate::provision::objpool::MIN_NAMESPACE_BYTES {
+        return Err(DevClusterError::Config(format!(
+            "S3 namespace size {} bytes is too small (at least 64M)",
+            cfg.s3_namespace_bytes
+        )));
+    }
     if cfg.lease_ttl_ms < 1000 {
         return Err(DevClusterError::Config(
             "lease TTL below 1000 ms is not supported".into(),

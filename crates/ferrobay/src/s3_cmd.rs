@@ -275,10 +275,9 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     config.objects.inline_max_bytes = usize::try_from(inline_max).unwrap_or(usize::MAX);
     let (running, stores_text) = match meta {
         Some(meta) => {
-            let host = nvmf_host::HostIdentity::from_hostnqn(&control::records::s3_hostnqn(
-                &a.name,
-            ))
-            .map_err(|e| cluster::usage(format!("--name {}: {e}", a.name)))?;
+            let host =
+                nvmf_host::HostIdentity::from_hostnqn(&control::records::s3_hostnqn(&a.name))
+                    .map_err(|e| cluster::usage(format!("--name {}: {e}", a.name)))?;
             let connector = control::pool_gateway::NvmeKvConnector::new(host);
             let gw = PoolGateway::start(meta, &a.pool, config, index.clone(), Arc::new(connector))
                 .await
@@ -287,7 +286,10 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
                     other => cluster::usage(other.to_string()),
                 })?;
             let n = *gw.store_count().borrow();
-            (Running::Pool(gw), format!("object pool {} ({n} KV namespaces)", a.pool))
+            (
+                Running::Pool(gw),
+                format!("object pool {} ({n} KV namespaces)", a.pool),
+            )
         }
         None => {
             let n = stores.len();
@@ -459,7 +461,11 @@ fn pools_text(pools: &[ObjectPoolRecord]) -> String {
             domains.len(),
             cluster::human_bytes(total)
         );
-        let _ = writeln!(out, "  {:<16} {:<10} {:>12}  URL", "STORE", "DOMAIN", "SIZE");
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<10} {:>12}  URL",
+            "STORE", "DOMAIN", "SIZE"
+        );
         for n in &p.namespaces {
             let _ = writeln!(
                 out,
