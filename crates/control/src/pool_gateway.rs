@@ -91,6 +91,22 @@ fn stores_for(
         .collect()
 }
 
+/// The pool's stores, connected (each waited for briefly, then left connecting in the
+/// background), without a gateway: for tools that read the stores (`ferrobay s3 check`).
+pub async fn connect_pool_stores(
+    meta: Arc<dyn MetaStore>,
+    pool: &str,
+    connector: Arc<dyn KvConnector>,
+) -> Result<Vec<Arc<dyn ShardStore>>, PoolGatewayError> {
+    let record = crate::provision::objpool::get_pool(meta.as_ref(), pool)
+        .await?
+        .ok_or_else(|| PoolGatewayError::NoPool(pool.to_string()))?;
+    let mut made = BTreeMap::new();
+    let stores = stores_for(&record, &mut made, &connector);
+    wait_connected(&made).await;
+    Ok(stores)
+}
+
 impl PoolGateway {
     /// Reads pool `pool`, connects its namespaces (in the background) and starts the
     /// gateway; then follows the pool record until shutdown.

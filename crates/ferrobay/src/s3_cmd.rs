@@ -43,6 +43,27 @@ pub enum S3Command {
     /// Object pools: the KV namespaces on storage nodes that gateways started with
     /// --meta keep object shards in.
     Pool(PoolArgs),
+    /// Count the shards of every stored object: present, missing, on stores that cannot
+    /// be reached (asks each store whether the shard exists; changes nothing). Exit code
+    /// 1 when some piece is incomplete.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Object index (as for `s3 run`).
+    #[arg(long)]
+    pub index: String,
+    /// The cluster's metadata store (with --pool), as for `s3 run`.
+    #[arg(long, conflicts_with = "stores")]
+    pub meta: Option<String>,
+    #[arg(long, default_value = control::provision::objpool::DEFAULT_POOL, requires = "meta")]
+    pub pool: String,
+    /// Directory shard stores (as for `s3 run`).
+    #[arg(long = "store", required_unless_present = "meta")]
+    pub stores: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -253,13 +274,7 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
         a.ec.parse()
             .map_err(|e| cluster::usage(format!("--ec: {e}")))?;
     let inline_max = cluster::parse_size_arg("--inline-max", &a.inline_max)?;
-    let mut stores: Vec<Arc<dyn ShardStore>> = Vec::new();
-    for spec in &a.stores {
-        let (id, domain, dir) = parse_store(spec)?;
-        let store = DirShardStore::open(&dir, id.clone(), domain, None)
-            .with_context(|| format!("shard store {id} in {}", dir.display()))?;
-        stores.push(Arc::new(store));
-    }
+    let stores = dir_stores(&a.stores)?;
     let meta = match &a.meta {
         Some(url) => {
             check_meta_url(url)?;
@@ -480,8 +495,63 @@ fn pools_text(pools: &[ObjectPoolRecord]) -> String {
     out
 }
 
+/// The directory stores of `--store` specs.
+fn dir_stores(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn ShardStore>>> {
+    let mut stores: Vec<Arc<dyn ShardStore>> = Vec::new();
+    for spec in specs {
+        let (id, domain, dir) = parse_store(spec)?;
+        let store = DirShardStore::open(&dir, id.clone(), domain, None)
+            .with_context(|| format!("shard store {id} in {}", dir.display()))?;
+        stores.push(Arc::new(store));
+    }
+    Ok(stores)
+}
+
+async fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
+    let stores = match &a.meta {
+        Some(url) => {
+            check_meta_url(url)?;
+            let meta = cluster::open_store(url).await?;
+            let host =
+                nvmf_host::HostIdentity::from_hostnqn(&control::records::s3_hostnqn("check"))?;
+            let connector = Arc::new(control::pool_gateway::NvmeKvConnector::new(host));
+            control::pool_gateway::connect_pool_stores(meta, &a.pool, connector).await?
+        }
+        None => dir_stores(&a.stores)?,
+    };
+    let index = open_index(&a.index).await?;
+    let set =
+        objstore::placement::StoreSet::new(stores).map_err(|e| cluster::usage(e.to_string()))?;
+    let layer = objstore::objects::ObjectLayer::new(
+        index,
+        set,
+        objstore::objects::ObjectConfig::default(),
+        Arc::new(objstore::clock::SystemClock),
+    );
+    let r = layer.check().await.context("check")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} pieces, {} incomplete, {} invalid; shards: {} present, {} missing, {} unreachable",
+            r.pieces,
+            r.pieces_incomplete,
+            r.pieces_invalid,
+            r.shards.present,
+            r.shards.missing,
+            r.shards.unreachable
+        );
+    }
+    Ok(if r.pieces_incomplete == 0 && r.pieces_invalid == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 pub async fn run(a: S3Args) -> anyhow::Result<ExitCode> {
     match a.command {
+        S3Command::Check(c) => run_check(c).await,
         S3Command::Run(r) => run_gateway(r).await,
         S3Command::Key(k) => run_key(k.command).await,
         S3Command::Pool(p) => run_pool(p.command).await,

@@ -111,6 +111,28 @@ pub struct StripeHealth {
     pub unreachable: usize,
 }
 
+/// What [`DataPath::count_shards`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShardCount {
+    pub present: usize,
+    pub missing: usize,
+    /// On stores that could not be asked.
+    pub unreachable: usize,
+}
+
+impl ShardCount {
+    pub fn add(&mut self, other: ShardCount) {
+        self.present += other.present;
+        self.missing += other.missing;
+        self.unreachable += other.unreachable;
+    }
+
+    /// Every shard is where it should be.
+    pub fn complete(&self) -> bool {
+        self.missing == 0 && self.unreachable == 0
+    }
+}
+
 impl StripeHealth {
     pub fn add(&mut self, other: StripeHealth) {
         self.repaired += other.repaired;
@@ -403,6 +425,30 @@ impl DataPath {
             total.add(health);
         }
         Ok(total)
+    }
+
+    /// Counts the shards of `piece` that exist, are missing and sit on stores that cannot
+    /// be reached, by asking each store (Exist); reads and repairs nothing.
+    pub async fn count_shards(&self, piece: &Piece) -> Result<ShardCount, DataError> {
+        piece.validate()?;
+        let n = piece.geometry.total();
+        let mut count = ShardCount::default();
+        for stripe in 0..piece.stripes() {
+            let exists = join_all((0..n).map(|i| async move {
+                let store = self.store_of(piece, i).map_err(ShardError::Unavailable)?;
+                self.timed("exist", store.exist(piece.address(stripe, i).key()))
+                    .await
+            }))
+            .await;
+            for e in exists {
+                match e {
+                    Ok(true) => count.present += 1,
+                    Ok(false) => count.missing += 1,
+                    Err(_) => count.unreachable += 1,
+                }
+            }
+        }
+        Ok(count)
     }
 
     /// Deletes every shard of `piece` (absent ones are fine). Unreachable stores make

@@ -32,7 +32,7 @@ impl Up {
     /// `log`.
     pub fn start(data_dir: &Path, port: u16, log: PathBuf) -> Up {
         let s3_port = loop {
-            let p = testkit::free_port().expect("free port");
+            let p = testkit::net::free_port().expect("free port");
             if p != port {
                 break p;
             }
