@@ -121,8 +121,15 @@ impl ObjectCluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let mut d = Daemon::spawn(&self.binary, &n.name, &n.dir, &args, "warn", die_with_parent)
-            .map_err(|e| format!("start {}: {e}", n.name))?;
+        let mut d = Daemon::spawn(
+            &self.binary,
+            &n.name,
+            &n.dir,
+            &args,
+            "warn",
+            die_with_parent,
+        )
+        .map_err(|e| format!("start {}: {e}", n.name))?;
         d.wait_json(&endpoints, READY_TIMEOUT)
             .map_err(|e| format!("{e}\n{}", d.log_tail(20)))?;
         n.daemon = Some(d);
