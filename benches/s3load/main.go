@@ -195,9 +195,12 @@ func removeAll(c *minio.Client, cfg *config, prefix string) error {
 }
 
 // run starts cfg.concurrency workers calling one(worker, tally) until the deadline.
+// The measured phase is bracketed by "s3load: measure start" / "s3load: measure end"
+// lines on stderr, so that a caller can sample the servers' CPU time around exactly it.
 func run(cfg *config, one func(w int, i uint64, t *tally)) ([]*tally, time.Duration) {
 	tallies := make([]*tally, cfg.concurrency)
 	var wg sync.WaitGroup
+	fmt.Fprintln(os.Stderr, "s3load: measure start")
 	start := time.Now()
 	deadline := start.Add(cfg.duration)
 	for w := 0; w < cfg.concurrency; w++ {
@@ -211,7 +214,9 @@ func run(cfg *config, one func(w int, i uint64, t *tally)) ([]*tally, time.Durat
 		}(w)
 	}
 	wg.Wait()
-	return tallies, time.Since(start)
+	took := time.Since(start)
+	fmt.Fprintln(os.Stderr, "s3load: measure end")
+	return tallies, took
 }
 
 func benchPut(c *minio.Client, cfg *config, r *Report) ([]*tally, time.Duration) {
