@@ -39,10 +39,12 @@ impl NvmeKvConnector {
 
 impl KvConnector for NvmeKvConnector {
     fn connect(&self, ns: &KvNamespaceRecord) -> ConnectFuture {
-        // TODO(h-kvhost): objstore's NVMe/TCP KV shard store lands with that branch.
-        let _ = &self.host;
-        let url = ns.url.clone();
-        Box::pin(async move { Err(format!("{url}: the NVMe/TCP KV client is not built yet")) })
+        Box::pin(crate::nvme_kv_store::connect_store(
+            ns.url.clone(),
+            ns.id.clone(),
+            ns.failure_domain.clone(),
+            self.host.clone(),
+        ))
     }
 }
 
