@@ -180,7 +180,14 @@ fn a_storage_node_killed_under_load_loses_no_acknowledged_object() {
     eprintln!("kill -9 n2");
     c.kill_node(1);
     down.store(true, Ordering::SeqCst);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(2));
+    // `s3 check` sees the shards on n2 as unreachable meanwhile.
+    let during = check_json(&c);
+    assert!(
+        during["shards"]["unreachable"].as_u64().expect("count") > 0
+            && during["pieces_incomplete"].as_u64().expect("count") > 0,
+        "{during}"
+    );
     eprintln!("n2 starts again");
     down.store(false, Ordering::SeqCst);
     c.start_node(1)
