@@ -188,7 +188,10 @@ pub(crate) fn page_of(data: &[u8], max_keys: usize) -> Result<KvPage, KvError> {
 
 /// List buffer size for a page of `max_keys` keys.
 pub(crate) fn list_buffer_bytes(max_keys: usize) -> usize {
-    NRK_BYTES + max_keys.max(1) * LIST_ENTRY_MAX_BYTES
+    max_keys
+        .max(1)
+        .saturating_mul(LIST_ENTRY_MAX_BYTES)
+        .saturating_add(NRK_BYTES)
 }
 
 /// One Key Value namespace through one controller.
