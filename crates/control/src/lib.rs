@@ -16,7 +16,6 @@ pub mod api;
 pub mod devcluster;
 pub mod error;
 pub mod metaurl;
-pub mod nvme_kv_store;
 pub mod pool_gateway;
 pub mod processor;
 pub mod provision;

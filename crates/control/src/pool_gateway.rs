@@ -14,7 +14,7 @@ use meta::MetaStore;
 use objstore::gateway::{Gateway, GatewayConfig, GatewayError, replace_stores};
 use objstore::index::Index;
 use objstore::objects::ObjectLayer;
-use objstore::shard::{ConnectFuture, LazyShardStore, ShardStore};
+use objstore::shard::{ConnectFuture, LazyShardStore, NvmeKvShardStore, ShardStore};
 use tokio::sync::watch;
 
 use crate::error::ControlError;
@@ -26,7 +26,9 @@ pub trait KvConnector: Send + Sync + 'static {
     fn connect(&self, ns: &KvNamespaceRecord) -> ConnectFuture;
 }
 
-/// Connects KV namespaces over NVMe/TCP under one host identity.
+/// Connects KV namespaces over NVMe/TCP under one host identity (objstore's
+/// `NvmeKvShardStore`, default options: a store whose node is down answers Unavailable
+/// within about 0.5 s).
 pub struct NvmeKvConnector {
     host: nvmf_host::HostIdentity,
 }
@@ -39,12 +41,19 @@ impl NvmeKvConnector {
 
 impl KvConnector for NvmeKvConnector {
     fn connect(&self, ns: &KvNamespaceRecord) -> ConnectFuture {
-        Box::pin(crate::nvme_kv_store::connect_store(
+        let (url, id, domain, host) = (
             ns.url.clone(),
             ns.id.clone(),
             ns.failure_domain.clone(),
             self.host.clone(),
-        ))
+        );
+        Box::pin(async move {
+            let parsed = nvmf_host::NvmeTcpUrl::parse(&url).map_err(|e| e.to_string())?;
+            let store = NvmeKvShardStore::connect(&parsed, id, domain, &host, Default::default())
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            Ok(Arc::new(store) as Arc<dyn ShardStore>)
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Object pools against real parts: storage nodes in this process on loopback with
 //! sparse-file drives, the embedded store; KV namespaces made over NVMe/TCP (Namespace
-//! Management, CSI 01h), used through the NVMe/TCP KV shard store, and an S3 gateway on
-//! the pool that follows it when it grows.
+//! Management, CSI 01h), used through objstore's NVMe/TCP KV shard store, and an S3
+//! gateway on the pool that follows it when it grows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use control::ControlError;
-use control::nvme_kv_store::NvmeKvShardStore;
 use control::pool_gateway::{NvmeKvConnector, PoolGateway};
 use control::provision::objpool::{PoolNamespaces, add_to_pool, create_pool, list_pools};
 use control::records::{NodeRecord, NodeRole, s3_hostnqn};
@@ -21,7 +20,7 @@ use nvmf_host::HostIdentity;
 use objstore::gateway::GatewayConfig;
 use objstore::index::Index;
 use objstore::s3::Credentials;
-use objstore::shard::{ShardError, ShardKey, ShardStore, StoreMode};
+use objstore::shard::{NvmeKvShardStore, ShardError, ShardKey, ShardStore, StoreMode};
 use storage_node::{NodeConfig, StorageNode, parse_node_drive};
 
 const MIB: u64 = 1 << 20;
@@ -134,9 +133,16 @@ async fn pools_of_kv_namespaces_serve_shards_and_gateways_follow_them() {
 
     // The shard store over NVMe/TCP keeps the KV contract.
     let ns = &rec.namespaces[0];
-    let s = NvmeKvShardStore::connect(&ns.url, &ns.id, &ns.failure_domain, &host())
-        .await
-        .unwrap();
+    let url = nvmf_host::NvmeTcpUrl::parse(&ns.url).unwrap();
+    let s = NvmeKvShardStore::connect(
+        &url,
+        &ns.id,
+        &ns.failure_domain,
+        &host(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     let k = |b: u8| ShardKey([b; 16]);
     let value = Bytes::from((0..(1 << 20) + 48).map(|i| i as u8).collect::<Vec<u8>>());
     s.store(k(1), value.clone(), StoreMode::OnlyIfAbsent)
@@ -173,11 +179,9 @@ async fn pools_of_kv_namespaces_serve_shards_and_gateways_follow_them() {
     s.delete(k(3)).await.unwrap();
     // A namespace that is not a KV one is refused.
     let bad = format!("{}/7", ns.url.rsplit_once('/').unwrap().0);
-    let e = NvmeKvShardStore::connect(&bad, "x", "n1", &host())
-        .await
-        .err()
-        .unwrap();
-    assert!(e.contains("not a Key Value namespace"), "{e}");
+    let bad = nvmf_host::NvmeTcpUrl::parse(&bad).unwrap();
+    let refused = NvmeKvShardStore::connect(&bad, "x", "n1", &host(), Default::default()).await;
+    assert!(refused.is_err(), "namespace 7 does not exist");
     drop(s);
 
     // A gateway on the pool: objects round-trip, and it follows the pool as it grows.
