@@ -50,3 +50,17 @@ if ! python3 -c 'import mypy, pyflakes' 2>/dev/null; then
     python3 -m pip install --quiet mypy pyflakes \
         || python3 -m pip install --quiet --break-system-packages mypy pyflakes
 fi
+# The S3 benchmark (cargo bench -p ferrobay --bench s3, and its smoke pass in the test
+# suite) compares against MinIO, built from its Go module at a pinned version (never
+# committed); its load generator benches/s3load is Go too. Go itself comes with the
+# machine (Debian's golang-go is too old for either).
+MINIO_MODULE=github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+if command -v go >/dev/null; then
+    gobin="$(go env GOPATH)/bin"
+    if ! command -v minio >/dev/null && [ ! -x "$gobin/minio" ]; then
+        echo "install-deps: building MinIO ($MINIO_MODULE, go install; takes minutes)"
+        go install "$MINIO_MODULE"
+    fi
+else
+    echo "install-deps: Go is not installed: the S3 benchmark's smoke pass cannot run"
+fi

@@ -2,9 +2,12 @@
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
 //! `DIR/nX`, open to the processor node only), one processor node `p1` exporting on the
 //! address the user asked for, a central discovery controller on that address (port 8009
-//! when free) and a sample RAID-5 volume across the three storage nodes. Running it again
+//! when free), a sample RAID-5 volume across the three storage nodes, and an S3 gateway
+//! on KV namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again
 //! on the same data dir brings the same cluster back: nothing is created twice, the
-//! volume assembles clean.
+//! volume assembles clean, the gateway finds its objects and key pair.
+
+pub mod s3;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -17,11 +20,14 @@ use storage_node::{NodeConfig, StorageNode};
 
 use crate::api::{ApiConfig, ApiServer};
 use crate::cdc::{Cdc, CdcConfig, CdcError, DISCOVERY_PORT};
+use crate::pool_gateway::PoolGateway;
 use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
 use crate::records::{processor_hostnqn, volume_nqn};
 use crate::registration::LiveRegistration;
 use httpapi::auth::Token;
+
+pub use s3::{KeyPair, S3Info};
 
 /// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -55,6 +61,10 @@ pub struct DevClusterConfig {
     /// The central discovery controller's port on `addr`: None = 8009, or any free port
     /// when 8009 is taken (and say so); Some(p) = exactly p (0: any free port).
     pub cdc_port: Option<u16>,
+    /// The S3 gateway's port (on `addr`).
+    pub s3_port: u16,
+    /// Size of each storage node's KV namespace for objects, when the pool is created.
+    pub s3_namespace_bytes: u64,
 }
 
 impl DevClusterConfig {
@@ -68,6 +78,8 @@ impl DevClusterConfig {
             volume_name: DEFAULT_VOLUME.to_string(),
             lease_ttl_ms: 4000,
             cdc_port: None,
+            s3_port: 9000,
+            s3_namespace_bytes: 1 << 30,
         }
     }
 }
@@ -81,6 +93,12 @@ pub enum DevClusterError {
         addr.port().wrapping_add(1).max(1024)
     )]
     PortInUse { addr: SocketAddr },
+    #[error(
+        "{addr} is already in use (another `ferrobay up`, MinIO or S3 gateway?); \
+         pick another S3 port with --s3-port, e.g. --s3-port {}",
+        addr.port().wrapping_add(1).max(1024)
+    )]
+    S3PortInUse { addr: SocketAddr },
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: SocketAddr, reason: String },
     #[error("data dir {path}: {reason}")]
@@ -128,6 +146,8 @@ pub struct DevCluster {
     cdc: Option<Cdc>,
     /// Why the CDC is not where it would be by default.
     cdc_note: Option<String>,
+    s3: Option<PoolGateway>,
+    s3_info: Option<S3Info>,
 }
 
 /// Name of the file in the data dir that holds the cluster's API token.
@@ -153,6 +173,11 @@ impl DevCluster {
         // Before anything starts: a taken port is the most likely failure, and the
         // cheapest to report.
         check_port_free(nvme_addr)?;
+        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
+        check_port_free(s3_addr).map_err(|e| match e {
+            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
+            other => other,
+        })?;
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
             path: cfg.data_dir.clone(),
             reason: e.to_string(),
@@ -190,6 +215,8 @@ impl DevCluster {
             api_token_path,
             cdc: None,
             cdc_note: None,
+            s3: None,
+            s3_info: None,
         };
         match cluster.bring_up(&cfg, &data_dir, progress).await {
             Ok(()) => Ok(cluster),
@@ -212,7 +239,9 @@ impl DevCluster {
         let ttl = Duration::from_millis(cfg.lease_ttl_ms);
         // First, so that it follows every node record from the start.
         self.start_cdc(cfg, progress).await?;
-        let drive_bytes = member_share_bytes(cfg.volume_size_bytes) + DRIVE_HEADROOM_BYTES;
+        let drive_bytes = member_share_bytes(cfg.volume_size_bytes)
+            + cfg.s3_namespace_bytes
+            + DRIVE_HEADROOM_BYTES;
         for name in STORAGE_NODES {
             progress(&format!("starting storage node {name}"));
             let node = start_storage_node(
@@ -306,7 +335,19 @@ impl DevCluster {
             "waiting for {PROCESSOR} to own {}",
             cfg.volume_name
         ));
-        self.wait_owned(&cfg.volume_name).await
+        self.wait_owned(&cfg.volume_name).await?;
+
+        let (gateway, info) = s3::start(
+            &self.store,
+            data_dir,
+            SocketAddr::new(cfg.addr, cfg.s3_port),
+            cfg.s3_namespace_bytes,
+            progress,
+        )
+        .await?;
+        self.s3 = Some(gateway);
+        self.s3_info = Some(info);
+        Ok(())
     }
 
     /// The central discovery controller on `addr`: the port asked for, else 8009, else
@@ -448,6 +489,11 @@ impl DevCluster {
         self.created
     }
 
+    /// The S3 gateway: endpoint, key pair, pool.
+    pub fn s3(&self) -> Option<&S3Info> {
+        self.s3_info.as_ref()
+    }
+
     /// The metadata store (embedded, owned by this process).
     pub fn store(&self) -> &Arc<dyn MetaStore> {
         &self.store
@@ -476,6 +522,9 @@ impl DevCluster {
 
     async fn stop_all(&mut self) -> Result<(), DevClusterError> {
         let mut first_error = None;
+        if let Some(gw) = self.s3.take() {
+            gw.shutdown().await;
+        }
         // Hosts stop discovering before the nodes leave.
         if let Some(c) = self.cdc.take() {
             c.stop().await;
@@ -600,6 +649,23 @@ fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
     crate::provision::sizing::member_bytes_for(&params, cfg.volume_size_bytes)
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
+    if cfg.s3_port == 0 {
+        return Err(DevClusterError::Config(
+            "--s3-port 0: S3 clients need a known port; pick one, e.g. --s3-port 9000".into(),
+        ));
+    }
+    if cfg.s3_port == cfg.port {
+        return Err(DevClusterError::Config(format!(
+            "--s3-port {} is the NVMe/TCP port too: pick another",
+            cfg.s3_port
+        )));
+    }
+    if cfg.s3_namespace_bytes < crate::provision::objpool::MIN_NAMESPACE_BYTES {
+        return Err(DevClusterError::Config(format!(
+            "S3 namespace size {} bytes is too small (at least 64M)",
+            cfg.s3_namespace_bytes
+        )));
+    }
     if cfg.lease_ttl_ms < 1000 {
         return Err(DevClusterError::Config(
             "lease TTL below 1000 ms is not supported".into(),

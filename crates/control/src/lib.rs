@@ -8,7 +8,8 @@
 //! - [`cdc`]: the central discovery controller: every subsystem of the cluster, from the
 //!   node records, per host.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
-//!   fabric), deleting, listing, moving them.
+//!   fabric), deleting, listing, moving them; object pools of KV namespaces.
+//! - [`pool_gateway`]: an S3 gateway on an object pool, following its record.
 //! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
 //!   client.
 //! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
@@ -26,6 +27,7 @@ pub mod events;
 pub mod exports;
 pub mod health;
 pub mod metaurl;
+pub mod pool_gateway;
 pub mod processor;
 pub mod provision;
 pub mod records;

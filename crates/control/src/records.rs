@@ -23,6 +23,10 @@ pub const PROCESSOR_SLOTS: &str = "/ferrobay/processor-slots/";
 /// in the same transaction.
 pub const PROCESSOR_SLOT_HOLDERS: &str = "/ferrobay/processor-slot-holders/";
 
+/// `/ferrobay/object-pools/<pool>` (no lease): the KV namespaces an object store keeps
+/// its shards in ([`ObjectPoolRecord`]); S3 gateways follow it.
+pub const OBJECT_POOLS: &str = "/ferrobay/object-pools/";
+
 /// Controller IDs per processor slot: slot `s` uses `s * CNTLIDS_PER_SLOT + 1 ..=
 /// (s + 1) * CNTLIDS_PER_SLOT`, so every processor node exporting the same volume
 /// subsystem hands out IDs no other one does (hosts reject duplicate cntlids in a
@@ -42,6 +46,11 @@ pub fn processor_hostnqn(node: &str) -> String {
     format!("nqn.2026-01.io.ferrobay:processor:{node}")
 }
 
+/// The host NQN an S3 gateway uses towards the storage nodes' KV namespaces.
+pub fn s3_hostnqn(gateway: &str) -> String {
+    format!("nqn.2026-01.io.ferrobay:s3:{gateway}")
+}
+
 /// The controller ID range of a processor slot.
 pub fn cntlid_range(slot: u16) -> (u16, u16) {
     let first = slot.saturating_mul(CNTLIDS_PER_SLOT).saturating_add(1);
@@ -57,6 +66,11 @@ pub fn reservation_key(node: &str) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h.max(1)
+}
+
+pub fn object_pool_key(pool: &str) -> Result<String, SchemaError> {
+    validate_name(pool)?;
+    Ok(format!("{OBJECT_POOLS}{pool}"))
 }
 
 pub fn volume_status_key(volume: &str) -> Result<String, SchemaError> {
@@ -226,6 +240,31 @@ impl VolumeRecord {
     pub fn nqn(&self) -> String {
         volume_nqn(&self.name)
     }
+}
+
+/// One Key Value namespace of an object pool: a shard store of the S3 gateways.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvNamespaceRecord {
+    /// The shard store id, recorded in every shard map that places shards here: stable
+    /// for the namespace's life and unique in the pool (`<node>/<drive>/<nsid>`).
+    pub id: String,
+    /// `nvme+tcp://ADDR:PORT[,ADDR:PORT]/SUBNQN/NSID`.
+    pub url: String,
+    /// The storage node that holds it, when it is a Ferrobay storage node.
+    pub storage_node: Option<String>,
+    /// No two shards of a stripe in the same domain (the storage node).
+    pub failure_domain: String,
+    pub size_bytes: u64,
+    pub added_unix_ms: u64,
+}
+
+/// `/ferrobay/object-pools/<name>` (no lease): the KV namespaces S3 gateways place
+/// object shards on. Namespaces are only ever added: shard maps name them for good.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectPoolRecord {
+    pub name: String,
+    pub namespaces: Vec<KvNamespaceRecord>,
+    pub created_unix_ms: u64,
 }
 
 /// `/ferrobay/volume-status/<name>`, under the owner's lease: what the owner sees.

@@ -1,5 +1,7 @@
-//! `ferrobay s3 run`: an S3 gateway (objstore::gateway) until Ctrl-C / SIGTERM;
-//! `ferrobay s3 key add|list|remove`: access keys kept in the object index.
+//! `ferrobay s3 run`: an S3 gateway (objstore::gateway) until Ctrl-C / SIGTERM, over
+//! directory stores or the KV namespaces of a cluster's object pool
+//! (control::pool_gateway); `ferrobay s3 key add|list|remove`: access keys kept in the
+//! object index; `ferrobay s3 pool create|add|list`: object pools (control::provision).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +15,10 @@ use objstore::index::{Index, ops};
 use objstore::layout::Geometry;
 use objstore::s3::Credentials;
 use objstore::shard::{DirShardStore, ShardStore};
+
+use control::pool_gateway::{PoolGateway, PoolGatewayError};
+use control::provision::objpool;
+use control::records::ObjectPoolRecord;
 
 use crate::cluster;
 
@@ -34,6 +40,30 @@ pub enum S3Command {
     Run(RunArgs),
     /// Access keys besides the root user's, kept in the object index.
     Key(KeyArgs),
+    /// Object pools: the KV namespaces on storage nodes that gateways started with
+    /// --meta keep object shards in.
+    Pool(PoolArgs),
+    /// Count the shards of every stored object: present, missing, on stores that cannot
+    /// be reached (asks each store whether the shard exists; changes nothing). Exit code
+    /// 1 when some piece is incomplete.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Object index (as for `s3 run`).
+    #[arg(long)]
+    pub index: String,
+    /// The cluster's metadata store (with --pool), as for `s3 run`.
+    #[arg(long, conflicts_with = "stores")]
+    pub meta: Option<String>,
+    #[arg(long, default_value = control::provision::objpool::DEFAULT_POOL, requires = "meta")]
+    pub pool: String,
+    /// Directory shard stores (as for `s3 run`).
+    #[arg(long = "store", required_unless_present = "meta")]
+    pub stores: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -44,11 +74,23 @@ pub struct RunArgs {
     /// Object index: sqlite:PATH (embedded, one machine) or postgres://USER@HOST:PORT/DB
     /// (shared by several gateways).
     #[arg(long)]
-    pub meta: String,
-    /// A shard store: ID=DIR (a directory of shard files) or ID@DOMAIN=DIR to name its
-    /// failure domain (default: the ID). Repeat for each store; shards of one stripe
-    /// always land in distinct failure domains.
-    #[arg(long = "store", required = true)]
+    pub index: String,
+    /// Shard stores from the cluster: the KV namespaces of object pool --pool, from the
+    /// metadata store at this URL (etcd://HOST:PORT[,HOST:PORT] or embedded:DIR), followed
+    /// while the gateway runs. Either this or --store.
+    #[arg(long, conflicts_with = "stores")]
+    pub meta: Option<String>,
+    /// The object pool (with --meta).
+    #[arg(long, default_value = control::provision::objpool::DEFAULT_POOL, requires = "meta")]
+    pub pool: String,
+    /// This gateway's name: its host NQN towards the storage nodes is
+    /// nqn.2026-01.io.ferrobay:s3:NAME (with --meta).
+    #[arg(long, default_value = "s3")]
+    pub name: String,
+    /// A directory shard store: ID=DIR or ID@DOMAIN=DIR to name its failure domain
+    /// (default: the ID). Repeat for each store; shards of one stripe always land in
+    /// distinct failure domains. Either this or --meta.
+    #[arg(long = "store", required_unless_present = "meta")]
     pub stores: Vec<String>,
     /// Erasure code of new buckets, K+M (a bucket may choose its own with the
     /// x-ferrobay-erasure header at creation).
@@ -77,7 +119,7 @@ pub enum KeyCommand {
     Add {
         /// Object index (as for `s3 run`).
         #[arg(long)]
-        meta: String,
+        index: String,
         /// The access key id (default: a random one).
         #[arg(long)]
         access_key: Option<String>,
@@ -85,14 +127,56 @@ pub enum KeyCommand {
     /// List access keys (not their secrets).
     List {
         #[arg(long)]
-        meta: String,
+        index: String,
     },
     /// Remove an access key.
     Remove {
         #[arg(long)]
-        meta: String,
+        index: String,
         access_key: String,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct PoolArgs {
+    #[command(subcommand)]
+    pub command: PoolCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PoolCommand {
+    /// Create an object pool: one new KV namespace of --size on each storage node
+    /// (Namespace Management over NVMe/TCP); each node is one failure domain.
+    Create(PoolChange),
+    /// Grow an object pool: one more KV namespace on each storage node named. Running
+    /// gateways start using them.
+    Add(PoolChange),
+    /// List object pools and their namespaces.
+    List {
+        /// Metadata store: etcd://HOST:PORT[,HOST:PORT] or embedded:DIR.
+        #[arg(long)]
+        meta: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct PoolChange {
+    /// The pool's name.
+    #[arg(default_value = control::provision::objpool::DEFAULT_POOL)]
+    pub name: String,
+    /// Registered storage nodes, one namespace each: n1,n2,n3.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub storage_nodes: Vec<String>,
+    /// Size of each namespace (e.g. 10G; at least 64M).
+    #[arg(long)]
+    pub size: String,
+    /// Metadata store: etcd://HOST:PORT[,HOST:PORT] or embedded:DIR.
+    #[arg(long)]
+    pub meta: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -143,12 +227,45 @@ async fn open_index(url: &str) -> anyhow::Result<Index> {
         || url.starts_with("postgresql://"))
     {
         return Err(cluster::usage(format!(
-            "--meta {url}: expected sqlite:PATH or postgres://USER@HOST:PORT/DB"
+            "--index {url}: expected sqlite:PATH or postgres://USER@HOST:PORT/DB"
         )));
     }
     Index::open(url)
         .await
         .with_context(|| format!("object index {url}"))
+}
+
+/// `--meta` names the cluster's metadata store; an index URL there is the old spelling.
+fn check_meta_url(url: &str) -> anyhow::Result<()> {
+    if url.starts_with("sqlite:") || url.starts_with("postgres") {
+        return Err(cluster::usage(format!(
+            "--meta {url}: --meta is the cluster's metadata store (etcd://... or \
+             embedded:DIR); give the object index with --index {url}"
+        )));
+    }
+    Ok(())
+}
+
+/// The gateway, on directory stores or on a cluster's object pool.
+enum Running {
+    Dirs(Gateway),
+    Pool(PoolGateway),
+}
+
+impl Running {
+    fn gateway(&self) -> &Gateway {
+        match self {
+            Running::Dirs(g) => g,
+            Running::Pool(p) => p.gateway(),
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Running::Dirs(g) => g.shutdown().await,
+            Running::Pool(p) => p.shutdown().await,
+        }
+    }
 }
 
 async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
@@ -157,26 +274,49 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
         a.ec.parse()
             .map_err(|e| cluster::usage(format!("--ec: {e}")))?;
     let inline_max = cluster::parse_size_arg("--inline-max", &a.inline_max)?;
-    let mut stores: Vec<Arc<dyn ShardStore>> = Vec::new();
-    for spec in &a.stores {
-        let (id, domain, dir) = parse_store(spec)?;
-        let store = DirShardStore::open(&dir, id.clone(), domain, None)
-            .with_context(|| format!("shard store {id} in {}", dir.display()))?;
-        stores.push(Arc::new(store));
-    }
+    let stores = dir_stores(&a.stores)?;
+    let meta = match &a.meta {
+        Some(url) => {
+            check_meta_url(url)?;
+            Some(cluster::open_store(url).await?)
+        }
+        None => None,
+    };
     let stop = cluster::stop_signal();
-    let index = open_index(&a.meta).await?;
+    let index = open_index(&a.index).await?;
     let mut config = GatewayConfig::new(a.listen, root);
     config.region = a.region;
     config.objects.default_geometry = geometry;
     config.objects.inline_max_bytes = usize::try_from(inline_max).unwrap_or(usize::MAX);
-    let store_count = stores.len();
-    let gateway = Gateway::start(config, index.clone(), stores)
-        .await
-        .map_err(|e| cluster::usage(e.to_string()))?;
-    let addr = gateway.local_addr();
+    let (running, stores_text) = match meta {
+        Some(meta) => {
+            let host =
+                nvmf_host::HostIdentity::from_hostnqn(&control::records::s3_hostnqn(&a.name))
+                    .map_err(|e| cluster::usage(format!("--name {}: {e}", a.name)))?;
+            let connector = control::pool_gateway::NvmeKvConnector::new(host);
+            let gw = PoolGateway::start(meta, &a.pool, config, index.clone(), Arc::new(connector))
+                .await
+                .map_err(|e| match e {
+                    PoolGatewayError::Control(c) => anyhow::Error::new(c),
+                    other => cluster::usage(other.to_string()),
+                })?;
+            let n = *gw.store_count().borrow();
+            (
+                Running::Pool(gw),
+                format!("object pool {} ({n} KV namespaces)", a.pool),
+            )
+        }
+        None => {
+            let n = stores.len();
+            let gw = Gateway::start(config, index.clone(), stores)
+                .await
+                .map_err(|e| cluster::usage(e.to_string()))?;
+            (Running::Dirs(gw), format!("{n} shard stores"))
+        }
+    };
+    let addr = running.gateway().local_addr();
     println!(
-        "S3 gateway on http://{addr} (index {}, {store_count} shard stores, new buckets {geometry})",
+        "S3 gateway on http://{addr} (index {}, {stores_text}, new buckets {geometry})",
         index.engine()
     );
     if let Some(path) = &a.endpoints_file {
@@ -189,7 +329,7 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     stop.await;
     eprintln!("ferrobay s3: stopping");
-    gateway.shutdown().await;
+    running.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -203,8 +343,8 @@ fn random_token(len: usize, alphabet: &[u8]) -> String {
 
 async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
     match k {
-        KeyCommand::Add { meta, access_key } => {
-            let index = open_index(&meta).await?;
+        KeyCommand::Add { index, access_key } => {
+            let index = open_index(&index).await?;
             let access_key = access_key.unwrap_or_else(|| {
                 format!(
                     "FB{}",
@@ -226,8 +366,8 @@ async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
             println!("AccessKeyId      {access_key}");
             println!("SecretAccessKey  {secret}");
         }
-        KeyCommand::List { meta } => {
-            let index = open_index(&meta).await?;
+        KeyCommand::List { index } => {
+            let index = open_index(&index).await?;
             let keys = index
                 .read(ops::access_keys)
                 .await
@@ -238,8 +378,8 @@ async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
                 println!("{k:<24} {created}");
             }
         }
-        KeyCommand::Remove { meta, access_key } => {
-            let index = open_index(&meta).await?;
+        KeyCommand::Remove { index, access_key } => {
+            let index = open_index(&index).await?;
             let ak = access_key.clone();
             let removed = index
                 .write(move |tx| ops::delete_access_key(tx, &ak))
@@ -276,10 +416,145 @@ fn humantime_ms(ms: i64) -> String {
     )
 }
 
+async fn run_pool(p: PoolCommand) -> anyhow::Result<ExitCode> {
+    let (change, create) = match p {
+        PoolCommand::List { meta, json } => {
+            check_meta_url(&meta)?;
+            let store = cluster::open_store(&meta).await?;
+            let pools = objpool::list_pools(store.as_ref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pools)?);
+            } else {
+                print!("{}", pools_text(&pools));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PoolCommand::Create(c) => (c, true),
+        PoolCommand::Add(c) => (c, false),
+    };
+    check_meta_url(&change.meta)?;
+    let size_bytes = cluster::parse_size_arg("--size", &change.size)?;
+    let store = cluster::open_store(&change.meta).await?;
+    let req = objpool::PoolNamespaces {
+        pool: change.name.clone(),
+        storage_nodes: change.storage_nodes.clone(),
+        size_bytes,
+    };
+    let host = nvmf_host::HostIdentity::system()?;
+    let record = if create {
+        objpool::create_pool(store.as_ref(), &req, &host).await?
+    } else {
+        objpool::add_to_pool(store.as_ref(), &req, &host).await?
+    };
+    if change.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{}", pools_text(std::slice::from_ref(&record)));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferrobay s3 pool list`: one block per pool, one line per namespace.
+fn pools_text(pools: &[ObjectPoolRecord]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if pools.is_empty() {
+        out.push_str("no object pools (create one with `ferrobay s3 pool create`)\n");
+    }
+    for p in pools {
+        let total: u64 = p.namespaces.iter().map(|n| n.size_bytes).sum();
+        let domains: std::collections::BTreeSet<&str> = p
+            .namespaces
+            .iter()
+            .map(|n| n.failure_domain.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "pool {}: {} KV namespaces, {} failure domains, {}",
+            p.name,
+            p.namespaces.len(),
+            domains.len(),
+            cluster::human_bytes(total)
+        );
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<10} {:>12}  URL",
+            "STORE", "DOMAIN", "SIZE"
+        );
+        for n in &p.namespaces {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<10} {:>12}  {}",
+                n.id,
+                n.failure_domain,
+                cluster::human_bytes(n.size_bytes),
+                n.url
+            );
+        }
+    }
+    out
+}
+
+/// The directory stores of `--store` specs.
+fn dir_stores(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn ShardStore>>> {
+    let mut stores: Vec<Arc<dyn ShardStore>> = Vec::new();
+    for spec in specs {
+        let (id, domain, dir) = parse_store(spec)?;
+        let store = DirShardStore::open(&dir, id.clone(), domain, None)
+            .with_context(|| format!("shard store {id} in {}", dir.display()))?;
+        stores.push(Arc::new(store));
+    }
+    Ok(stores)
+}
+
+async fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
+    let stores = match &a.meta {
+        Some(url) => {
+            check_meta_url(url)?;
+            let meta = cluster::open_store(url).await?;
+            let host =
+                nvmf_host::HostIdentity::from_hostnqn(&control::records::s3_hostnqn("check"))?;
+            let connector = Arc::new(control::pool_gateway::NvmeKvConnector::new(host));
+            control::pool_gateway::connect_pool_stores(meta, &a.pool, connector).await?
+        }
+        None => dir_stores(&a.stores)?,
+    };
+    let index = open_index(&a.index).await?;
+    let set =
+        objstore::placement::StoreSet::new(stores).map_err(|e| cluster::usage(e.to_string()))?;
+    let layer = objstore::objects::ObjectLayer::new(
+        index,
+        set,
+        objstore::objects::ObjectConfig::default(),
+        Arc::new(objstore::clock::SystemClock),
+    );
+    let r = layer.check().await.context("check")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} pieces, {} incomplete, {} invalid; shards: {} present, {} missing, {} unreachable",
+            r.pieces,
+            r.pieces_incomplete,
+            r.pieces_invalid,
+            r.shards.present,
+            r.shards.missing,
+            r.shards.unreachable
+        );
+    }
+    Ok(if r.pieces_incomplete == 0 && r.pieces_invalid == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 pub async fn run(a: S3Args) -> anyhow::Result<ExitCode> {
     match a.command {
+        S3Command::Check(c) => run_check(c).await,
         S3Command::Run(r) => run_gateway(r).await,
         S3Command::Key(k) => run_key(k.command).await,
+        S3Command::Pool(p) => run_pool(p.command).await,
     }
 }
 

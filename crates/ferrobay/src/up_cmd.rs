@@ -31,10 +31,24 @@ pub struct UpArgs {
     /// free port.
     #[arg(long)]
     pub cdc_port: Option<u16>,
+    /// S3 port (on --addr) of the gateway on the storage nodes' KV namespaces.
+    #[arg(long, default_value_t = 9000)]
+    pub s3_port: u16,
+    /// Size of each storage node's KV namespace for objects, when it is created.
+    #[arg(long, default_value = "1G")]
+    pub s3_size: String,
 }
 
 fn progress(line: &str) {
     eprintln!("ferrobay up: {line}");
+}
+
+/// The loopback address of `a`'s family.
+fn loopback(a: std::net::SocketAddr) -> IpAddr {
+    match a {
+        std::net::SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+        std::net::SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    }
 }
 
 fn print_ready(c: &DevCluster) {
@@ -43,10 +57,7 @@ fn print_ready(c: &DevCluster) {
         || "-".to_string(),
         |mut a| {
             if a.ip().is_unspecified() {
-                a.set_ip(match a {
-                    std::net::SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
-                    std::net::SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
-                });
+                a.set_ip(loopback(a));
             }
             a.to_string()
         },
@@ -88,6 +99,34 @@ fn print_ready(c: &DevCluster) {
         "Status: ferrobay volume status {} --api {api}",
         c.volume()
     );
+    if let Some(s3) = c.s3() {
+        let mut addr = s3.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(loopback(addr));
+        }
+        let what = if s3.created_pool { "created" } else { "reused" };
+        let _ = writeln!(
+            out,
+            "S3: http://{addr} (object pool {} ({what}): {} KV namespaces, EC {})",
+            s3.pool, s3.namespaces, s3.geometry
+        );
+        let _ = writeln!(
+            out,
+            "Credentials (kept in {}):",
+            s3.credentials_file.display()
+        );
+        let _ = writeln!(
+            out,
+            "  export AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} AWS_DEFAULT_REGION={}",
+            s3.keys.access_key, s3.keys.secret_key, s3.region
+        );
+        let _ = writeln!(out, "Try it:");
+        let _ = writeln!(out, "  aws --endpoint-url http://{addr} s3 mb s3://bucket");
+        let _ = writeln!(
+            out,
+            "  aws --endpoint-url http://{addr} s3 cp ./file s3://bucket/file"
+        );
+    }
     let _ = writeln!(out, "Press Ctrl-C to stop.");
     let _ = out.flush();
 }
@@ -98,12 +137,20 @@ pub async fn run(a: UpArgs) -> anyhow::Result<ExitCode> {
             "--port 0: hosts need a known port; pick one, e.g. --port 4420",
         ));
     }
+    if a.s3_port == 0 {
+        return Err(cluster::usage(
+            "--s3-port 0: S3 clients need a known port; pick one, e.g. --s3-port 9000",
+        ));
+    }
     let volume_size_bytes = cluster::parse_size_arg("--volume-size", &a.volume_size)?;
+    let s3_namespace_bytes = cluster::parse_size_arg("--s3-size", &a.s3_size)?;
     let mut cfg = DevClusterConfig::new(a.data_dir);
     cfg.addr = a.addr;
     cfg.port = a.port;
     cfg.volume_size_bytes = volume_size_bytes;
     cfg.cdc_port = a.cdc_port;
+    cfg.s3_port = a.s3_port;
+    cfg.s3_namespace_bytes = s3_namespace_bytes;
     devcluster::run(cfg, &progress, print_ready, cluster::stop_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

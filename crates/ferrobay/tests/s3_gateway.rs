@@ -1,7 +1,11 @@
 //! `ferrobay s3 run` end to end: the boto3 suite (tests/s3/*.py, run by pytest) and the
 //! aws CLI against a gateway process on SQLite, and two gateway processes sharing a
-//! PostgreSQL index. Missing Python packages, aws or PostgreSQL fail the test under
-//! FERROBAY_REQUIRE_ALL=1 (scripts/install-deps.sh installs them) and skip otherwise.
+//! PostgreSQL index; the same suite and CLI session against the gateway `ferrobay up`
+//! starts on its storage nodes' KV namespaces (a process, as a user runs it). Missing
+//! Python packages, aws or PostgreSQL fail the test under FERROBAY_REQUIRE_ALL=1
+//! (scripts/install-deps.sh installs them) and skip otherwise.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,6 +16,24 @@ use testkit::prereq::missing as skip_or_fail;
 
 const ACCESS_KEY: &str = "ferrobay-root";
 const SECRET_KEY: &str = "ferrobay-root-secret";
+
+/// A gateway and the key pair to use it with.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    url: String,
+    access_key: String,
+    secret_key: String,
+}
+
+impl Endpoint {
+    fn root(url: &str) -> Endpoint {
+        Endpoint {
+            url: url.to_string(),
+            access_key: ACCESS_KEY.into(),
+            secret_key: SECRET_KEY.into(),
+        }
+    }
+}
 
 /// A `ferrobay s3 run` child process, killed on drop.
 struct GatewayProcess {
@@ -48,7 +70,7 @@ fn start_gateway(dir: &Path, meta: &str, name: &str) -> GatewayProcess {
     let endpoints = dir.join(format!("{name}.json"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = ferrobay()
-        .args(["s3", "run", "--listen", "127.0.0.1:0", "--meta", meta])
+        .args(["s3", "run", "--listen", "127.0.0.1:0", "--index", meta])
         .args(store_args(dir))
         .arg("--endpoints-file")
         .arg(&endpoints)
@@ -104,14 +126,14 @@ fn suite_dir() -> PathBuf {
 }
 
 /// `ferrobay s3 key add`: returns (access key, secret).
-fn add_key(meta: &str, access_key: &str) -> (String, String) {
+fn add_key(index: &str, access_key: &str) -> (String, String) {
     let out = ferrobay()
         .args([
             "s3",
             "key",
             "add",
-            "--meta",
-            meta,
+            "--index",
+            index,
             "--access-key",
             access_key,
         ])
@@ -131,24 +153,18 @@ fn add_key(meta: &str, access_key: &str) -> (String, String) {
     (field("AccessKeyId"), field("SecretAccessKey"))
 }
 
-#[test]
-fn boto3_suite_against_the_gateway() {
-    if let Err(why) = python_ready() {
-        return skip_or_fail(&why);
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let meta = format!("sqlite:{}", dir.path().join("index.db").display());
-    let gw = start_gateway(dir.path(), &meta, "gw");
-    let (alt_key, alt_secret) = add_key(&meta, "ALTUSER");
+/// The boto3 suite against `root`, with `alt` as the second user; `log` is the
+/// gateway's log, shown when the suite fails.
+fn run_boto3_suite(root: &Endpoint, alt: (String, String), log: &dyn Fn() -> String) {
     let out = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short"])
         .arg(suite_dir())
         .current_dir(suite_dir())
-        .env("S3_ENDPOINT", &gw.endpoint)
-        .env("S3_ACCESS_KEY", ACCESS_KEY)
-        .env("S3_SECRET_KEY", SECRET_KEY)
-        .env("S3_ALT_ACCESS_KEY", alt_key)
-        .env("S3_ALT_SECRET_KEY", alt_secret)
+        .env("S3_ENDPOINT", &root.url)
+        .env("S3_ACCESS_KEY", &root.access_key)
+        .env("S3_SECRET_KEY", &root.secret_key)
+        .env("S3_ALT_ACCESS_KEY", alt.0)
+        .env("S3_ALT_SECRET_KEY", alt.1)
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .output()
         .expect("python3 -m pytest");
@@ -156,7 +172,7 @@ fn boto3_suite_against_the_gateway() {
     let summary = stdout.lines().last().unwrap_or_default().to_string();
     println!("boto3 suite: {summary}");
     if !out.status.success() {
-        let log = std::fs::read_to_string(dir.path().join("gw.log")).unwrap_or_default();
+        let log = log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
             "boto3 suite failed:\n{stdout}\n{}\ngateway log (last lines):\n{}",
@@ -166,14 +182,28 @@ fn boto3_suite_against_the_gateway() {
     }
 }
 
-fn aws(endpoint: &str, args: &[&str], cwd: &Path) -> Output {
+#[test]
+fn boto3_suite_against_the_gateway() {
+    if let Err(why) = python_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = format!("sqlite:{}", dir.path().join("index.db").display());
+    let gw = start_gateway(dir.path(), &meta, "gw");
+    let alt = add_key(&meta, "ALTUSER");
+    run_boto3_suite(&Endpoint::root(&gw.endpoint), alt, &|| {
+        std::fs::read_to_string(dir.path().join("gw.log")).unwrap_or_default()
+    });
+}
+
+fn aws(e: &Endpoint, args: &[&str], cwd: &Path) -> Output {
     Command::new("aws")
         .arg("--endpoint-url")
-        .arg(endpoint)
+        .arg(&e.url)
         .args(args)
         .current_dir(cwd)
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_ACCESS_KEY_ID", &e.access_key)
+        .env("AWS_SECRET_ACCESS_KEY", &e.secret_key)
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("AWS_CONFIG_FILE", "/dev/null")
@@ -182,7 +212,7 @@ fn aws(endpoint: &str, args: &[&str], cwd: &Path) -> Output {
         .expect("run aws")
 }
 
-fn aws_ok(endpoint: &str, args: &[&str], cwd: &Path) -> String {
+fn aws_ok(endpoint: &Endpoint, args: &[&str], cwd: &Path) -> String {
     let out = aws(endpoint, args, cwd);
     assert!(
         out.status.success(),
@@ -202,7 +232,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// The aws CLI's everyday commands against one gateway: high-level `aws s3` (with its
 /// multipart uploads above 8 MiB) and `aws s3api`.
-fn aws_cli_session(a: &str, b: &str, work: &Path) {
+fn aws_cli_session(a: &Endpoint, b: &Endpoint, work: &Path) {
     std::fs::create_dir_all(work.join("up/sub")).expect("mkdir");
     let big = pattern(20 << 20, 1);
     std::fs::write(work.join("up/big.bin"), &big).expect("write");
@@ -318,7 +348,8 @@ fn aws_cli_against_the_gateway() {
     let dir = tempfile::tempdir().expect("tempdir");
     let meta = format!("sqlite:{}", dir.path().join("index.db").display());
     let gw = start_gateway(dir.path(), &meta, "gw");
-    aws_cli_session(&gw.endpoint, &gw.endpoint, &dir.path().join("work"));
+    let e = Endpoint::root(&gw.endpoint);
+    aws_cli_session(&e, &e, &dir.path().join("work"));
 }
 
 #[test]
@@ -335,7 +366,11 @@ fn two_gateways_share_a_postgresql_index() {
     let a = start_gateway(dir.path(), &url, "a");
     let b = start_gateway(dir.path(), &url, "b");
     // Written through one gateway, read and deleted through the other.
-    aws_cli_session(&a.endpoint, &b.endpoint, &dir.path().join("work"));
+    aws_cli_session(
+        &Endpoint::root(&a.endpoint),
+        &Endpoint::root(&b.endpoint),
+        &dir.path().join("work"),
+    );
 }
 
 #[test]
@@ -355,20 +390,21 @@ fn bad_command_lines_get_one_line_reasons() {
         c.args(args).output().expect("run")
     };
     let store = format!("s1={}", dir.path().join("s1").display());
-    let cases: [(&[&str], bool, &str); 4] = [
+    let cases: [(&[&str], bool, &str); 5] = [
+        // --meta is the cluster's metadata store; the index has its own flag.
         (
             &[
                 "s3",
                 "run",
                 "--listen",
                 "127.0.0.1:0",
+                "--index",
+                "sqlite:/tmp/x.db",
                 "--meta",
-                "mysql://x",
-                "--store",
-                &store,
+                "sqlite:/tmp/x.db",
             ],
             true,
-            "--meta mysql://x",
+            "give the object index with --index sqlite:/tmp/x.db",
         ),
         (
             &[
@@ -376,7 +412,21 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
+                "mysql://x",
+                "--store",
+                &store,
+            ],
+            true,
+            "--index mysql://x",
+        ),
+        (
+            &[
+                "s3",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 "nodir",
@@ -390,7 +440,7 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 &store,
@@ -406,7 +456,7 @@ fn bad_command_lines_get_one_line_reasons() {
                 "run",
                 "--listen",
                 "127.0.0.1:0",
-                "--meta",
+                "--index",
                 "sqlite:/tmp/x.db",
                 "--store",
                 &store,
@@ -432,7 +482,7 @@ fn bad_command_lines_get_one_line_reasons() {
             "run",
             "--listen",
             "127.0.0.1:0",
-            "--meta",
+            "--index",
             &meta,
             "--store",
             &store,
@@ -442,4 +492,124 @@ fn bad_command_lines_get_one_line_reasons() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("failure domains"), "{err}");
+}
+
+/// `ferrobay up` on `data_dir` (NVMe/TCP and S3 ports given), ready; the S3 endpoint
+/// and key pair it printed.
+fn start_up(data_dir: &Path, ports: (u16, u16), log: PathBuf) -> (common::up::Up, Endpoint) {
+    let mut up = common::up::Up::start_ports(data_dir, ports.0, ports.1, log, &[]);
+    up.wait_connect_line();
+    let s3 = up.s3();
+    assert_eq!(s3.region, "us-east-1");
+    let e = Endpoint {
+        url: s3.endpoint,
+        access_key: s3.access_key,
+        secret_key: s3.secret_key,
+    };
+    (up, e)
+}
+
+fn up_ports() -> (u16, u16) {
+    let p = testkit::net::free_ports(2).expect("ports");
+    (p[0], p[1])
+}
+
+/// The gateway `ferrobay up` starts (EC 2+1 on the KV namespaces of its three storage
+/// nodes), driven by the whole boto3 suite.
+#[test]
+fn boto3_suite_against_ferrobay_up() {
+    if let Err(why) = python_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("data");
+    let (mut up, root) = start_up(&data_dir, up_ports(), dir.path().join("up.log"));
+    let index = format!("sqlite:{}", data_dir.join("s3/index.db").display());
+    let alt = add_key(&index, "ALTUSER");
+    run_boto3_suite(&root, alt, &|| up.log());
+    assert!(up.interrupt().success(), "{}", up.log());
+}
+
+/// The aws CLI against `ferrobay up`'s gateway (put/get/list/delete, multipart, ranged
+/// GET), then a restart on the same data dir: the same key pair, the pool reused, the
+/// objects there with their bytes.
+#[test]
+fn aws_cli_against_ferrobay_up_and_its_restart() {
+    if let Err(why) = aws_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("data");
+    let ports = up_ports();
+    let (mut up, e) = start_up(&data_dir, ports, dir.path().join("up1.log"));
+    assert!(
+        up.stdout
+            .iter()
+            .any(|l| l.starts_with("S3: ") && l.contains("(created)") && l.contains("EC 2+1")),
+        "{}",
+        up.log()
+    );
+    assert!(
+        up.stdout
+            .iter()
+            .any(|l| l.contains("aws --endpoint-url") && l.contains(" s3 cp ")),
+        "no aws s3 cp example:\n{}",
+        up.log()
+    );
+    let work = dir.path().join("work");
+    aws_cli_session(&e, &e, &work);
+
+    // A multi-stripe object that stays, and a ranged GET of it.
+    let keep = pattern(5 << 20, 9);
+    std::fs::write(work.join("keep.bin"), &keep).expect("write");
+    aws_ok(&e, &["s3", "mb", "s3://kept"], &work);
+    aws_ok(&e, &["s3", "cp", "keep.bin", "s3://kept/keep.bin"], &work);
+    let ranged = |e: &Endpoint, out: &str| {
+        aws_ok(
+            e,
+            &[
+                "s3api",
+                "get-object",
+                "--bucket",
+                "kept",
+                "--key",
+                "keep.bin",
+                "--range",
+                "bytes=2097000-2099999",
+                out,
+            ],
+            &work,
+        );
+        assert_eq!(
+            std::fs::read(work.join(out)).expect("read"),
+            &keep[2_097_000..2_100_000],
+            "ranged GET across a stripe boundary"
+        );
+    };
+    ranged(&e, "range1.out");
+    assert!(up.interrupt().success(), "{}", up.log());
+
+    let (mut up, e2) = start_up(&data_dir, ports, dir.path().join("up2.log"));
+    assert_eq!(
+        (&e2.access_key, &e2.secret_key),
+        (&e.access_key, &e.secret_key),
+        "the key pair is kept in the data dir"
+    );
+    assert!(
+        up.stdout
+            .iter()
+            .any(|l| l.starts_with("S3: ") && l.contains("(reused)")),
+        "{}",
+        up.log()
+    );
+    aws_ok(&e2, &["s3", "cp", "s3://kept/keep.bin", "back.bin"], &work);
+    assert_eq!(
+        std::fs::read(work.join("back.bin")).expect("read"),
+        keep,
+        "the object after a restart"
+    );
+    ranged(&e2, "range2.out");
+    aws_ok(&e2, &["s3", "rm", "s3://kept/keep.bin"], &work);
+    aws_ok(&e2, &["s3", "rb", "s3://kept"], &work);
+    assert!(up.interrupt().success(), "{}", up.log());
 }

@@ -16,6 +16,8 @@
 //!   controllers, by ANA state, with failover; it opens when any path connects, retries
 //!   the others in the background and checks that a returning path shows the same
 //!   namespace before using it.
+//! - [`KvNamespace`] / [`MultipathKvNamespace`]: a Key Value namespace (Store, Retrieve,
+//!   Delete, Exist, List) on the same queues, single path or multipath (see [`kv`]).
 //! - [`NvmeTcpUrl`] names a namespace for tools, as
 //!   `nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd&queues=N...]`;
 //!   [`NvmeTcpUrl::open_device`] gives a multipath device for several addresses.
@@ -47,7 +49,9 @@
 //! - Reads, writes, Flush, Write Zeroes and Deallocate of a [`RemoteNamespace`] are
 //!   marked *retry*: submitted or in flight during a reconnect, they wait for it and are
 //!   sent again on the new connection (also after an Abort that aborted them, or a data
-//!   digest mismatch), at most [`queue::MAX_RETRIES`] times per command. Everything else
+//!   digest mismatch), at most [`queue::MAX_RETRIES`] times per command; so are the five
+//!   commands of a [`KvNamespace`] (see [`kv`] for the two answers a re-send can change).
+//!   Everything else
 //!   (reservations, admin commands, pass-through unless asked) fails at once with the
 //!   transport error: it is not idempotent, or the caller knows better.
 //!
@@ -66,6 +70,7 @@ pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod host_identity;
+pub mod kv;
 pub mod multipath;
 pub mod namespace;
 pub mod queue;
@@ -75,8 +80,10 @@ pub mod url;
 pub use controller::{ConnectOptions, Controller, ControllerState, ControllerStatus};
 pub use discovery::{DiscoveryEntry, discover, discover_all, format_discovery_log};
 pub use host_identity::HostIdentity;
+pub use kv::{AnyKvNamespace, BufResult, KvError, KvNamespace, KvNamespaceInfo, KvPage, StoreMode};
 pub use multipath::{
-    MultipathNamespace, MultipathOptions, PathAddr, PathInfo, PathPolicy, PendingPath,
+    MultipathKvNamespace, MultipathNamespace, MultipathOptions, PathAddr, PathInfo, PathPolicy,
+    PendingPath,
 };
 pub use namespace::RemoteNamespace;
 pub use url::NvmeTcpUrl;

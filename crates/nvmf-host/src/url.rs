@@ -22,7 +22,8 @@ use nvme_proto::tcp::Digests;
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
-use crate::multipath::{MultipathNamespace, MultipathOptions, PathAddr};
+use crate::kv::{AnyKvNamespace, KvNamespace};
+use crate::multipath::{MultipathKvNamespace, MultipathNamespace, MultipathOptions, PathAddr};
 use crate::namespace::RemoteNamespace;
 
 /// The IANA port of NVMe/TCP I/O controllers, used when the URL names none.
@@ -240,6 +241,65 @@ impl NvmeTcpUrl {
         ))
     }
 
+    /// Opens the URL's Key Value namespace (or the first active one when it names none):
+    /// through one controller for one address, as a [`MultipathKvNamespace`] over all of
+    /// them for several. A namespace of another command set is refused, naming it.
+    pub async fn open_kv(
+        &self,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<AnyKvNamespace> {
+        if self.more_paths.is_empty() {
+            let ctrl = self.connect(host, opts).await?;
+            let opened = match self.nsid {
+                Some(n) => KvNamespace::open(&ctrl, n).await,
+                None => KvNamespace::open_first(&ctrl).await,
+            };
+            return match opened {
+                Ok(ns) => Ok(AnyKvNamespace::Single(ns)),
+                Err(e) => {
+                    ctrl.disconnect().await;
+                    Err(e)
+                }
+            };
+        }
+        Ok(AnyKvNamespace::Multipath(
+            self.open_kv_multipath(host, opts, mp).await?,
+        ))
+    }
+
+    /// Opens the URL's Key Value namespace through every address as a
+    /// [`MultipathKvNamespace`] (also for one address: a path that gives up reconnecting
+    /// is then connected again from scratch in the background).
+    pub async fn open_kv_multipath(
+        &self,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<MultipathKvNamespace> {
+        MultipathKvNamespace::connect(
+            self.path_addrs(),
+            &self.subnqn,
+            self.nsid,
+            host,
+            &self.apply(opts),
+            mp,
+        )
+        .await
+    }
+
+    /// Every address of the URL, the first one first.
+    pub fn path_addrs(&self) -> Vec<PathAddr> {
+        std::iter::once((&self.host, self.port))
+            .chain(self.more_paths.iter().map(|(h, p)| (h, *p)))
+            .map(|(h, p)| PathAddr {
+                host: h.clone(),
+                port: p,
+            })
+            .collect()
+    }
+
     /// Opens the namespace through every address of the URL: it opens when any path
     /// connects, and the others join in the background (see [`MultipathNamespace`]).
     pub async fn open_multipath(
@@ -248,13 +308,7 @@ impl NvmeTcpUrl {
         opts: &ConnectOptions,
         mp: MultipathOptions,
     ) -> Result<MultipathNamespace> {
-        let addrs = std::iter::once((&self.host, self.port))
-            .chain(self.more_paths.iter().map(|(h, p)| (h, *p)))
-            .map(|(h, p)| PathAddr {
-                host: h.clone(),
-                port: p,
-            })
-            .collect();
+        let addrs = self.path_addrs();
         MultipathNamespace::connect_to(addrs, &self.subnqn, self.nsid, host, &self.apply(opts), mp)
             .await
     }

@@ -8,6 +8,7 @@
 //! its buffers and closes before any of them exits, so it holds nothing but I/O: queue
 //! choice, command submission, the socket driver tasks, completions and wake-ups. The
 //! target's count is reported, not asserted (it boxes one future per command today).
+//! The same holds for the commands of a Key Value namespace, single path and multipath.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,8 +18,13 @@ use std::sync::Arc;
 
 use blockdev::{BlockDevice, IO_FUTURE_INLINE_BYTES, IoBuf, RamDevice, WriteFlags};
 use common::host;
-use nvmf_host::{ConnectOptions, Controller, RemoteNamespace};
-use nvmf_target::{NamespaceConfig, SubsystemConfig, Target, TargetConfig};
+use nvmf_host::{
+    AnyKvNamespace, ConnectOptions, Controller, KvNamespace, MultipathKvNamespace,
+    MultipathOptions, RemoteNamespace, StoreMode,
+};
+use nvmf_target::{
+    KvNamespaceConfig, MemKvBackend, NamespaceConfig, SubsystemConfig, Target, TargetConfig,
+};
 use testkit::alloc::{CountingAllocator, Tag, allocations, set_thread_tag};
 
 #[global_allocator]
@@ -28,7 +34,11 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 const HOST: Tag = Tag::A;
 const TARGET: Tag = Tag::B;
 
+/// The tests of this binary run one at a time: the counters are per tag, not per test.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const NQN: &str = "nqn.2026-01.io.ferrobay.test:host-noalloc";
+const KV_NSID: u32 = 2;
 const WORKERS: u64 = 8;
 const IOS_PER_WORKER: u64 = 2_000;
 
@@ -55,6 +65,12 @@ fn start_target() -> (
             let dev = Arc::new(RamDevice::new("ram1", 64 << 20));
             target
                 .add_namespace(NQN, NamespaceConfig::whole_device(1, dev))
+                .unwrap();
+            // A Key Value namespace beside it (the store's own allocations are the
+            // target's).
+            let kv = Arc::new(MemKvBackend::new(256 << 20, 1 << 20));
+            target
+                .add_kv_namespace(NQN, KvNamespaceConfig::new(KV_NSID, kv, 1 << 20))
                 .unwrap();
             let l = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
             let l2 = target.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -151,8 +167,142 @@ async fn measure(what: &str, ns: &Arc<RemoteNamespace>, dev: Option<Arc<dyn Bloc
     );
 }
 
+/// Runs `WORKERS` tasks of KV commands (4 KiB in-capsule Stores, 64 KiB Stores with
+/// R2T, Retrieves into the same buffers, short Retrieves, Exist, Delete, List into a
+/// 256-byte buffer; some of them answer Key Does Not Exist or Key Exists) and counts the
+/// allocations made while all of them do nothing else. Every task has its commands
+/// in flight at once with the others: the queues are pipelined.
+async fn run_kv(ns: &Arc<AnyKvNamespace>) -> Counted {
+    let ready = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+    let go = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+    let done = Arc::new(tokio::sync::Barrier::new(WORKERS as usize + 1));
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        let ns = ns.clone();
+        let (ready, go, done) = (ready.clone(), go.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut small = IoBuf::new_zeroed(4096);
+            let mut big = IoBuf::new_zeroed(65536);
+            let mut head = IoBuf::new_zeroed(512);
+            let mut list = IoBuf::new_zeroed(256);
+            let keys: Vec<[u8; 16]> = (0..64u64)
+                .map(|i| {
+                    let mut k = [0u8; 16];
+                    k[..8].copy_from_slice(&w.to_be_bytes());
+                    k[8..].copy_from_slice(&i.to_be_bytes());
+                    k
+                })
+                .collect();
+            ready.wait().await;
+            go.wait().await;
+            for i in 0..IOS_PER_WORKER / 4 {
+                let k = &keys[(i % 64) as usize];
+                let r;
+                if i % 2 == 0 {
+                    (r, small) = ns.store(k, small, StoreMode::Always).await;
+                    r.unwrap();
+                    let r2;
+                    (r2, big) = ns.retrieve(k, big).await;
+                    assert_eq!(r2.unwrap(), 4096);
+                } else {
+                    (r, big) = ns.store(k, big, StoreMode::Always).await;
+                    r.unwrap();
+                    let r2;
+                    (r2, head) = ns.retrieve(k, head).await;
+                    assert_eq!(r2.unwrap(), 65536, "a short buffer gets the whole size");
+                }
+                assert!(ns.exist(k).await.unwrap());
+                let r3;
+                (r3, small) = ns.store(k, small, StoreMode::OnlyIfAbsent).await;
+                assert!(matches!(r3, Err(nvmf_host::KvError::KeyExists)));
+                if i % 8 == 7 {
+                    ns.delete(k).await.unwrap();
+                    let r4;
+                    (r4, small) = ns.retrieve(k, small).await;
+                    assert!(matches!(r4, Err(nvmf_host::KvError::KeyNotFound)));
+                    let r5;
+                    (r5, list) = ns.list_into(Some(&k[..]), list).await;
+                    r5.unwrap();
+                }
+            }
+            done.wait().await;
+            drop((small, big, head, list));
+        }));
+    }
+    ready.wait().await;
+    let (host0, target0) = (allocations(HOST), allocations(TARGET));
+    go.wait().await;
+    done.wait().await;
+    let c = Counted {
+        host: allocations(HOST) - host0,
+        target: allocations(TARGET) - target0,
+        ios: WORKERS * (IOS_PER_WORKER / 4) * 4,
+    };
+    for t in tasks {
+        t.await.unwrap();
+    }
+    c
+}
+
+async fn measure_kv(what: &str, ns: &Arc<AnyKvNamespace>) {
+    run_kv(ns).await;
+    run_kv(ns).await;
+    let c = run_kv(ns).await;
+    println!(
+        "{what}: at least {} KV commands, host allocations {}, target allocations {}",
+        c.ios, c.host, c.target
+    );
+    assert_eq!(
+        c.host, 0,
+        "{what}: the host allocated during {} KV commands",
+        c.ios
+    );
+}
+
+#[test]
+fn steady_state_kv_commands_allocate_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (addr, addr2, stop) = start_target();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| set_thread_tag(HOST))
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let o = ConnectOptions {
+            io_queues: 2,
+            queue_size: 32,
+            kato_ms: 60_000,
+            ..ConnectOptions::default()
+        };
+        let c = Controller::connect(addr, NQN, &host(), &o).await.unwrap();
+        let ns = Arc::new(AnyKvNamespace::Single(
+            KvNamespace::open(&c, KV_NSID).await.unwrap(),
+        ));
+        measure_kv("KvNamespace", &ns).await;
+        let mp = MultipathKvNamespace::connect(
+            vec![addr.into(), addr2.into()],
+            NQN,
+            Some(KV_NSID),
+            &host(),
+            &o,
+            MultipathOptions::default(),
+        )
+        .await
+        .unwrap();
+        measure_kv(
+            "MultipathKvNamespace",
+            &Arc::new(AnyKvNamespace::Multipath(mp)),
+        )
+        .await;
+    });
+    let _ = stop.send(());
+}
+
 #[test]
 fn steady_state_io_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let (addr, addr2, stop) = start_target();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -5,7 +5,7 @@
 //! Write quorum is k shards per stripe: with up to m stores of a piece down, writes go on
 //! and the piece is reported degraded, for the healer to complete when the stores return.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -85,7 +85,9 @@ impl Default for DataPathConfig {
 }
 
 pub struct DataPath {
-    stores: StoreSet,
+    /// Swapped whole when the stores change ([`DataPath::set_stores`]); each operation
+    /// works on the set it started with.
+    stores: RwLock<Arc<StoreSet>>,
     config: DataPathConfig,
 }
 
@@ -109,6 +111,28 @@ pub struct StripeHealth {
     pub unreachable: usize,
 }
 
+/// What [`DataPath::count_shards`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShardCount {
+    pub present: usize,
+    pub missing: usize,
+    /// On stores that could not be asked.
+    pub unreachable: usize,
+}
+
+impl ShardCount {
+    pub fn add(&mut self, other: ShardCount) {
+        self.present += other.present;
+        self.missing += other.missing;
+        self.unreachable += other.unreachable;
+    }
+
+    /// Every shard is where it should be.
+    pub fn complete(&self) -> bool {
+        self.missing == 0 && self.unreachable == 0
+    }
+}
+
 impl StripeHealth {
     pub fn add(&mut self, other: StripeHealth) {
         self.repaired += other.repaired;
@@ -128,11 +152,30 @@ impl DataPath {
             config.shard_bytes > 0 && config.shard_bytes as usize <= format::MAX_PAYLOAD_BYTES,
             "shard_bytes must fit one store value with its header"
         );
-        DataPath { stores, config }
+        DataPath {
+            stores: RwLock::new(Arc::new(stores)),
+            config,
+        }
     }
 
-    pub fn stores(&self) -> &StoreSet {
-        &self.stores
+    /// The stores now (a snapshot: a later [`set_stores`](Self::set_stores) does not
+    /// change it).
+    pub fn stores(&self) -> Arc<StoreSet> {
+        self.stores
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the stores new pieces are placed on and existing shards are looked up
+    /// in (a store pool that grew, a store that reconnected under a new handle). Pieces
+    /// keep the store ids of their shard maps: a store missing from the new set reads as
+    /// unavailable, so keep every store that holds shards.
+    pub fn set_stores(&self, stores: StoreSet) {
+        *self
+            .stores
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(stores);
     }
 
     pub fn config(&self) -> &DataPathConfig {
@@ -142,7 +185,7 @@ impl DataPath {
     /// Starts a new piece of geometry `g` on stores chosen by placement.
     pub fn writer(&self, g: Geometry) -> Result<PieceWriter<'_>, DataError> {
         let id = *uuid::Uuid::new_v4().as_bytes();
-        let stores = self.stores.place(&id, g.total())?;
+        let stores = self.stores().place(&id, g.total())?;
         let rs = ReedSolomon::new(usize::from(g.data), usize::from(g.parity))?;
         Ok(PieceWriter {
             dp: self,
@@ -160,9 +203,10 @@ impl DataPath {
         })
     }
 
-    fn store_of(&self, piece: &Piece, shard: usize) -> Result<&Arc<dyn ShardStore>, String> {
-        self.stores
+    fn store_of(&self, piece: &Piece, shard: usize) -> Result<Arc<dyn ShardStore>, String> {
+        self.stores()
             .get(&piece.stores[shard])
+            .cloned()
             .ok_or_else(|| format!("shard store {} is not configured", piece.stores[shard]))
     }
 
@@ -381,6 +425,30 @@ impl DataPath {
             total.add(health);
         }
         Ok(total)
+    }
+
+    /// Counts the shards of `piece` that exist, are missing and sit on stores that cannot
+    /// be reached, by asking each store (Exist); reads and repairs nothing.
+    pub async fn count_shards(&self, piece: &Piece) -> Result<ShardCount, DataError> {
+        piece.validate()?;
+        let n = piece.geometry.total();
+        let mut count = ShardCount::default();
+        for stripe in 0..piece.stripes() {
+            let exists = join_all((0..n).map(|i| async move {
+                let store = self.store_of(piece, i).map_err(ShardError::Unavailable)?;
+                self.timed("exist", store.exist(piece.address(stripe, i).key()))
+                    .await
+            }))
+            .await;
+            for e in exists {
+                match e {
+                    Ok(true) => count.present += 1,
+                    Ok(false) => count.missing += 1,
+                    Err(_) => count.unreachable += 1,
+                }
+            }
+        }
+        Ok(count)
     }
 
     /// Deletes every shard of `piece` (absent ones are fine). Unreachable stores make

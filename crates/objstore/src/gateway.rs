@@ -114,13 +114,7 @@ impl Gateway {
         stores: Vec<Arc<dyn ShardStore>>,
         clock: Arc<dyn Clock>,
     ) -> Result<Gateway, GatewayError> {
-        if stores.is_empty() {
-            return Err(GatewayError::NoStores);
-        }
-        let set = StoreSet::new(stores)?;
-        let geometry = config.objects.default_geometry;
-        set.check_geometry(geometry.total())
-            .map_err(|source| GatewayError::Geometry { geometry, source })?;
+        let set = checked_set(stores, config.objects.default_geometry)?;
         let layer = Arc::new(ObjectLayer::new(
             index.clone(),
             set,
@@ -166,6 +160,14 @@ impl Gateway {
         self.addr
     }
 
+    /// Replaces the shard stores (a pool that grew; see [`DataPath::set_stores`]). The new
+    /// set must still hold the default geometry; on error nothing changes.
+    ///
+    /// [`DataPath::set_stores`]: crate::datapath::DataPath::set_stores
+    pub fn set_stores(&self, stores: Vec<Arc<dyn ShardStore>>) -> Result<(), GatewayError> {
+        replace_stores(&self.layer, stores)
+    }
+
     /// The object layer (background work on demand, inspection in tests).
     pub fn layer(&self) -> &Arc<ObjectLayer> {
         &self.layer
@@ -179,6 +181,30 @@ impl Gateway {
             let _ = b.await;
         }
     }
+}
+
+/// [`Gateway::set_stores`] for whoever holds only the object layer (a task following a
+/// store pool while the gateway is owned elsewhere).
+pub fn replace_stores(
+    layer: &ObjectLayer,
+    stores: Vec<Arc<dyn ShardStore>>,
+) -> Result<(), GatewayError> {
+    let set = checked_set(stores, layer.config().default_geometry)?;
+    layer.data().set_stores(set);
+    Ok(())
+}
+
+fn checked_set(
+    stores: Vec<Arc<dyn ShardStore>>,
+    geometry: crate::layout::Geometry,
+) -> Result<StoreSet, GatewayError> {
+    if stores.is_empty() {
+        return Err(GatewayError::NoStores);
+    }
+    let set = StoreSet::new(stores)?;
+    set.check_geometry(geometry.total())
+        .map_err(|source| GatewayError::Geometry { geometry, source })?;
+    Ok(set)
 }
 
 async fn serve(

@@ -8,6 +8,7 @@
 //! - [`net::free_port`]: a port that was free a moment ago;
 //! - [`alloc`]: a counting global allocator (allocations per thread tag, live bytes);
 //! - [`proxy`]: a TCP forwarder standing for one network path, to cut and restore;
+//! - [`s3`]: a small S3 client (SigV4, UNSIGNED-PAYLOAD, one request per connection);
 //! - [`stats::median`].
 
 pub mod alloc;
@@ -15,4 +16,5 @@ pub mod net;
 pub mod prereq;
 pub mod process;
 pub mod proxy;
+pub mod s3;
 pub mod stats;

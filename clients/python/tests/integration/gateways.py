@@ -59,7 +59,7 @@ class Gateway:
     def _start_once(self, port: int) -> None:
         if self.endpoints_file.exists():
             self.endpoints_file.unlink()
-        args = [self.binary, "s3", "run", "--listen", f"127.0.0.1:{port}", "--meta", self.meta,
+        args = [self.binary, "s3", "run", "--listen", f"127.0.0.1:{port}", "--index", self.meta,
                 "--endpoints-file", str(self.endpoints_file)]
         for i, d in enumerate(self.store_dirs, start=1):
             args += ["--store", f"s{i}={d}"]

@@ -3,6 +3,7 @@
 //! transaction with the volume's ANA group, so a failed create leaves nothing behind.
 
 mod nsmgmt;
+pub mod objpool;
 pub mod sizing;
 
 use std::collections::{BTreeSet, HashSet};
@@ -25,7 +26,7 @@ use crate::records::{
 };
 use crate::registration::get_node;
 
-pub use nsmgmt::{AllocatedNamespace, NS_BLOCK_BYTES, node_subsystems};
+pub use nsmgmt::{AllocatedNamespace, NS_BLOCK_BYTES, NamespaceKind, node_subsystems};
 
 /// Rounds of "pick a free ANA group, commit" before giving up (another create took it).
 const ANA_ATTEMPTS: usize = 16;
@@ -243,7 +244,7 @@ pub async fn create_volume(
             let mut allocated: Vec<(NodeRecord, AllocatedNamespace)> = Vec::new();
             let mut result = Ok(());
             for node in &nodes {
-                match nsmgmt::allocate(store, node, member_bytes, host).await {
+                match nsmgmt::allocate(store, node, NamespaceKind::Nvm, member_bytes, host).await {
                     Ok(ns) => allocated.push((node.clone(), ns)),
                     Err(e) => {
                         result = Err(e);

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 
 use blockdev::IoBuf;
 use nvme_proto::Status;
-use nvme_proto::identify::{CtrlList, NsAttachCommand, NsMgmtCommand, NsMgmtCreate};
+use nvme_proto::identify::{CtrlList, NsAttachCommand, NsMgmtCommand, NsMgmtCreate, csi};
+use nvme_proto::kv::KvNsCreate;
 use nvme_proto::log::discovery::subtype;
 use nvmf_host::{ConnectOptions, Controller, HostIdentity, Payload};
 use storage_node::api::AttachRequest;
@@ -21,6 +22,16 @@ pub const NS_BLOCK_BYTES: u32 = 4096;
 const FLBAS_4K: u8 = 1;
 /// NMIC bit 0: the namespace may be attached to several controllers (processor nodes).
 const NMIC_SHARED: u8 = 1;
+
+/// The command set of a namespace to create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceKind {
+    /// NVM (blocks of [`NS_BLOCK_BYTES`]): volume members.
+    Nvm,
+    /// Key Value (CSI 01h, the target's default format: 16-byte keys, values up to
+    /// 2 MiB): object shards.
+    KeyValue,
+}
 
 /// A namespace this module created.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,11 +108,12 @@ fn first_addr(node: &NodeRecord) -> Result<SocketAddr, ControlError> {
         .ok_or_else(|| ControlError::storage(&node.name, "registered without an NVMe/TCP address"))
 }
 
-/// Creates a namespace of `size_bytes` on the first drive subsystem of `node` with room
-/// for it, attaches it to this host's controller and then to every host.
+/// Creates a namespace of `kind` and `size_bytes` on the first drive subsystem of `node`
+/// with room for it, attaches it to this host's controller and then to every host.
 pub async fn allocate(
     store: &dyn meta::MetaStore,
     node: &NodeRecord,
+    kind: NamespaceKind,
     size_bytes: u64,
     host: &HostIdentity,
 ) -> Result<AllocatedNamespace, ControlError> {
@@ -121,7 +133,7 @@ pub async fn allocate(
         let ctrl = Controller::connect(addr, &subnqn, host, &admin_only())
             .await
             .map_err(|e| ControlError::storage(&node.name, format!("connect {subnqn}: {e}")))?;
-        let created = create_and_attach(&ctrl, &node.name, size_bytes).await;
+        let created = create_and_attach(&ctrl, &node.name, kind, size_bytes).await;
         close(&ctrl).await;
         let nsid = match created {
             Ok(Some(nsid)) => nsid,
@@ -157,21 +169,37 @@ pub async fn allocate(
 async fn create_and_attach(
     ctrl: &Controller,
     node: &str,
+    kind: NamespaceKind,
     size_bytes: u64,
 ) -> Result<Option<u32>, ControlError> {
-    let blocks = size_bytes.div_ceil(u64::from(NS_BLOCK_BYTES));
-    let data = NsMgmtCreate {
-        nsze: blocks,
-        ncap: blocks,
-        flbas: FLBAS_4K,
-        nmic: NMIC_SHARED,
-        ..NsMgmtCreate::default()
-    }
-    .to_bytes();
+    let (data, command_set) = match kind {
+        NamespaceKind::Nvm => {
+            let blocks = size_bytes.div_ceil(u64::from(NS_BLOCK_BYTES));
+            let data = NsMgmtCreate {
+                nsze: blocks,
+                ncap: blocks,
+                flbas: FLBAS_4K,
+                nmic: NMIC_SHARED,
+                ..NsMgmtCreate::default()
+            };
+            (data, csi::NVM)
+        }
+        // KV sizes are in bytes; format 0 is the target's default value limit.
+        NamespaceKind::KeyValue => {
+            let data = KvNsCreate {
+                size_bytes,
+                capacity_bytes: size_bytes,
+                nmic: NMIC_SHARED,
+                ..KvNsCreate::default()
+            };
+            (data.to_create(), csi::KEY_VALUE)
+        }
+    };
+    let data = data.to_bytes();
     let cmd = NsMgmtCommand {
         nsid: 0,
         sel: NsMgmtCommand::SEL_CREATE,
-        csi: 0,
+        csi: command_set,
     }
     .to_command(0);
     let done = ctrl
@@ -186,6 +214,15 @@ async fn create_and_attach(
         return Err(ControlError::storage(
             node,
             format!("{} does not support Namespace Management", ctrl.subnqn()),
+        ));
+    }
+    if kind == NamespaceKind::KeyValue && same(st, Status::IO_COMMAND_SET_NOT_SUPPORTED) {
+        return Err(ControlError::storage(
+            node,
+            format!(
+                "{} does not support Key Value namespaces (CSI 01h)",
+                ctrl.subnqn()
+            ),
         ));
     }
     if !st.is_success() {

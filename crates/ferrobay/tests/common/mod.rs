@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod object_cluster;
 pub mod up;
 
 use std::path::{Path, PathBuf};

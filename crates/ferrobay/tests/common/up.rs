@@ -18,6 +18,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Up {
+    /// The S3 gateway's port (`--s3-port`).
+    pub s3_port: u16,
     child: Child,
     lines: mpsc::Receiver<String>,
     /// The stdout lines read so far.
@@ -26,13 +28,31 @@ pub struct Up {
 }
 
 impl Up {
-    /// Starts `ferrobay up` on `data_dir` and `port`, stderr into `log`.
+    /// Starts `ferrobay up` on `data_dir` and `port` (S3 on a free port), stderr into
+    /// `log`.
     pub fn start(data_dir: &Path, port: u16, log: PathBuf) -> Up {
         Up::start_with(data_dir, port, log, &[])
     }
 
     /// [`Up::start`] with more arguments (e.g. `--cdc-port`).
     pub fn start_with(data_dir: &Path, port: u16, log: PathBuf, extra: &[&str]) -> Up {
+        let s3_port = loop {
+            let p = testkit::net::free_port().expect("free port");
+            if p != port {
+                break p;
+            }
+        };
+        Self::start_ports(data_dir, port, s3_port, log, extra)
+    }
+
+    /// [`Up::start_with`] with the S3 port given.
+    pub fn start_ports(
+        data_dir: &Path,
+        port: u16,
+        s3_port: u16,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> Up {
         let err = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(up_bin())
             .args(["up", "--data-dir"])
@@ -40,6 +60,8 @@ impl Up {
             // A small volume: creating it writes zeros over the members' data areas (the
             // 1G default leaves 1.6 GB of drive files in the scratch dir).
             .args(["--port", &port.to_string(), "--volume-size", "64M"])
+            // Small KV namespaces for the S3 gateway (sparse, but the drives grow by it).
+            .args(["--s3-port", &s3_port.to_string(), "--s3-size", "256M"])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -57,6 +79,7 @@ impl Up {
             }
         });
         Up {
+            s3_port,
             child,
             lines,
             stdout: Vec::new(),
@@ -108,6 +131,35 @@ impl Up {
         }
     }
 
+    /// What the ready message says about S3 (after [`Up::wait_connect_line`]).
+    pub fn s3(&self) -> UpS3 {
+        let endpoint = self
+            .stdout
+            .iter()
+            .find_map(|l| l.strip_prefix("S3: "))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no S3 line:\n{}", self.log()))
+            .to_string();
+        let export = self
+            .stdout
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("export "))
+            .unwrap_or_else(|| panic!("no credentials line:\n{}", self.log()));
+        let var = |name: &str| {
+            export
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name} in {export}"))
+                .to_string()
+        };
+        UpS3 {
+            endpoint,
+            access_key: var("AWS_ACCESS_KEY_ID"),
+            secret_key: var("AWS_SECRET_ACCESS_KEY"),
+            region: var("AWS_DEFAULT_REGION"),
+        }
+    }
+
     /// Ctrl-C, as a person at the terminal would, and wait for the exit.
     pub fn interrupt(&mut self) -> ExitStatus {
         // The `kill` command signals our own child, by pid.
@@ -131,6 +183,15 @@ impl Up {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The S3 endpoint and credentials `ferrobay up` printed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpS3 {
+    pub endpoint: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub region: String,
 }
 
 impl Drop for Up {

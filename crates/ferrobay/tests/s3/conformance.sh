@@ -22,8 +22,8 @@ cleanup() {
 trap cleanup EXIT
 export FERROBAY_S3_ACCESS_KEY=conformance-main FERROBAY_S3_SECRET_KEY=conformance-main-secret
 meta="sqlite:$work/index.db"
-alt_secret="$("$bin" s3 key add --meta "$meta" --access-key conformance-alt | awk '/SecretAccessKey/ {print $2}')"
-"$bin" s3 run --listen 127.0.0.1:0 --meta "$meta" \
+alt_secret="$("$bin" s3 key add --index "$meta" --access-key conformance-alt | awk '/SecretAccessKey/ {print $2}')"
+"$bin" s3 run --listen 127.0.0.1:0 --index "$meta" \
     --store "s1=$work/s1" --store "s2=$work/s2" --store "s3=$work/s3" \
     --endpoints-file "$work/endpoints.json" >"$work/gateway.out" 2>"$work/gateway.log" &
 gateway_pid=$!

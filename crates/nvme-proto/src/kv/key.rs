@@ -66,6 +66,30 @@ impl KvKey {
         self.len as usize
     }
 
+    /// The smallest key that sorts after this one, or `None` for the largest key (16
+    /// bytes of FFh). A host continues a List from it: List starts at its key inclusively,
+    /// so starting at the successor of the last key returned skips exactly that key.
+    /// A key shorter than 16 bytes is followed by itself plus a 00h byte; a 16-byte key by
+    /// the key cut after its last byte below FFh, that byte incremented.
+    pub fn successor(&self) -> Option<KvKey> {
+        let n = self.len as usize;
+        if n < Self::MAX_BYTES {
+            // bytes[n] is zero by the invariant: one more byte of 00h.
+            return Some(KvKey {
+                bytes: self.bytes,
+                len: self.len + 1,
+            });
+        }
+        let i = self.bytes.iter().rposition(|&b| b != 0xFF)?;
+        let mut bytes = [0u8; Self::MAX_BYTES];
+        bytes[..=i].copy_from_slice(&self.bytes[..=i]);
+        bytes[i] += 1;
+        Some(KvKey {
+            bytes,
+            len: (i + 1) as u8,
+        })
+    }
+
     /// The 16 key bytes as they travel (zero past the length) and the length.
     pub const fn to_wire(&self) -> ([u8; Self::MAX_BYTES], u8) {
         (self.bytes, self.len)
@@ -195,7 +219,42 @@ mod tests {
         assert_eq!(&c.0[56..64], &[0; 8]);
     }
 
+    #[test]
+    fn successors() {
+        let k = |b: &[u8]| KvKey::new(b).unwrap();
+        assert_eq!(k(b"a").successor(), Some(k(b"a\0")));
+        let mut full = [0x41u8; 16];
+        assert_eq!(
+            k(&full).successor(),
+            Some(k(&[[0x41u8; 15].as_slice(), &[0x42]].concat()))
+        );
+        full[13..].fill(0xFF);
+        assert_eq!(
+            k(&full).successor(),
+            Some(k(&[[0x41u8; 12].as_slice(), &[0x42]].concat()))
+        );
+        assert_eq!(k(&[0xFF; 16]).successor(), None);
+        assert_eq!(
+            k(&[0xFF; 15]).successor(),
+            Some(k(&[[0xFFu8; 15].as_slice(), &[0]].concat()))
+        );
+    }
+
     proptest! {
+        /// The successor is greater, and no key lies strictly between the two.
+        #[test]
+        fn successor_is_the_next_key(a in proptest::collection::vec(any::<u8>(), 1..=16),
+                                     b in proptest::collection::vec(any::<u8>(), 1..=16)) {
+            let (ka, kb) = (KvKey::new(&a).unwrap(), KvKey::new(&b).unwrap());
+            match ka.successor() {
+                Some(s) => {
+                    prop_assert!(s > ka);
+                    prop_assert!(!(kb > ka && kb < s), "{:?} between {:?} and {:?}", kb, ka, s);
+                }
+                None => prop_assert_eq!(a, vec![0xFF; 16]),
+            }
+        }
+
         #[test]
         fn model_order_matches_slices(a in proptest::collection::vec(any::<u8>(), 1..=16),
                                       b in proptest::collection::vec(any::<u8>(), 1..=16)) {

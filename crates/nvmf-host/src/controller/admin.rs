@@ -1,10 +1,14 @@
 //! Admin commands: Identify, Get Log Page, features, Keep Alive.
 
 use blockdev::IoBuf;
+use nvme_proto::fabrics::Vs;
 use nvme_proto::features::{GetFeatures, NumberOfQueues, SetFeatures, fid, sel};
+use nvme_proto::identify::descriptors::NsIdDescriptorList;
 use nvme_proto::identify::{
-    IDENTIFY_DATA_BYTES, IdentifyCommand, IdentifyController, IdentifyNamespace, NsList, cns,
+    IDENTIFY_DATA_BYTES, IdentifyCommand, IdentifyController, IdentifyNamespace,
+    IdentifyNsIndependent, NsList, cns, csi,
 };
+use nvme_proto::kv::KvIdentifyNamespace;
 use nvme_proto::log::GetLogPageCommand;
 use nvme_proto::opcode::admin;
 use nvme_proto::{Command, Completion};
@@ -22,10 +26,23 @@ pub(crate) async fn identify_raw(
     nsid: u32,
     cntid: u16,
 ) -> Result<IoBuf> {
+    identify_csi(q, cns_value, nsid, cntid, csi::NVM).await
+}
+
+/// Identify with a Command Set Identifier (CDW11 bits 31:24), for the CNS values that
+/// take one (05h, 06h, 07h, 1Ah, 1Bh).
+async fn identify_csi(
+    q: &QueuePair,
+    cns_value: u8,
+    nsid: u32,
+    cntid: u16,
+    csi_value: u8,
+) -> Result<IoBuf> {
     let cmd = IdentifyCommand {
         nsid,
         cns: cns_value,
         cntid,
+        csi: csi_value,
         ..Default::default()
     }
     .to_command(0);
@@ -105,6 +122,68 @@ impl Controller {
         let b = self.identify(cns::NAMESPACE, nsid, 0).await?;
         IdentifyNamespace::decode(&b)
             .map_err(|e| HostError::invalid(format!("Identify Namespace {nsid}"), e.to_string()))
+    }
+
+    /// The namespace's Namespace Identification Descriptor list (CNS 03h), or None
+    /// when the controller has none to give: older than NVMe 1.3, or it answers the
+    /// command with an error status.
+    pub async fn ns_descriptors(&self, nsid: u32) -> Result<Option<NsIdDescriptorList>> {
+        if self.vs() < Vs::V1_3 {
+            return Ok(None);
+        }
+        match self.identify(cns::NS_ID_DESCRIPTORS, nsid, 0).await {
+            Ok(b) => NsIdDescriptorList::decode(&b).map(Some).map_err(|e| {
+                HostError::invalid(
+                    format!("namespace {nsid}: Namespace Identification Descriptor list"),
+                    e.to_string(),
+                )
+            }),
+            Err(e) if e.nvme_status().is_some() => {
+                tracing::debug!(nsid, "no descriptor list: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The I/O command set of namespace `nsid` (`nvme_proto::identify::csi`): its CSI
+    /// descriptor, NVM when the controller reports none (as Linux assumes).
+    pub async fn namespace_csi(&self, nsid: u32) -> Result<u8> {
+        Ok(self
+            .ns_descriptors(nsid)
+            .await?
+            .and_then(|l| l.csi())
+            .unwrap_or(csi::NVM))
+    }
+
+    /// The Key Value Identify Namespace (CNS 05h, CSI 01h).
+    pub async fn identify_kv_namespace(&self, nsid: u32) -> Result<KvIdentifyNamespace> {
+        let b = identify_csi(self.admin(), cns::CS_NAMESPACE, nsid, 0, csi::KEY_VALUE).await?;
+        KvIdentifyNamespace::decode(&b)
+            .map_err(|e| HostError::invalid(format!("KV Identify Namespace {nsid}"), e.to_string()))
+    }
+
+    /// The I/O command set independent Identify Namespace (CNS 08h).
+    pub async fn identify_ns_independent(&self, nsid: u32) -> Result<IdentifyNsIndependent> {
+        let b = self
+            .identify(cns::CS_INDEPENDENT_NAMESPACE, nsid, 0)
+            .await?;
+        IdentifyNsIndependent::decode(&b).map_err(|e| {
+            HostError::invalid(
+                format!("Identify Namespace {nsid} (command set independent)"),
+                e.to_string(),
+            )
+        })
+    }
+
+    /// The active NSIDs of one I/O command set, in increasing order (CNS 07h; the
+    /// first 1024).
+    pub async fn active_namespaces_of(&self, csi_value: u8) -> Result<Vec<u32>> {
+        let b = identify_csi(self.admin(), cns::CS_ACTIVE_NS_LIST, 0, 0, csi_value).await?;
+        let list = NsList::decode(&b).map_err(|e| {
+            HostError::invalid("Identify active namespace list (per CSI)", e.to_string())
+        })?;
+        Ok(list.nsids)
     }
 
     /// Every active NSID, in increasing order (Identify CNS 0x02, 1024 at a time).

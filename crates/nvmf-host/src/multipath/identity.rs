@@ -5,9 +5,8 @@
 //! (absent) included: a path that reports another identifier, or drops one, reaches
 //! another namespace (or one re-created under the same NSID) and is not used.
 
-use nvme_proto::fabrics::Vs;
-use nvme_proto::identify::cns;
-use nvme_proto::identify::descriptors::{NsIdDescriptor, NsIdDescriptorList};
+use nvme_proto::identify::csi;
+use nvme_proto::identify::descriptors::NsIdDescriptor;
 
 use crate::controller::Controller;
 use crate::error::{HostError, Result};
@@ -16,6 +15,8 @@ use crate::error::{HostError, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NsIdentity {
     pub nsid: u32,
+    /// The I/O command set (`nvme_proto::identify::csi`).
+    pub csi: u8,
     pub size_bytes: u64,
     pub lba_bytes: u64,
     pub nguid: [u8; 16],
@@ -26,7 +27,7 @@ pub(crate) struct NsIdentity {
 }
 
 impl NsIdentity {
-    /// Reads namespace `nsid`'s identity through `ctrl` (Identify Namespace, then the
+    /// Reads NVM namespace `nsid`'s identity through `ctrl` (Identify Namespace, then the
     /// descriptor list on controllers of NVMe 1.3 or later; a controller that answers
     /// the list with an error status is taken as reporting no descriptors).
     pub async fn read(ctrl: &Controller, nsid: u32) -> Result<NsIdentity> {
@@ -38,6 +39,7 @@ impl NsIdentity {
         let lba_bytes = id.lba_format().lba_bytes();
         let mut me = NsIdentity {
             nsid,
+            csi: csi::NVM,
             size_bytes: id.nsze.saturating_mul(lba_bytes),
             lba_bytes,
             nguid: id.nguid,
@@ -45,31 +47,33 @@ impl NsIdentity {
             uuid: [0; 16],
             anagrpid: id.anagrpid,
         };
-        if ctrl.vs() < Vs::V1_3 {
+        let Some(list) = ctrl.ns_descriptors(nsid).await? else {
             return Ok(me);
-        }
-        let list = match ctrl.identify(cns::NS_ID_DESCRIPTORS, nsid, 0).await {
-            Ok(b) => NsIdDescriptorList::decode(&b).map_err(|e| {
-                HostError::invalid(
-                    format!("{}: Namespace Identification Descriptor list", context()),
-                    e.to_string(),
-                )
-            })?,
-            Err(e) if e.nvme_status().is_some() => {
-                tracing::debug!("{}: no descriptor list: {e}", context());
-                return Ok(me);
-            }
-            Err(e) => return Err(e),
         };
         for d in list.descriptors {
             match d {
                 NsIdDescriptor::Nguid(v) => me.nguid = v,
                 NsIdDescriptor::Eui64(v) => me.eui64 = v,
                 NsIdDescriptor::Uuid(v) => me.uuid = v,
-                NsIdDescriptor::Csi(_) => {}
+                NsIdDescriptor::Csi(c) => me.csi = c,
             }
         }
         Ok(me)
+    }
+
+    /// The identity of a Key Value namespace, from what [`crate::kv`] reads to open it
+    /// (its size is NSZE in bytes; it has no blocks).
+    pub fn of_kv(info: &crate::kv::KvNamespaceInfo) -> NsIdentity {
+        NsIdentity {
+            nsid: info.nsid,
+            csi: csi::KEY_VALUE,
+            size_bytes: info.capacity_bytes,
+            lba_bytes: 0,
+            nguid: info.nguid,
+            eui64: info.eui64,
+            uuid: info.uuid,
+            anagrpid: info.anagrpid,
+        }
     }
 
     /// Whether it names anything: a namespace without identifiers cannot be told from
@@ -83,6 +87,18 @@ impl NsIdentity {
     pub fn differs(&self, other: &NsIdentity) -> Option<String> {
         if other.nsid != self.nsid {
             return Some(format!("NSID {} instead of {}", other.nsid, self.nsid));
+        }
+        if other.csi != self.csi {
+            return Some(format!(
+                "a namespace of I/O command set {:#04x} instead of {:#04x}",
+                other.csi, self.csi
+            ));
+        }
+        if other.lba_bytes == 0 && self.lba_bytes == 0 && other.size_bytes != self.size_bytes {
+            return Some(format!(
+                "{} bytes instead of {}",
+                other.size_bytes, self.size_bytes
+            ));
         }
         if other.size_bytes != self.size_bytes || other.lba_bytes != self.lba_bytes {
             return Some(format!(
@@ -114,6 +130,7 @@ mod tests {
     fn ns() -> NsIdentity {
         NsIdentity {
             nsid: 1,
+            csi: 0,
             size_bytes: 1 << 30,
             lba_bytes: 4096,
             nguid: [7; 16],
@@ -160,6 +177,10 @@ mod tests {
             .is_some()
         );
         assert!(a.differs(&NsIdentity { nsid: 2, ..ns() }).is_some());
+        let kv = a
+            .differs(&NsIdentity { csi: 1, ..ns() })
+            .expect("another set");
+        assert!(kv.contains("command set 0x01"), "{kv}");
         let size = a
             .differs(&NsIdentity {
                 size_bytes: 1 << 20,

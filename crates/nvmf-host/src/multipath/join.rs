@@ -8,15 +8,14 @@
 //! of 0 ("never reconnect") nothing is retried.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::identity::NsIdentity;
-use super::{MultipathNamespace, MultipathOptions, Shared};
+use super::{PathNs, Shared, multipath_name};
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
-use crate::namespace::RemoteNamespace;
 
 /// Where a path connects: a host name or IP address and a port, resolved on every
 /// attempt (a name may move, or not resolve for a while).
@@ -77,33 +76,19 @@ pub(crate) fn cause_text(e: &HostError) -> String {
     }
 }
 
-/// Connects one path and opens namespace `nsid` (the first active one when None)
-/// through it; returns it with its identity. A controller that connected is
+/// Connects one path and opens namespace `nsid` (the first active one of its kind when
+/// None) through it; returns it with its identity. A controller that connected is
 /// disconnected again when the namespace cannot be opened.
-pub(crate) async fn connect_path(
+pub(crate) async fn connect_path<N: PathNs>(
     addr: &PathAddr,
     nsid: Option<u32>,
     p: &JoinParams,
-) -> Result<(RemoteNamespace, NsIdentity)> {
+) -> Result<(N, NsIdentity)> {
     let sock = addr.resolve().await?;
     let ctrl = Controller::connect(sock, &p.subnqn, &p.host, &p.opts).await?;
     let opened = async {
-        let nsid = match nsid {
-            Some(n) => n,
-            None => ctrl
-                .active_namespaces()
-                .await?
-                .first()
-                .copied()
-                .ok_or_else(|| {
-                    HostError::invalid(
-                        format!("{} at {sock}", p.subnqn),
-                        "the subsystem has no active namespace",
-                    )
-                })?,
-        };
-        let ns = ctrl.namespace(nsid).await?;
-        let id = NsIdentity::read(&ctrl, nsid).await?;
+        let ns = N::open(&ctrl, nsid).await?;
+        let id = N::identity(&ctrl, ns.nsid()).await?;
         Ok((ns, id))
     }
     .await;
@@ -113,13 +98,15 @@ pub(crate) async fn connect_path(
     opened
 }
 
-/// Opens a multipath namespace over `addrs` (see [`MultipathNamespace::connect`]).
-pub(crate) async fn open(
+/// Opens the paths of a multipath namespace over `addrs` (see
+/// [`super::MultipathNamespace::connect`]): returns what they share, with the first
+/// opened path described by `describe`.
+pub(crate) async fn open<N: PathNs, D>(
     addrs: Vec<PathAddr>,
     nsid: Option<u32>,
     params: JoinParams,
-    mp: MultipathOptions,
-) -> Result<MultipathNamespace> {
+    describe: impl FnOnce(&N) -> D,
+) -> Result<(Arc<Shared<N>>, D)> {
     if addrs.is_empty() {
         return Err(HostError::Usage(
             "multipath needs at least one address".into(),
@@ -128,7 +115,7 @@ pub(crate) async fn open(
     // All at once: a path that does not answer costs its connect timeout once, not
     // once per path before it.
     let results =
-        futures::future::join_all(addrs.iter().map(|a| connect_path(a, nsid, &params))).await;
+        futures::future::join_all(addrs.iter().map(|a| connect_path::<N>(a, nsid, &params))).await;
     let mut reference: Option<NsIdentity> = None;
     let mut opened = Vec::new();
     let mut failed = Vec::new();
@@ -147,7 +134,7 @@ pub(crate) async fn open(
             Err(e) => failed.push((rank, addr, cause_text(&e))),
         }
     }
-    let Some(reference) = reference else {
+    let (Some(reference), Some((_, first, _))) = (reference, opened.first()) else {
         let what = match nsid {
             Some(n) => format!("namespace {n} of {}", params.subnqn),
             None => params.subnqn.clone(),
@@ -167,22 +154,23 @@ pub(crate) async fn open(
             "the namespace reports no NGUID, EUI-64 or UUID: a returning path is only checked by NSID and size"
         );
     }
-    let first = &opened[0].1;
-    let m = MultipathNamespace::empty(first, reference, params, mp);
+    let described = describe(first);
+    let name = multipath_name(&params.subnqn, reference.nsid);
+    let shared = Shared::new(name, reference, params);
     for (rank, ns, id) in opened {
-        Shared::insert_verified(&m.shared, ns, rank, &id);
+        Shared::insert_verified(&shared, ns, rank, &id);
     }
     for (rank, addr, why) in failed {
-        tracing::warn!(path = %addr, "path to {} not connected, retrying in the background: {why}", m.info.name);
-        Shared::rejoin(&m.shared, rank, addr, why);
+        tracing::warn!(path = %addr, "path to {} not connected, retrying in the background: {why}", shared.name);
+        Shared::rejoin(&shared, rank, addr, why);
     }
-    Ok(m)
+    Ok((shared, described))
 }
 
 /// The rejoin task of the path at `rank`: waits, connects, checks the namespace, and
 /// either adds the path or waits longer. Ends when the path is in or the namespace is
 /// gone (the namespace also aborts it when dropped).
-pub(crate) async fn rejoin_task(shared: Weak<Shared>, rank: usize, addr: PathAddr) {
+pub(crate) async fn rejoin_task<N: PathNs>(shared: Weak<Shared<N>>, rank: usize, addr: PathAddr) {
     let (params, nsid) = match shared.upgrade() {
         Some(s) => (s.join.clone(), s.reference.nsid),
         None => return,
@@ -193,7 +181,7 @@ pub(crate) async fn rejoin_task(shared: Weak<Shared>, rank: usize, addr: PathAdd
     loop {
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(max_ms));
-        let outcome = match connect_path(&addr, Some(nsid), &params).await {
+        let outcome = match connect_path::<N>(&addr, Some(nsid), &params).await {
             Ok((ns, id)) => {
                 let Some(s) = shared.upgrade() else {
                     ns.controller().disconnect().await;

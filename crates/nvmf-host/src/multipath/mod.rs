@@ -20,6 +20,7 @@
 
 mod identity;
 mod join;
+mod kv;
 mod path;
 
 use std::collections::BTreeMap;
@@ -36,16 +37,22 @@ use nvme_proto::opcode::io;
 use tokio::sync::Notify;
 
 pub use join::PathAddr;
+pub use kv::MultipathKvNamespace;
 pub use path::PathInfo;
 
-use crate::controller::{ConnectOptions, thread_slot};
+use crate::controller::{ConnectOptions, Controller, thread_slot};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
 use crate::namespace::RemoteNamespace;
 use crate::queue::SubmitOptions;
-use identity::NsIdentity;
+pub(crate) use identity::NsIdentity;
 use join::JoinParams;
 use path::{Path, Usable, should_failover};
+
+/// The name of a multipath namespace (devices, messages).
+pub(crate) fn multipath_name(subnqn: &str, nsid: u32) -> String {
+    format!("nvme+tcp-multipath://{subnqn}/{nsid}")
+}
 
 fn usable_text(u: &Usable) -> &'static str {
     match u {
@@ -113,12 +120,64 @@ struct Pending {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A namespace handle one path holds: a block namespace ([`RemoteNamespace`]) or a Key
+/// Value namespace ([`crate::KvNamespace`]). The multipath machinery (paths, ANA, identity
+/// checks, rejoining) is the same for both.
+pub(crate) trait PathNs: Send + Sync + Sized + 'static {
+    fn controller(&self) -> &Controller;
+    fn nsid(&self) -> u32;
+    /// The namespace's ANA group as identified when it was opened.
+    fn anagrpid(&self) -> u32;
+    /// Opens namespace `nsid` of `ctrl`, or the first active one of this kind.
+    fn open(
+        ctrl: &Controller,
+        nsid: Option<u32>,
+    ) -> impl std::future::Future<Output = Result<Self>> + Send;
+    /// Reads namespace `nsid`'s identity through `ctrl`.
+    fn identity(
+        ctrl: &Controller,
+        nsid: u32,
+    ) -> impl std::future::Future<Output = Result<NsIdentity>> + Send;
+}
+
+impl PathNs for RemoteNamespace {
+    fn controller(&self) -> &Controller {
+        RemoteNamespace::controller(self)
+    }
+    fn nsid(&self) -> u32 {
+        RemoteNamespace::nsid(self)
+    }
+    fn anagrpid(&self) -> u32 {
+        self.id().anagrpid
+    }
+    async fn open(ctrl: &Controller, nsid: Option<u32>) -> Result<Self> {
+        let nsid = match nsid {
+            Some(n) => n,
+            None => ctrl
+                .active_namespaces()
+                .await?
+                .first()
+                .copied()
+                .ok_or_else(|| {
+                    HostError::invalid(
+                        format!("{} at {}", ctrl.subnqn(), ctrl.addr()),
+                        "the subsystem has no active namespace",
+                    )
+                })?,
+        };
+        ctrl.namespace(nsid).await
+    }
+    async fn identity(ctrl: &Controller, nsid: u32) -> Result<NsIdentity> {
+        NsIdentity::read(ctrl, nsid).await
+    }
+}
+
 /// What the namespace, its paths' watchers and its rejoin tasks share. Only the
 /// namespace holds it strongly: the tasks end when it is dropped.
-pub(crate) struct Shared {
+pub(crate) struct Shared<N: PathNs> {
     name: String,
     /// Ordered by rank.
-    paths: RwLock<Vec<Arc<Path>>>,
+    paths: RwLock<Vec<Arc<Path<N>>>>,
     /// Woken whenever a path's controller status changes, a path is checked, joins or
     /// leaves.
     changed: Notify,
@@ -131,7 +190,7 @@ pub(crate) struct Shared {
     next_rank: AtomicUsize,
 }
 
-impl Drop for Shared {
+impl<N: PathNs> Drop for Shared<N> {
     fn drop(&mut self) {
         for (_, p) in std::mem::take(&mut *lock(&self.pending)) {
             p.task.abort();
@@ -151,8 +210,20 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Shared {
-    fn insert(&self, path: Arc<Path>) {
+impl<N: PathNs> Shared<N> {
+    fn new(name: String, reference: NsIdentity, join: JoinParams) -> Arc<Shared<N>> {
+        Arc::new(Shared {
+            name,
+            paths: RwLock::new(Vec::new()),
+            changed: Notify::new(),
+            reference: Arc::new(reference),
+            join,
+            pending: Mutex::new(BTreeMap::new()),
+            next_rank: AtomicUsize::new(1 << 16),
+        })
+    }
+
+    fn insert(&self, path: Arc<Path<N>>) {
         {
             let mut paths = write(&self.paths);
             let at = paths.partition_point(|p| p.rank <= path.rank);
@@ -162,13 +233,13 @@ impl Shared {
     }
 
     /// Adds a path whose identity was just read and matched.
-    fn insert_verified(me: &Arc<Shared>, ns: RemoteNamespace, rank: usize, id: &NsIdentity) {
+    fn insert_verified(me: &Arc<Shared<N>>, ns: N, rank: usize, id: &NsIdentity) {
         me.insert(Path::new(ns, rank, Some(id), me));
     }
 
     /// Starts retrying the path at `rank` in the background (unless it already is, or
     /// the connect options say never to reconnect: `ctrl_loss_tmo_ms` Some(0)).
-    fn rejoin(me: &Arc<Shared>, rank: usize, addr: PathAddr, why: String) {
+    fn rejoin(me: &Arc<Shared<N>>, rank: usize, addr: PathAddr, why: String) {
         if me.join.opts.ctrl_loss_tmo_ms == Some(0) {
             tracing::warn!(path = %addr, "path to {} not retried (controller-loss timeout 0): {why}", me.name);
             return;
@@ -177,7 +248,11 @@ impl Shared {
         if pending.contains_key(&rank) {
             return;
         }
-        let task = tokio::spawn(join::rejoin_task(Arc::downgrade(me), rank, addr.clone()));
+        let task = tokio::spawn(join::rejoin_task::<N>(
+            Arc::downgrade(me),
+            rank,
+            addr.clone(),
+        ));
         pending.insert(
             rank,
             Pending {
@@ -195,12 +270,7 @@ impl Shared {
 
     /// The rejoin task of `rank` connected its path and checked it: adds it, unless the
     /// path was removed meanwhile (then it is handed back to be disconnected).
-    fn rejoined(
-        me: &Arc<Shared>,
-        rank: usize,
-        ns: RemoteNamespace,
-        id: &NsIdentity,
-    ) -> Option<RemoteNamespace> {
+    fn rejoined(me: &Arc<Shared<N>>, rank: usize, ns: N, id: &NsIdentity) -> Option<N> {
         // Under the pending lock: `remove_path` sees the path either pending or in.
         let mut pending = lock(&me.pending);
         if pending.remove(&rank).is_none() {
@@ -226,7 +296,7 @@ impl Shared {
 
     /// Takes `path` out (it reaches another namespace now, or its controller gave up),
     /// disconnects it and retries its address in the background.
-    fn retire(me: &Arc<Shared>, path: &Arc<Path>, why: String) {
+    fn retire(me: &Arc<Shared<N>>, path: &Arc<Path<N>>, why: String) {
         let removed = {
             let mut paths = write(&me.paths);
             let before = paths.len();
@@ -241,187 +311,22 @@ impl Shared {
         tokio::spawn(async move { ctrl.disconnect().await });
         Shared::rejoin(me, path.rank, PathAddr::from(path.addr()), why);
     }
-}
-
-/// A namespace over several paths; see the module docs.
-pub struct MultipathNamespace {
-    shared: Arc<Shared>,
-    subnqn: String,
-    nsid: u32,
-    info: DeviceInfo,
-    opts: MultipathOptions,
-    stats: StatsCounters,
-}
-
-impl std::fmt::Debug for MultipathNamespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultipathNamespace")
-            .field("name", &self.info.name)
-            .field("paths", &self.paths())
-            .field("pending", &self.pending_paths())
-            .finish()
-    }
-}
-
-impl MultipathNamespace {
-    /// Connects to `subnqn` at every address at once and opens namespace `nsid` through
-    /// each. Opens when any path connects; the others are retried in the background and
-    /// join when they connect and show the same namespace. Fails with
-    /// [`HostError::NoPathConnects`], naming each address and its cause, when none does.
-    pub async fn connect(
-        addrs: &[SocketAddr],
-        subnqn: &str,
-        nsid: u32,
-        host: &HostIdentity,
-        opts: &ConnectOptions,
-        mp: MultipathOptions,
-    ) -> Result<MultipathNamespace> {
-        let addrs = addrs.iter().map(|&a| PathAddr::from(a)).collect();
-        Self::connect_to(addrs, subnqn, Some(nsid), host, opts, mp).await
-    }
-
-    /// As [`MultipathNamespace::connect`], with addresses that may be host names
-    /// (resolved on every attempt) and, when `nsid` is None, the first active namespace
-    /// of the first path that connects.
-    pub async fn connect_to(
-        addrs: Vec<PathAddr>,
-        subnqn: &str,
-        nsid: Option<u32>,
-        host: &HostIdentity,
-        opts: &ConnectOptions,
-        mp: MultipathOptions,
-    ) -> Result<MultipathNamespace> {
-        let params = JoinParams {
-            subnqn: subnqn.to_string(),
-            host: host.clone(),
-            opts: opts.clone(),
-        };
-        join::open(addrs, nsid, params, mp).await
-    }
-
-    /// Builds a multipath namespace from opened paths: the same subsystem and NSID, and
-    /// the same namespace identifiers, as read through the first.
-    pub async fn new(paths: Vec<RemoteNamespace>, opts: MultipathOptions) -> Result<Self> {
-        let mut it = paths.into_iter();
-        let Some(first) = it.next() else {
-            return Err(HostError::Usage("multipath needs at least one path".into()));
-        };
-        let ctrl = first.controller().clone();
-        let reference = NsIdentity::read(&ctrl, first.nsid()).await?;
-        let params = JoinParams {
-            subnqn: ctrl.subnqn().to_string(),
-            host: ctrl.host().clone(),
-            opts: ctrl.options().clone(),
-        };
-        let mp = MultipathNamespace::empty(&first, reference.clone(), params, opts);
-        Shared::insert_verified(&mp.shared, first, 0, &reference);
-        for ns in it {
-            mp.add_path(ns)?;
-        }
-        Ok(mp)
-    }
-
-    fn empty(
-        first: &RemoteNamespace,
-        reference: NsIdentity,
-        join: JoinParams,
-        opts: MultipathOptions,
-    ) -> MultipathNamespace {
-        let subnqn = first.controller().subnqn().to_string();
-        let nsid = first.nsid();
-        let mut info = first.info().clone();
-        info.name = format!("nvme+tcp-multipath://{subnqn}/{nsid}");
-        info.kind = DeviceKind::Other("nvme-tcp-multipath".into());
-        MultipathNamespace {
-            shared: Arc::new(Shared {
-                name: info.name.clone(),
-                paths: RwLock::new(Vec::new()),
-                changed: Notify::new(),
-                reference: Arc::new(reference),
-                join,
-                pending: Mutex::new(BTreeMap::new()),
-                next_rank: AtomicUsize::new(1 << 16),
-            }),
-            subnqn,
-            nsid,
-            info,
-            opts,
-            stats: StatsCounters::new(),
-        }
-    }
-
-    /// Adds a path (a namespace opened through another controller of the subsystem),
-    /// after the paths the namespace was opened with. It serves I/O once its namespace
-    /// identifiers were read and match.
-    pub fn add_path(&self, ns: RemoteNamespace) -> Result<()> {
-        let bad = |why: String| Err(HostError::Usage(format!("{}: {why}", self.info.name)));
-        if ns.controller().subnqn() != self.subnqn || ns.nsid() != self.nsid {
-            return bad(format!(
-                "path {} is namespace {} of {}",
-                ns.controller().addr(),
-                ns.nsid(),
-                ns.controller().subnqn()
-            ));
-        }
-        if ns.info().size_bytes != self.info.size_bytes
-            || ns.info().logical_block_bytes != self.info.logical_block_bytes
-        {
-            return bad(format!(
-                "path {} has another size or block size",
-                ns.controller().addr()
-            ));
-        }
-        let rank = self.shared.next_rank.fetch_add(1, Ordering::Relaxed);
-        self.shared.insert(Path::new(ns, rank, None, &self.shared));
-        Ok(())
-    }
-
-    /// Removes the paths through `addr`, connected or being retried; returns how many.
-    pub fn remove_path(&self, addr: SocketAddr) -> usize {
-        let mut n = 0;
-        lock(&self.shared.pending).retain(|_, p| {
-            let keep = !p.path.addr.is(addr);
-            if !keep {
-                p.task.abort();
-                n += 1;
-            }
-            keep
-        });
-        let mut paths = write(&self.shared.paths);
-        let before = paths.len();
-        paths.retain(|p| p.addr() != addr);
-        n + before - paths.len()
-    }
-
-    /// Every connected path with its state and how many I/Os it completed, in the order
-    /// of the addresses the namespace was opened with.
-    pub fn paths(&self) -> Vec<PathInfo> {
-        read(&self.shared.paths).iter().map(|p| p.info()).collect()
-    }
-
-    /// The paths not connected now, retried in the background.
-    pub fn pending_paths(&self) -> Vec<PendingPath> {
-        lock(&self.shared.pending)
-            .values()
-            .map(|p| p.path.clone())
-            .collect()
-    }
-
-    pub fn nsid(&self) -> u32 {
-        self.nsid
-    }
 
     /// The path for the next I/O, waiting for one if needed (bounded by the no-path
     /// timeout). Paths in ANA transition are waited for; past ANATT their controller is
     /// reset (see `Path::usable`).
-    async fn select(&self, start: Instant) -> Result<Arc<Path>> {
-        let deadline = start + Duration::from_millis(self.opts.no_path_timeout_ms);
+    pub(crate) async fn select(
+        &self,
+        start: Instant,
+        opts: &MultipathOptions,
+    ) -> Result<Arc<Path<N>>> {
+        let deadline = start + Duration::from_millis(opts.no_path_timeout_ms);
         loop {
-            let changed = self.shared.changed.notified();
+            let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let (mut why, mut may_recover) = {
-                let paths = read(&self.shared.paths);
+                let paths = read(&self.paths);
                 // The best state any path is in, and how many are in it (no allocation:
                 // this runs for every I/O).
                 let mut best: Option<Usable> = None;
@@ -441,7 +346,7 @@ impl MultipathNamespace {
                     }
                 }
                 if let Some(b) = best {
-                    let pick = match self.opts.policy {
+                    let pick = match opts.policy {
                         PathPolicy::First => 0,
                         PathPolicy::Spread => thread_slot() % n_best.max(1),
                     };
@@ -500,10 +405,204 @@ impl MultipathNamespace {
 
     fn no_path(&self, start: Instant, detail: String) -> HostError {
         HostError::NoPath {
-            name: self.info.name.clone(),
+            name: self.name.clone(),
             waited_ms: start.elapsed().as_millis() as u64,
             detail,
         }
+    }
+
+    /// The paths not connected now, retried in the background.
+    pub(crate) fn pending_paths(&self) -> Vec<PendingPath> {
+        lock(&self.pending)
+            .values()
+            .map(|p| p.path.clone())
+            .collect()
+    }
+
+    /// Every connected path, in rank order.
+    pub(crate) fn path_infos(&self) -> Vec<PathInfo> {
+        read(&self.paths).iter().map(|p| p.info()).collect()
+    }
+
+    /// Removes the paths through `addr`, connected or being retried; returns how many.
+    pub(crate) fn remove_path(&self, addr: SocketAddr) -> usize {
+        let mut n = 0;
+        lock(&self.pending).retain(|_, p| {
+            let keep = !p.path.addr.is(addr);
+            if !keep {
+                p.task.abort();
+                n += 1;
+            }
+            keep
+        });
+        let mut paths = write(&self.paths);
+        let before = paths.len();
+        paths.retain(|p| p.addr() != addr);
+        n + before - paths.len()
+    }
+
+    /// Disconnects every path's controller and stops retrying the others.
+    pub(crate) async fn disconnect_all(&self) {
+        for (_, p) in std::mem::take(&mut *lock(&self.pending)) {
+            p.task.abort();
+        }
+        let paths: Vec<Arc<Path<N>>> = std::mem::take(&mut *write(&self.paths));
+        for p in paths {
+            p.ns.controller().disconnect().await;
+        }
+    }
+}
+
+/// A namespace over several paths; see the module docs.
+pub struct MultipathNamespace {
+    shared: Arc<Shared<RemoteNamespace>>,
+    subnqn: String,
+    nsid: u32,
+    info: DeviceInfo,
+    opts: MultipathOptions,
+    stats: StatsCounters,
+}
+
+impl std::fmt::Debug for MultipathNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultipathNamespace")
+            .field("name", &self.info.name)
+            .field("paths", &self.paths())
+            .field("pending", &self.pending_paths())
+            .finish()
+    }
+}
+
+impl MultipathNamespace {
+    /// Connects to `subnqn` at every address at once and opens namespace `nsid` through
+    /// each. Opens when any path connects; the others are retried in the background and
+    /// join when they connect and show the same namespace. Fails with
+    /// [`HostError::NoPathConnects`], naming each address and its cause, when none does.
+    pub async fn connect(
+        addrs: &[SocketAddr],
+        subnqn: &str,
+        nsid: u32,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<MultipathNamespace> {
+        let addrs = addrs.iter().map(|&a| PathAddr::from(a)).collect();
+        Self::connect_to(addrs, subnqn, Some(nsid), host, opts, mp).await
+    }
+
+    /// As [`MultipathNamespace::connect`], with addresses that may be host names
+    /// (resolved on every attempt) and, when `nsid` is None, the first active namespace
+    /// of the first path that connects.
+    pub async fn connect_to(
+        addrs: Vec<PathAddr>,
+        subnqn: &str,
+        nsid: Option<u32>,
+        host: &HostIdentity,
+        opts: &ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<MultipathNamespace> {
+        let params = JoinParams {
+            subnqn: subnqn.to_string(),
+            host: host.clone(),
+            opts: opts.clone(),
+        };
+        let (shared, info) =
+            join::open::<RemoteNamespace, _>(addrs, nsid, params, |ns| ns.info().clone()).await?;
+        Ok(MultipathNamespace::with(shared, info, mp))
+    }
+
+    /// Builds a multipath namespace from opened paths: the same subsystem and NSID, and
+    /// the same namespace identifiers, as read through the first.
+    pub async fn new(paths: Vec<RemoteNamespace>, opts: MultipathOptions) -> Result<Self> {
+        let mut it = paths.into_iter();
+        let Some(first) = it.next() else {
+            return Err(HostError::Usage("multipath needs at least one path".into()));
+        };
+        let ctrl = first.controller().clone();
+        let reference = NsIdentity::read(&ctrl, first.nsid()).await?;
+        let params = JoinParams {
+            subnqn: ctrl.subnqn().to_string(),
+            host: ctrl.host().clone(),
+            opts: ctrl.options().clone(),
+        };
+        let shared = Shared::new(
+            multipath_name(ctrl.subnqn(), first.nsid()),
+            reference.clone(),
+            params,
+        );
+        let info = first.info().clone();
+        Shared::insert_verified(&shared, first, 0, &reference);
+        let mp = MultipathNamespace::with(shared, info, opts);
+        for ns in it {
+            mp.add_path(ns)?;
+        }
+        Ok(mp)
+    }
+
+    fn with(
+        shared: Arc<Shared<RemoteNamespace>>,
+        first: DeviceInfo,
+        opts: MultipathOptions,
+    ) -> MultipathNamespace {
+        let subnqn = shared.join.subnqn.clone();
+        let nsid = shared.reference.nsid;
+        let mut info = first;
+        info.name = shared.name.clone();
+        info.kind = DeviceKind::Other("nvme-tcp-multipath".into());
+        MultipathNamespace {
+            shared,
+            subnqn,
+            nsid,
+            info,
+            opts,
+            stats: StatsCounters::new(),
+        }
+    }
+
+    /// Adds a path (a namespace opened through another controller of the subsystem),
+    /// after the paths the namespace was opened with. It serves I/O once its namespace
+    /// identifiers were read and match.
+    pub fn add_path(&self, ns: RemoteNamespace) -> Result<()> {
+        let bad = |why: String| Err(HostError::Usage(format!("{}: {why}", self.info.name)));
+        if ns.controller().subnqn() != self.subnqn || ns.nsid() != self.nsid {
+            return bad(format!(
+                "path {} is namespace {} of {}",
+                ns.controller().addr(),
+                ns.nsid(),
+                ns.controller().subnqn()
+            ));
+        }
+        if ns.info().size_bytes != self.info.size_bytes
+            || ns.info().logical_block_bytes != self.info.logical_block_bytes
+        {
+            return bad(format!(
+                "path {} has another size or block size",
+                ns.controller().addr()
+            ));
+        }
+        let rank = self.shared.next_rank.fetch_add(1, Ordering::Relaxed);
+        self.shared.insert(Path::new(ns, rank, None, &self.shared));
+        Ok(())
+    }
+
+    /// Removes the paths through `addr`, connected or being retried; returns how many.
+    pub fn remove_path(&self, addr: SocketAddr) -> usize {
+        self.shared.remove_path(addr)
+    }
+
+    /// Every connected path with its state and how many I/Os it completed, in the order
+    /// of the addresses the namespace was opened with.
+    pub fn paths(&self) -> Vec<PathInfo> {
+        self.shared.path_infos()
+    }
+
+    /// The paths not connected now, retried in the background.
+    pub fn pending_paths(&self) -> Vec<PendingPath> {
+        self.shared.pending_paths()
+    }
+
+    pub fn nsid(&self) -> u32 {
+        self.nsid
     }
 
     /// Moves `buf` through the best path, failing over on path errors.
@@ -516,7 +615,7 @@ impl MultipathNamespace {
     ) -> Result<IoBuf> {
         let start = Instant::now();
         loop {
-            let p = self.select(start).await?;
+            let p = self.shared.select(start, &self.opts).await?;
             let (r, b) =
                 p.ns.transfer_raw(opcode, offset_bytes, buf, fua, PATH_IO)
                     .await;
@@ -535,12 +634,12 @@ impl MultipathNamespace {
     /// Runs a command without data on the best path, failing over on path errors.
     async fn each_path<'a, F, Fut>(&'a self, op: F) -> Result<()>
     where
-        F: Fn(Arc<Path>) -> Fut,
+        F: Fn(Arc<Path<RemoteNamespace>>) -> Fut,
         Fut: std::future::Future<Output = Result<()>> + 'a,
     {
         let start = Instant::now();
         loop {
-            let p = self.select(start).await?;
+            let p = self.shared.select(start, &self.opts).await?;
             match op(p.clone()).await {
                 Ok(()) => {
                     p.count_io();

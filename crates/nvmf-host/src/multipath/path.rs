@@ -12,11 +12,10 @@ use nvme_proto::log::ana_state;
 use nvme_proto::status::sct;
 use tokio::sync::watch;
 
-use super::Shared;
 use super::identity::NsIdentity;
+use super::{PathNs, Shared};
 use crate::controller::{ControllerState, ControllerStatus};
 use crate::error::HostError;
-use crate::namespace::RemoteNamespace;
 
 /// How long the watcher waits before checking a path's identity again after the check
 /// failed without telling anything (a timeout, a connection lost in the middle).
@@ -55,8 +54,8 @@ pub struct PathInfo {
     pub ios: u64,
 }
 
-pub(crate) struct Path {
-    pub ns: RemoteNamespace,
+pub(crate) struct Path<N: PathNs> {
+    pub ns: N,
     /// Where its address stands in the list the namespace was opened with: paths are
     /// kept in this order (the `First` policy prefers the lowest), also when one comes
     /// back later.
@@ -77,7 +76,7 @@ pub(crate) struct Path {
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-impl Drop for Path {
+impl<N: PathNs> Drop for Path<N> {
     fn drop(&mut self) {
         if let Some(w) = lock(&self.watcher).take() {
             w.abort();
@@ -107,20 +106,20 @@ pub(crate) fn should_failover(e: &HostError) -> bool {
     }
 }
 
-impl Path {
+impl<N: PathNs> Path<N> {
     /// Wraps `ns` and starts its watcher. `verified` is the identity read through it
     /// just now (its controller's current generation is then verified), or None to have
     /// the watcher check it before the path is used.
     pub fn new(
-        ns: RemoteNamespace,
+        ns: N,
         rank: usize,
         verified: Option<&NsIdentity>,
-        shared: &Arc<Shared>,
-    ) -> Arc<Path> {
+        shared: &Arc<Shared<N>>,
+    ) -> Arc<Path<N>> {
         let status = ns.controller().watch();
         let (generation, anagrpid) = match verified {
             Some(id) => (status.borrow().generation, id.anagrpid),
-            None => (0, ns.id().anagrpid),
+            None => (0, ns.anagrpid()),
         };
         let path = Arc::new(Path {
             ns,
@@ -241,9 +240,9 @@ enum Check {
 
 /// Runs while the path exists: wakes I/O waiting for a path on every status change of
 /// its controller, and checks the namespace's identity after every (re)connect.
-async fn watch_path(
-    path: Weak<Path>,
-    shared: Weak<Shared>,
+async fn watch_path<N: PathNs>(
+    path: Weak<Path<N>>,
+    shared: Weak<Shared<N>>,
     mut status: watch::Receiver<ControllerStatus>,
 ) {
     loop {
@@ -270,7 +269,7 @@ async fn watch_path(
     }
 }
 
-async fn look(path: &Weak<Path>, shared: &Weak<Shared>) -> Check {
+async fn look<N: PathNs>(path: &Weak<Path<N>>, shared: &Weak<Shared<N>>) -> Check {
     let (ctrl, nsid, generation, reference) = {
         let (Some(p), Some(s)) = (path.upgrade(), shared.upgrade()) else {
             return Check::Wait;
@@ -291,7 +290,7 @@ async fn look(path: &Weak<Path>, shared: &Weak<Shared>) -> Check {
             s.reference.clone(),
         )
     };
-    match NsIdentity::read(&ctrl, nsid).await {
+    match N::identity(&ctrl, nsid).await {
         Ok(id) => match reference.differs(&id) {
             None => {
                 if let Some(p) = path.upgrade() {

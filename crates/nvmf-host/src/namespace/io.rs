@@ -7,14 +7,11 @@ use nvme_proto::dsm::{Compare, WriteZeroes};
 use nvme_proto::opcode::io;
 use tokio::task::JoinSet;
 
-use super::{RemoteNamespace, SPLIT_PARALLELISM};
+use super::{
+    ANA_TRANSITION_FIRST_RETRY, ANA_TRANSITION_MAX_RETRY, RemoteNamespace, SPLIT_PARALLELISM,
+};
 use crate::error::{HostError, Result};
 use crate::queue::{Data, DataBuf, Dir, Outcome, Payload, QueuePair, SplitBuf, SubmitOptions};
-
-/// First pause before re-sending a command that met an ANA transition; doubles up to
-/// [`ANA_TRANSITION_MAX_RETRY`].
-const ANA_TRANSITION_FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
-const ANA_TRANSITION_MAX_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A Read, Write or Compare SQE (CID and SGL are set by the queue). Read and Write share
 /// Compare's SLBA/NLB/FUA layout (NVM command set: CDW10..11 SLBA, CDW12 NLB and FUA).

@@ -13,9 +13,9 @@ use blockdev::{
     BlockDevice, BlockError, DeviceInfo, DeviceKind, DeviceStats, IoBuf, IoFuture, StatsCounters,
     WriteFlags, check_range,
 };
-use nvme_proto::identify::IdentifyNamespace;
 use nvme_proto::identify::controller::bits as cbits;
 use nvme_proto::identify::namespace::bits as nbits;
+use nvme_proto::identify::{IdentifyNamespace, csi};
 
 pub use dsm::DSM_MAX_RANGES;
 pub(crate) use errors::device_error;
@@ -29,6 +29,12 @@ use crate::error::{HostError, Result};
 pub const MAX_BLOCKS_PER_COMMAND: u64 = 1 << 16;
 /// Commands a split Write Zeroes or Deallocate keeps in flight.
 pub const SPLIT_PARALLELISM: usize = 32;
+/// First pause before re-sending a command that met an ANA transition on a single
+/// path; doubles up to [`ANA_TRANSITION_MAX_RETRY`].
+pub(crate) const ANA_TRANSITION_FIRST_RETRY: std::time::Duration =
+    std::time::Duration::from_millis(20);
+pub(crate) const ANA_TRANSITION_MAX_RETRY: std::time::Duration =
+    std::time::Duration::from_millis(500);
 
 /// One namespace of a connected controller.
 pub struct RemoteNamespace {
@@ -59,8 +65,22 @@ impl RemoteNamespace {
                 ctrl.subnqn()
             )));
         }
-        let id = ctrl.identify_namespace(nsid).await?;
         let context = || format!("namespace {nsid} of {} at {}", ctrl.subnqn(), ctrl.addr());
+        let id = match ctrl.identify_namespace(nsid).await {
+            Ok(id) => id,
+            // A namespace of another command set has no NVM Identify Namespace.
+            Err(e) if e.nvme_status().is_some() => {
+                let set = ctrl.namespace_csi(nsid).await.unwrap_or(csi::NVM);
+                if set == csi::KEY_VALUE {
+                    return Err(HostError::invalid(
+                        context(),
+                        "not a block namespace: it is a Key Value namespace (CSI 01h); open it with KvNamespace (NvmeTcpUrl::open_kv, ferrobay bench --kv)",
+                    ));
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         if id.nsze == 0 {
             return Err(HostError::invalid(context(), "not active (NSZE is 0)"));
         }

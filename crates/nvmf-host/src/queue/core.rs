@@ -41,6 +41,9 @@ pub(crate) struct Submission {
 pub(crate) struct Outcome {
     pub result: Result<Completion, HostError>,
     pub buf: Option<DataBuf>,
+    /// The command went to the target more than once (re-sent after a reconnect, an
+    /// abort or a data digest error): an earlier attempt may have taken effect.
+    pub resent: bool,
 }
 
 /// Where the queue's connection stands.
@@ -212,6 +215,7 @@ impl Core {
             return Outcome {
                 result: Err(e),
                 buf: sub.data.buf,
+                resent: false,
             };
         }
         match self.permits.try_acquire() {
@@ -234,6 +238,7 @@ impl Core {
                         return Outcome {
                             result: Err(e),
                             buf: sub.data.buf,
+                            resent: false,
                         };
                     }
                 }
@@ -242,6 +247,7 @@ impl Core {
                 return Outcome {
                     result: Err(self.transport(TransportError::Shutdown)),
                     buf: sub.data.buf,
+                    resent: false,
                 };
             }
         }
@@ -251,6 +257,7 @@ impl Core {
             return Outcome {
                 result: Err(HostError::Usage("command table out of tags".into())),
                 buf: sub.data.buf,
+                resent: false,
             };
         };
         let init = sub.init;
@@ -262,6 +269,7 @@ impl Core {
                 return Outcome {
                     result: Err(e),
                     buf: sub.data.buf,
+                    resent: false,
                 };
             }
             {
@@ -367,6 +375,7 @@ impl Core {
             t.outcome = Some(Outcome {
                 result: Err(err),
                 buf: None,
+                resent: false,
             });
             if let Some(w) = t.waker.take() {
                 drop(t);
@@ -464,6 +473,7 @@ impl Core {
                 Outcome {
                     result: Err(err.clone()),
                     buf: sub.data.buf,
+                    resent: false,
                 },
             );
         }
@@ -567,6 +577,7 @@ impl Core {
                 t.outcome = Some(Outcome {
                     result: Err(err.clone()),
                     buf: sub.and_then(|s| s.data.buf),
+                    resent: false,
                 });
                 wake = t.waker.take();
             }

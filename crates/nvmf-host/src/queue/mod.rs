@@ -465,6 +465,7 @@ impl QueuePair {
             return Outcome {
                 result: Err(HostError::Usage(e)),
                 buf: data.buf,
+                resent: false,
             };
         }
         let timeout_ms = if opts.no_timeout {

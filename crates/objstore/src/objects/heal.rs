@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ObjectLayer;
-use crate::datapath::StripeHealth;
+use crate::datapath::{ShardCount, StripeHealth};
 use crate::index::{IndexError, ops};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,6 +158,60 @@ impl ObjectLayer {
             }
         }
         Ok(stats)
+    }
+}
+
+/// What [`ObjectLayer::check`] found: every piece the index references and its shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckReport {
+    pub pieces: usize,
+    /// Pieces with a shard missing or on a store that could not be asked.
+    pub pieces_incomplete: usize,
+    /// Pieces whose shard map is invalid (cannot be checked).
+    pub pieces_invalid: usize,
+    pub shards: ShardCount,
+}
+
+impl CheckReport {
+    fn add(&mut self, r: Result<ShardCount, crate::datapath::DataError>) {
+        self.pieces += 1;
+        match r {
+            Ok(c) => {
+                if !c.complete() {
+                    self.pieces_incomplete += 1;
+                }
+                self.shards.add(c);
+            }
+            Err(_) => self.pieces_invalid += 1,
+        }
+    }
+}
+
+impl ObjectLayer {
+    /// Counts the shards of every piece the index references (object versions and
+    /// multipart parts), changing nothing: what `ferrobay s3 check` prints.
+    pub async fn check(&self) -> Result<CheckReport, IndexError> {
+        let mut report = CheckReport::default();
+        let mut cursor = 0i64;
+        loop {
+            let batch = self
+                .index
+                .read(move |tx| ops::object_pieces_after(tx, cursor, BATCH))
+                .await?;
+            let Some(last) = batch.last().map(|(id, _)| *id) else {
+                break;
+            };
+            for (_, pieces) in batch {
+                for piece in pieces {
+                    report.add(self.data.count_shards(&piece).await);
+                }
+            }
+            cursor = last;
+        }
+        for piece in self.index.read(ops::part_pieces).await? {
+            report.add(self.data.count_shards(&piece).await);
+        }
+        Ok(report)
     }
 }
 

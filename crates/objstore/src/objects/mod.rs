@@ -7,7 +7,7 @@ mod heal;
 pub mod ingest;
 mod read;
 
-pub use heal::{BackgroundConfig, HealStats, ReapStats, spawn_background};
+pub use heal::{BackgroundConfig, CheckReport, HealStats, ReapStats, spawn_background};
 pub use ingest::{BodyError, IngestError, Ingested};
 
 use std::sync::Arc;

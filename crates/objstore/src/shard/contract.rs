@@ -44,14 +44,21 @@ pub(crate) async fn check(store: &dyn ShardStore) {
         .expect("exists");
     assert_eq!(store.retrieve(k1, &mut buf).await, Ok(6));
     assert_eq!(&buf[..6], b"world!");
-    // Empty values are values.
+    // Empty values are refused (as NVMe KV does); the smallest is 1 byte.
     let k0 = ShardKey([0; 16]);
+    assert_eq!(
+        store.store(k0, Bytes::new(), StoreMode::Upsert).await,
+        Err(ShardError::EmptyValue)
+    );
+    assert_eq!(store.exist(k0).await, Ok(false));
     store
-        .store(k0, Bytes::new(), StoreMode::Upsert)
+        .store(k0, Bytes::from_static(b"1"), StoreMode::Upsert)
         .await
-        .expect("empty value");
+        .expect("1-byte value");
     assert_eq!(store.exist(k0).await, Ok(true));
-    assert_eq!(store.retrieve(k0, &mut buf).await, Ok(0));
+    assert_eq!(store.retrieve(k0, &mut buf).await, Ok(1));
+    // A buffer of 0 bytes asks for the size.
+    assert_eq!(store.retrieve(k1, &mut []).await, Ok(6));
     let too_big = Bytes::from(vec![0u8; MAX_VALUE_BYTES + 1]);
     assert_eq!(
         store.store(k1, too_big, StoreMode::Upsert).await,
@@ -81,7 +88,7 @@ pub(crate) async fn check(store: &dyn ShardStore) {
         let key = ShardKey(key);
         match rng.random_range(0..5) {
             0 | 1 => {
-                let len = rng.random_range(0..300);
+                let len = rng.random_range(1..300);
                 let value: Vec<u8> = (0..len).map(|_| rng.random()).collect();
                 let mode = match rng.random_range(0..3) {
                     0 => StoreMode::Upsert,

@@ -7,15 +7,21 @@
 //! failure domain (a storage node); placement never puts two shards of a stripe into one.
 //!
 //! Implementations here: [`MemShardStore`] (RAM), [`DirShardStore`] (a directory of files,
-//! durable), [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt).
+//! durable), [`NvmeKvShardStore`] (a remote NVMe KV namespace over NVMe/TCP),
+//! [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt),
+//! [`LazyShardStore`] (connects another store in the background: unavailable until then).
 
 mod dir;
 mod faulty;
+mod lazy;
 mod mem;
+mod nvme;
 
 pub use dir::DirShardStore;
 pub use faulty::{Faults, FaultyShardStore};
+pub use lazy::{ConnectFn, ConnectFuture, LazyShardStore};
 pub use mem::MemShardStore;
+pub use nvme::{NvmeKvShardStore, NvmeKvShardStoreOptions};
 
 use std::fmt;
 
@@ -56,7 +62,8 @@ impl fmt::Debug for ShardKey {
 }
 
 /// The largest value one store accepts (NVMe KV namespaces report their own maximum;
-/// 2 MiB is what the data path is built for: shards never exceed it).
+/// 2 MiB is what the data path is built for: shards never exceed it). The smallest is 1
+/// byte, as in the NVMe KV command set (a shard always has its header).
 pub const MAX_VALUE_BYTES: usize = 2 << 20;
 
 /// Store's condition on the key's existence (the KV Store command's options).
@@ -82,6 +89,9 @@ pub enum ShardError {
     CapacityExceeded,
     #[error("value of {bytes} bytes exceeds the {MAX_VALUE_BYTES}-byte limit")]
     ValueTooLarge { bytes: usize },
+    /// A value of 0 bytes: KV values are 1 byte or more (Invalid Value Size in NVMe).
+    #[error("an empty value cannot be stored (values are 1 to {MAX_VALUE_BYTES} bytes)")]
+    EmptyValue,
     /// The medium failed (NVMe Unrecovered Read Error and the like).
     #[error("unrecovered error: {0}")]
     Unrecovered(String),
@@ -106,7 +116,8 @@ pub trait ShardStore: Send + Sync + 'static {
     /// The failure domain (storage node) this store lives in.
     fn failure_domain(&self) -> &str;
 
-    /// Stores `value` under `key`; `value.len() <= MAX_VALUE_BYTES`. Durable on return.
+    /// Stores `value` under `key`; `1 <= value.len() <= MAX_VALUE_BYTES`. Durable on
+    /// return.
     async fn store(&self, key: ShardKey, value: Bytes, mode: StoreMode) -> Result<(), ShardError>;
 
     /// Copies the value of `key` into `buf` (at most `buf.len()` bytes) and returns the
@@ -124,6 +135,9 @@ pub trait ShardStore: Send + Sync + 'static {
 }
 
 pub(crate) fn check_value_size(value: &[u8]) -> Result<(), ShardError> {
+    if value.is_empty() {
+        return Err(ShardError::EmptyValue);
+    }
     if value.len() > MAX_VALUE_BYTES {
         return Err(ShardError::ValueTooLarge { bytes: value.len() });
     }

@@ -1,9 +1,9 @@
 //! Test kit of the objstore integration tests: an in-process gateway over fault-injecting
-//! stores, and a small S3 client (SigV4 with UNSIGNED-PAYLOAD over plain HTTP/1.1).
+//! stores; the small S3 client is `testkit::s3`.
 
 #![allow(dead_code)]
 
-pub mod client;
+pub use testkit::s3 as client;
 
 use std::sync::Arc;
 

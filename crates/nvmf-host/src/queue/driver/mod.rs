@@ -194,6 +194,7 @@ impl Driver {
                 Outcome {
                     result: Err(HostError::Usage(format!("CID {cid} is already in use"))),
                     buf: sub.data.buf,
+                    resent: false,
                 },
             );
             return;
@@ -560,11 +561,15 @@ impl Driver {
             (Ok(cqe), Some(e)) if cqe.status.is_success() => Err(e),
             (Ok(cqe), _) => Ok(cqe),
         };
+        // Sent more than once: an earlier attempt may have reached the target before its
+        // connection died or it was aborted (callers of non-idempotent commands care).
+        let resent = s.retry && s.retries_left < super::MAX_RETRIES;
         self.core.complete(
             cid,
             Outcome {
                 result,
                 buf: s.data.buf.take(),
+                resent,
             },
         );
     }

@@ -1,5 +1,6 @@
 //! A minimal S3 client for tests: SigV4 header signing with UNSIGNED-PAYLOAD, one
-//! HTTP/1.1 request per connection.
+//! HTTP/1.1 request per connection. A request that cannot be sent or whose answer is not
+//! HTTP comes back as status 0 with the reason as body (a test decides what that means).
 
 use std::net::SocketAddr;
 
@@ -22,6 +23,15 @@ pub struct Response {
 }
 
 impl Response {
+    fn transport(why: String) -> Response {
+        Response {
+            status: 0,
+            headers: Vec::new(),
+            body: why.into_bytes(),
+            complete: false,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -94,12 +104,24 @@ fn amz_date() -> String {
 }
 
 impl S3Client {
+    /// A client of the gateway at `addr` (an `http://HOST:PORT` endpoint works too:
+    /// [`S3Client::for_endpoint`]).
     pub fn new(addr: SocketAddr, access: &str, secret: &str) -> Self {
         S3Client {
             addr,
             access: access.into(),
             secret: secret.into(),
         }
+    }
+
+    /// A client of `http://ADDR:PORT`.
+    pub fn for_endpoint(endpoint: &str, access: &str, secret: &str) -> Option<Self> {
+        let addr = endpoint
+            .strip_prefix("http://")?
+            .trim_end_matches('/')
+            .parse()
+            .ok()?;
+        Some(Self::new(addr, access, secret))
     }
 
     /// Sends one signed request. `path` is the decoded path (`/bucket/key`), `query`
@@ -176,10 +198,13 @@ impl S3Client {
     }
 
     async fn exchange(&self, head: &[u8], body: &[u8]) -> Response {
-        let mut s = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .expect("connect");
-        s.write_all(head).await.expect("send head");
+        let mut s = match tokio::net::TcpStream::connect(self.addr).await {
+            Ok(s) => s,
+            Err(e) => return Response::transport(format!("connect {}: {e}", self.addr)),
+        };
+        if let Err(e) = s.write_all(head).await {
+            return Response::transport(format!("send: {e}"));
+        }
         // The server may answer (an error) before the whole body is sent.
         let _ = s.write_all(body).await;
         let mut raw = Vec::new();
@@ -209,17 +234,18 @@ impl S3Client {
 }
 
 fn parse(raw: &[u8]) -> Response {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("response head");
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Response::transport(format!("no HTTP response ({} bytes)", raw.len()));
+    };
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.split("\r\n");
-    let status: u16 = lines
+    let Some(status) = lines
         .next()
         .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status");
+        .and_then(|s| s.parse::<u16>().ok())
+    else {
+        return Response::transport(format!("not an HTTP status line: {head}"));
+    };
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| {
             l.split_once(':')
