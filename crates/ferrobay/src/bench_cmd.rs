@@ -155,6 +155,7 @@ fn kv_config(a: &BenchArgs) -> anyhow::Result<KvBenchConfig> {
         pattern: KvPattern::parse(a.rw.as_deref().unwrap_or("store"), a.mix)?,
         value_size_bytes: blockdev::parse_size_bytes(&a.value_size)?,
         keys: a.keys,
+        key_base: 0,
         iodepth: a.iodepth,
         jobs: a.jobs,
         runtime_ms: runtime_ms(a)?,

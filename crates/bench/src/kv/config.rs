@@ -50,8 +50,11 @@ impl KvPattern {
 pub struct KvBenchConfig {
     pub pattern: KvPattern,
     pub value_size_bytes: u64,
-    /// Keys 0..keys (each job its own contiguous share).
+    /// Keys `key_base..key_base + keys` (each job its own contiguous share).
     pub keys: u64,
+    /// Index of the first key (lets runs on one namespace use disjoint keys).
+    #[serde(default)]
+    pub key_base: u64,
     /// Commands in flight per job.
     pub iodepth: u32,
     pub jobs: u32,
@@ -71,6 +74,7 @@ impl Default for KvBenchConfig {
             pattern: KvPattern::Store,
             value_size_bytes: 4096,
             keys: 10_000,
+            key_base: 0,
             iodepth: 32,
             jobs: 1,
             runtime_ms: 0,
@@ -110,6 +114,12 @@ impl KvBenchConfig {
             return Err(ConfigError(format!(
                 "--jobs {} out of range 1..=256",
                 self.jobs
+            )));
+        }
+        if self.key_base.checked_add(self.keys).is_none() {
+            return Err(ConfigError(format!(
+                "--keys {} from key {} overflows the key index",
+                self.keys, self.key_base
             )));
         }
         if self.keys < u64::from(self.jobs) || self.keys > MAX_KEYS {

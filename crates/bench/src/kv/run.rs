@@ -37,7 +37,7 @@ pub async fn run_kv<T: KvTarget>(
                 target.clone(),
                 cfg.clone(),
                 j,
-                u64::from(j) * per_job,
+                cfg.key_base + u64::from(j) * per_job,
                 per_job,
                 shared.clone(),
                 t0,
