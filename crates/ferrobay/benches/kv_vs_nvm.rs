@@ -10,12 +10,14 @@
 //! 3. 4 KiB Stores at QD 32 vs 4 KiB sequential writes in groups of 32, each group
 //!    followed by a Flush (what one group commit needs from the drive).
 //!
-//! Each pair runs `FERROBAY_BENCH_ROUNDS` times (default 3), alternating sides; the
+//! Each round starts with a new KV namespace (nothing in it to compact). Each pair runs
+//! `FERROBAY_BENCH_ROUNDS` times (default 3), alternating sides; the
 //! median of each side and their ratio (goal >= 0.9) go to `target/bench/kv_vs_nvm.json`
 //! (`FERROBAY_BENCH_KV_OUT` overrides) and a table on stderr. Knobs:
 //! `FERROBAY_BENCH_SECS` (seconds per timed run, default 3), `FERROBAY_BENCH_MEDIA`
-//! (`file,ram`), `FERROBAY_BENCH_DRIVE_MIB` (default 2048), `FERROBAY_BENCH_DIR` (where
-//! the drive file goes; default `target/bench-tmp`). Without `--bench` (`cargo test`
+//! (`file,ram`), `FERROBAY_BENCH_DRIVE_MIB` (default 4096), `FERROBAY_BENCH_DIR` (where
+//! the drive file goes; default `target/bench-tmp`), `FERROBAY_BENCH_ONLY` (`store_1m`
+//! and/or `store_4k`, the latter with the Retrieves: for profiling). Without `--bench` (`cargo test`
 //! runs it as a test target) it makes a short smoke pass on RAM and writes no file.
 //!
 //! Files: `kv_vs_nvm/settings.rs`, `node.rs` (drive, node, namespaces, host),

@@ -19,12 +19,16 @@ const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:4b560001-0000-4000-8000-0
 pub struct Rig {
     /// The node's runtime (its target and the kv engine run here).
     node_rt: tokio::runtime::Runtime,
+    nqn: String,
+    kv_bytes: u64,
     /// The host's runtime (nvmf-host's queues and the bench jobs).
     pub host_rt: tokio::runtime::Runtime,
     node: Option<StorageNode>,
     pub ctrl: Controller,
     pub nvm: Arc<RemoteNamespace>,
-    pub kv: Arc<AnyKvNamespace>,
+    /// The KV namespace, made anew by [`Rig::fresh_kv`].
+    pub kv: std::sync::Mutex<Arc<AnyKvNamespace>>,
+    kv_nsid: std::sync::atomic::AtomicU32,
     pub drive_name: String,
     pub nvm_bytes: u64,
     pub kv_capacity_bytes: u64,
@@ -114,17 +118,54 @@ impl Rig {
         let kv_capacity_bytes = kv.info().capacity_bytes;
         Ok(Rig {
             node_rt,
+            nqn,
+            kv_bytes,
+            kv_nsid: std::sync::atomic::AtomicU32::new(kv_nsid),
             host_rt,
             node: Some(node),
             ctrl,
             nvm: Arc::new(nvm),
-            kv: Arc::new(AnyKvNamespace::Single(kv)),
+            kv: std::sync::Mutex::new(Arc::new(AnyKvNamespace::Single(kv))),
             drive_name: spec,
             nvm_bytes,
             kv_capacity_bytes,
             drive_file,
             _dir: dir,
         })
+    }
+
+    /// The KV namespace now.
+    pub fn kv(&self) -> Arc<AnyKvNamespace> {
+        self.kv.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Deletes the KV namespace and makes a new one in its place (an empty store each
+    /// round: rounds never fill it, so no compaction runs while measuring). Called from
+    /// the host's runtime; the node's work runs on the node's.
+    pub async fn fresh_kv(&self) -> anyhow::Result<()> {
+        let node = self.node.clone().context("node stopped")?;
+        let (nqn, bytes) = (self.nqn.clone(), self.kv_bytes);
+        let old = self.kv_nsid.load(std::sync::atomic::Ordering::Relaxed);
+        let nsid = self
+            .node_rt
+            .spawn(async move {
+                node.delete_namespace(&nqn, old).await?;
+                let v = node
+                    .create_namespace(CreateNamespaceRequest {
+                        drive: Some("d0".into()),
+                        size_bytes: bytes,
+                        kv: Some(KvCreateOptions::default()),
+                        ..Default::default()
+                    })
+                    .await?;
+                anyhow::Ok(v.nsid)
+            })
+            .await??;
+        self.kv_nsid
+            .store(nsid, std::sync::atomic::Ordering::Relaxed);
+        let kv = KvNamespace::open(&self.ctrl, nsid).await?;
+        *self.kv.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(AnyKvNamespace::Single(kv));
+        Ok(())
     }
 
     pub fn stop(mut self) -> anyhow::Result<()> {

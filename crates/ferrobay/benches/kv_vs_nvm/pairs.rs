@@ -15,11 +15,12 @@ use crate::settings::Settings;
 
 const MIB: u64 = 1 << 20;
 const SMALL: u64 = 4096;
-/// Share of the KV namespace's capacity one round of 1 MiB Stores fills, and of 4 KiB
-/// Stores at most: the rounds together stay below the engine's compaction start (every
-/// key is new, nothing is overwritten, so the measure has no compaction in it).
-const SHARE_1M: f64 = 0.12;
-const SHARE_4K: f64 = 0.08;
+/// Share of the KV namespace's capacity the 1 MiB Stores of a round fill, and the 4 KiB
+/// Stores at most: each round starts with a new, empty namespace, and the two together
+/// stay below the engine's compaction start (every key is new, nothing is overwritten,
+/// so the measure has no compaction in it).
+const SHARE_1M: f64 = 0.55;
+const SHARE_4K: f64 = 0.25;
 
 /// What one timed run did.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -228,6 +229,11 @@ async fn measure(s: &Settings, rig: &Rig) -> anyhow::Result<Value> {
     for round in 0..s.rounds {
         let kv_first = round % 2 == 1;
         eprintln!("kv_vs_nvm bench: round {}/{}", round + 1, s.rounds);
+        if round > 0 {
+            rig.fresh_kv().await?;
+        }
+        let kv = rig.kv();
+        let wanted = |p: &str| s.only.is_empty() || s.only.iter().any(|o| o == p);
         // 1. 1 MiB: the same bytes each side (one pass).
         let seq_block = async {
             let c = BenchConfig {
@@ -244,27 +250,32 @@ async fn measure(s: &Settings, rig: &Rig) -> anyhow::Result<Value> {
             sd.iops = sd.ops as f64 / sd.secs;
             anyhow::Ok(sd)
         };
-        let base_1m = round as u64 * big_keys;
+        let base_1m = 0;
         let seq_store = async {
             let c = kv_cfg(KvPattern::Store, MIB, 8, big_keys, base_1m);
-            side(&run_kv(rig.kv.clone(), &c, "kv", &quiet).await?, true)
+            side(&run_kv(kv.clone(), &c, "kv", &quiet).await?, true)
         };
-        if kv_first {
-            seq_kv.push(seq_store.await?);
-            seq_nvm.push(seq_block.await?);
-        } else {
-            seq_nvm.push(seq_block.await?);
-            seq_kv.push(seq_store.await?);
+        if wanted("store_1m") {
+            if kv_first {
+                seq_kv.push(seq_store.await?);
+                seq_nvm.push(seq_block.await?);
+            } else {
+                seq_nvm.push(seq_block.await?);
+                seq_kv.push(seq_store.await?);
+            }
+        }
+        if !wanted("store_4k") {
+            continue;
         }
 
         // 3. 4 KiB Stores at QD 32 (new keys) vs writes in flushed groups of 32.
-        let base_4k = (1 << 40) + round as u64 * small_keys;
+        let base_4k = 1 << 40;
         let store_run = async {
             let c = KvBenchConfig {
                 runtime_ms: run_ms,
                 ..kv_cfg(KvPattern::Store, SMALL, 32, small_keys, base_4k)
             };
-            let r = run_kv(rig.kv.clone(), &c, "kv", &quiet).await?;
+            let r = run_kv(kv.clone(), &c, "kv", &quiet).await?;
             anyhow::Ok((side(&r, true)?, r.write_ios))
         };
         let flushed = flushed_writes(&nvm, rig.nvm_bytes, SMALL, 32, s.run);
@@ -296,7 +307,7 @@ async fn measure(s: &Settings, rig: &Rig) -> anyhow::Result<Value> {
                 runtime_ms: run_ms,
                 ..kv_cfg(KvPattern::Retrieve, SMALL, 32, stored, base_4k)
             };
-            side(&run_kv(rig.kv.clone(), &c, "kv", &quiet).await?, false)
+            side(&run_kv(kv.clone(), &c, "kv", &quiet).await?, false)
         };
         if kv_first {
             rd_kv.push(retrieves.await?);

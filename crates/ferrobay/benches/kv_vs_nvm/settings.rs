@@ -13,6 +13,9 @@ pub struct Settings {
     /// Length of each timed run.
     pub run: Duration,
     pub rounds: usize,
+    /// Run only these pairs (`store_1m`, `store_4k`: with its retrieves, for profiling);
+    /// empty: all.
+    pub only: Vec<String>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -42,7 +45,7 @@ impl Settings {
             dir: std::env::var_os("FERROBAY_BENCH_DIR")
                 .map_or_else(|| target_dir().join("bench-tmp"), PathBuf::from),
             drive_bytes: if full {
-                env_u64("FERROBAY_BENCH_DRIVE_MIB").unwrap_or(2048) << 20
+                env_u64("FERROBAY_BENCH_DRIVE_MIB").unwrap_or(4096) << 20
             } else {
                 192 << 20
             },
@@ -51,6 +54,12 @@ impl Settings {
             } else {
                 Duration::from_millis(300)
             },
+            only: std::env::var("FERROBAY_BENCH_ONLY")
+                .unwrap_or_default()
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
             rounds: if full {
                 env_u64("FERROBAY_BENCH_ROUNDS").unwrap_or(3).max(1) as usize
             } else {
