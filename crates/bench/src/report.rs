@@ -133,6 +133,96 @@ impl VerifyReport {
     }
 }
 
+/// What `--verify` found in a KV run. Counts are of values (one per key checked).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct KvVerifyReport {
+    /// Stores acknowledged with stamped values.
+    pub values_stored: u64,
+    /// Values retrieved and checked (during the load and in the read-back after it).
+    pub values_checked: u64,
+    /// Of those, retrieved after the load (every key the run stored), and how long it took.
+    pub values_read_back: u64,
+    pub read_back_s: f64,
+    /// Values checked with a failure below.
+    pub values_failed: u64,
+    /// Another write than the last acknowledged Store, or no value at all.
+    pub lost: u64,
+    /// The value of another key.
+    pub misdirected: u64,
+    /// Not a valid stamp (magic, length field or CRC).
+    pub corrupt: u64,
+    /// The namespace reported another size than the value stored.
+    pub wrong_size: u64,
+    /// Retrieves for checking that failed (also in the run's errors).
+    pub unreadable: u64,
+    pub first_errors: Vec<String>,
+}
+
+impl KvVerifyReport {
+    pub fn mismatches(&self) -> u64 {
+        self.lost + self.misdirected + self.corrupt + self.wrong_size
+    }
+
+    pub(crate) fn merge(&mut self, v: KvVerifyReport, max_first_errors: usize) {
+        self.values_stored += v.values_stored;
+        self.values_checked += v.values_checked;
+        self.values_read_back += v.values_read_back;
+        self.read_back_s = self.read_back_s.max(v.read_back_s);
+        self.values_failed += v.values_failed;
+        self.lost += v.lost;
+        self.misdirected += v.misdirected;
+        self.corrupt += v.corrupt;
+        self.wrong_size += v.wrong_size;
+        self.unreadable += v.unreadable;
+        for e in v.first_errors {
+            if self.first_errors.len() < max_first_errors {
+                self.first_errors.push(e);
+            }
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let n = |v: u64, unit: &str| format!("{v} {unit}{}", if v == 1 { "" } else { "s" });
+        let mut checked = n(self.values_checked, "value");
+        if self.values_read_back > 0 {
+            checked += &format!(
+                ", {} read back after the load in {:.2}s",
+                self.values_read_back, self.read_back_s
+            );
+        }
+        let rows = [
+            ("stored", n(self.values_stored, "value")),
+            ("checked", checked),
+            ("failed", n(self.values_failed, "value")),
+            ("lost", n(self.lost, "value")),
+            ("misdirected", n(self.misdirected, "value")),
+            ("corrupt", n(self.corrupt, "value")),
+            ("wrong size", n(self.wrong_size, "value")),
+            ("unreadable", n(self.unreadable, "value")),
+        ];
+        let mut s = "  verify:\n".to_string();
+        for (k, v) in rows {
+            s += &format!("    {k:>11} : {v}\n");
+        }
+        for e in &self.first_errors {
+            s += &format!("    {e}\n");
+        }
+        s
+    }
+}
+
+/// The KV part of a KV run's report (`--kv`): reads are Retrieves, writes are Stores,
+/// `block_size_bytes` is the value size.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct KvReport {
+    pub keys: u64,
+    pub value_size_bytes: u64,
+    /// Retrieves of keys without a value (a mixed run reaching keys it has not stored
+    /// yet; in a retrieve run they are errors too).
+    pub retrieves_not_found: u64,
+    pub verify: Option<KvVerifyReport>,
+}
+
 /// The full report of one run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
@@ -157,11 +247,28 @@ pub struct Report {
     pub cpu_s_per_million_ios: f64,
     pub verify: Option<VerifyReport>,
     pub first_error: Option<String>,
+    /// KV runs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvReport>,
 }
 
 impl Report {
+    /// Whether verification found anything wrong (block or KV).
+    pub fn verify_failures(&self) -> u64 {
+        let block = self.verify.as_ref().map_or(0, VerifyReport::mismatches);
+        let kv = self
+            .kv
+            .as_ref()
+            .and_then(|k| k.verify.as_ref())
+            .map_or(0, KvVerifyReport::mismatches);
+        block + kv
+    }
+
     /// A fio-like human summary.
     pub fn to_text(&self) -> String {
+        if let Some(kv) = &self.kv {
+            return self.kv_text(kv);
+        }
         let mut s = format!(
             "{}: {} bs={} iodepth={} jobs={}\n  IOPS={:.0} BW={:.1} MB/s ios: read={} write={} errors={} in {:.2}s\n",
             self.target,
@@ -193,6 +300,47 @@ impl Report {
         );
         if let Some(v) = &self.verify {
             s += &v.to_text(self.pattern == "verify");
+        }
+        if let Some(e) = &self.first_error {
+            s += &format!("  first error: {e}\n");
+        }
+        s
+    }
+
+    fn kv_text(&self, kv: &KvReport) -> String {
+        let mut s = format!(
+            "{}: kv {} value={} keys={} iodepth={} jobs={}\n  IOPS={:.0} BW={:.1} MB/s commands: retrieve={} store={} not-found={} errors={} in {:.2}s\n",
+            self.target,
+            self.pattern,
+            kv.value_size_bytes,
+            kv.keys,
+            self.iodepth,
+            self.jobs,
+            self.iops,
+            self.mb_per_s,
+            self.read_ios,
+            self.write_ios,
+            kv.retrieves_not_found,
+            self.errors,
+            self.elapsed_s
+        );
+        for (name, l, n) in [
+            ("retrieve", &self.read_latency, self.read_ios),
+            ("store", &self.write_latency, self.write_ios),
+        ] {
+            if n > 0 {
+                s += &format!(
+                    "  {name} lat (us): mean={:.1} p50={:.1} p99={:.1} p99.9={:.1} max={:.1}\n",
+                    l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
+                );
+            }
+        }
+        s += &format!(
+            "  cpu: {:.2}s ({:.2} s per million commands)\n",
+            self.cpu_s, self.cpu_s_per_million_ios
+        );
+        if let Some(v) = &kv.verify {
+            s += &v.to_text();
         }
         if let Some(e) = &self.first_error {
             s += &format!("  first error: {e}\n");

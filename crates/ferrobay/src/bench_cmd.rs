@@ -4,9 +4,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use bench::kv::{KvBenchConfig, KvPattern};
 use bench::{BenchConfig, Pattern, Progress};
 use blockdev::BlockDevice;
 use clap::Args;
+use nvmf_host::{ConnectOptions, MultipathOptions, NvmeTcpUrl};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -15,12 +17,23 @@ pub struct BenchArgs {
     /// addresses: one multipath device that opens when any of them connects.
     #[arg(long)]
     pub target: String,
-    /// randread, randwrite, read, write or randrw.
-    #[arg(long, default_value = "randread")]
-    pub rw: String,
-    /// Percentage of reads for randrw.
+    /// randread (default), randwrite, read, write or randrw; with --kv: store (default),
+    /// retrieve or mixed.
+    #[arg(long)]
+    pub rw: Option<String>,
+    /// Percentage of reads for randrw (of Retrieves for --kv mixed).
     #[arg(long, default_value_t = 70)]
     pub mix: u8,
+    /// Key Value mode: Stores and Retrieves on a KV namespace (an nvme+tcp URL) instead of
+    /// block I/O (docs/bench.md, "KV mode").
+    #[arg(long)]
+    pub kv: bool,
+    /// --kv: size of every value (e.g. 4k, 1M).
+    #[arg(long, default_value = "4k")]
+    pub value_size: String,
+    /// --kv: keys 0..N, split among the jobs (16-byte keys derived from the index).
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
     /// Block size (e.g. 4k, 128k, 1M).
     #[arg(long, default_value = "4k")]
     pub bs: String,
@@ -86,19 +99,22 @@ pub fn parse_engine(s: &str) -> anyhow::Result<blockdev::IoEngine> {
     })
 }
 
+fn runtime_ms(a: &BenchArgs) -> anyhow::Result<u64> {
+    Ok(a.runtime
+        .as_deref()
+        .map(parse_duration_ms)
+        .transpose()?
+        .unwrap_or(0))
+}
+
 fn config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
     let size = |s: &str| blockdev::parse_size_bytes(s).map_err(anyhow::Error::from);
     Ok(BenchConfig {
-        pattern: Pattern::parse(&a.rw, a.mix)?,
+        pattern: Pattern::parse(a.rw.as_deref().unwrap_or("randread"), a.mix)?,
         block_size_bytes: size(&a.bs)?,
         iodepth: a.iodepth,
         jobs: a.jobs,
-        runtime_ms: a
-            .runtime
-            .as_deref()
-            .map(parse_duration_ms)
-            .transpose()?
-            .unwrap_or(0),
+        runtime_ms: runtime_ms(a)?,
         size_bytes: a.size.as_deref().map(size).transpose()?.unwrap_or(0),
         offset_bytes: size(&a.offset)?,
         range_bytes: a.range.as_deref().map(size).transpose()?.unwrap_or(0),
@@ -124,7 +140,84 @@ async fn open_target(
         .with_context(|| format!("open {target}"))
 }
 
+fn kv_config(a: &BenchArgs) -> anyhow::Result<KvBenchConfig> {
+    for (given, flag) in [
+        (a.verify_only, "--verify-only (use --rw retrieve --verify)"),
+        (a.size.is_some(), "--size"),
+        (a.range.is_some(), "--range"),
+        (a.offset != "0", "--offset"),
+    ] {
+        if given {
+            anyhow::bail!("{flag} is not available with --kv");
+        }
+    }
+    Ok(KvBenchConfig {
+        pattern: KvPattern::parse(a.rw.as_deref().unwrap_or("store"), a.mix)?,
+        value_size_bytes: blockdev::parse_size_bytes(&a.value_size)?,
+        keys: a.keys,
+        key_base: 0,
+        iodepth: a.iodepth,
+        jobs: a.jobs,
+        runtime_ms: runtime_ms(a)?,
+        verify: a.verify,
+        seed: a.seed,
+        generation: a.generation,
+    })
+}
+
+fn exit_code(report: &bench::Report) -> ExitCode {
+    if report.errors > 0 || report.verify_failures() > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_report(report: &bench::Report, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+/// `--kv`: the KV load on the namespace the URL names.
+async fn run_kv(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = kv_config(a)?;
+    if !a.target.starts_with(nvmf_host::url::SCHEME) {
+        anyhow::bail!(
+            "--kv needs an nvme+tcp://ADDR:PORT/SUBNQN/NSID target (a Key Value namespace), not {}",
+            a.target
+        );
+    }
+    let url = NvmeTcpUrl::parse(&a.target)?;
+    let host = crate::discover_cmd::host_identity(a.hostnqn.as_deref())?;
+    let ns = url
+        .open_kv(
+            &host,
+            &ConnectOptions::default(),
+            MultipathOptions::default(),
+        )
+        .await
+        .with_context(|| format!("open {}", a.target))?;
+    let ns = Arc::new(ns);
+    let progress = if a.json {
+        Progress::Silent
+    } else {
+        Progress::auto(cfg.runtime_ms)
+    };
+    let report = bench::kv::run_kv(ns.clone(), &cfg, &a.target, &progress).await;
+    ns.disconnect().await;
+    let report = report?;
+    print_report(&report, a.json)?;
+    Ok(exit_code(&report))
+}
+
 pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    if a.kv {
+        return run_kv(&a).await;
+    }
     let cfg = config(&a)?;
     let engine = parse_engine(&a.engine)?;
     // A volume is stopped cleanly after the run (bitmap cleared, clean flag set).
@@ -147,17 +240,8 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(v) = volume {
         v.stop().await.context("stop the volume after the run")?;
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.to_text());
-    }
-    let bad = report.errors > 0 || report.verify.as_ref().is_some_and(|v| v.mismatches() > 0);
-    Ok(if bad {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    print_report(&report, a.json)?;
+    Ok(exit_code(&report))
 }
 
 #[cfg(test)]

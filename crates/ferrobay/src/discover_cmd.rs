@@ -14,7 +14,7 @@ use storage_node::node::DISCOVERY_PORT;
 
 /// The host identity: `--hostnqn` if given, else /etc/nvme (as nvme-cli), else one derived
 /// from this machine.
-fn host_identity(hostnqn: Option<&str>) -> anyhow::Result<HostIdentity> {
+pub fn host_identity(hostnqn: Option<&str>) -> anyhow::Result<HostIdentity> {
     Ok(match hostnqn {
         Some(n) => HostIdentity::from_hostnqn(n)?,
         None => HostIdentity::system()?,

@@ -266,3 +266,146 @@ fn verify_only_at_another_block_size_finds_corruption_and_tears() {
         assert_eq!(u(&r, "/verify/lost"), 0, "--bs {bs}: {r:#}");
     }
 }
+
+fn node_cli(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(ferrobay_bin())
+        .arg("node")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .expect("run ferrobay node");
+    assert!(
+        out.status.success(),
+        "ferrobay node {args:?}: {}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ferrobay bench --kv` against a KV namespace of a real node: a store run with
+/// --verify reads back every key, a retrieve run then checks every value and a mixed run
+/// keeps them right; the report has the block mode's figures; an NVM namespace and
+/// block-only flags are refused with a message that says why.
+#[test]
+fn kv_mode_stores_retrieves_and_verifies_every_value() {
+    let dir = scratch_dir("bench-kv");
+    let data = dir.path().join("node");
+    let (mut node, addr) = node(&data);
+    node_cli(&data, &["ns", "delete", NQN, "1"]);
+    node_cli(&data, &["ns", "create", "--drive", "d0", "--size", "8M"]);
+    node_cli(
+        &data,
+        &["ns", "create", "--drive", "d0", "--size", "52M", "--kv"],
+    );
+    let url = format!("nvme+tcp://{addr}/{NQN}/2");
+    let kv = |extra: &[&str]| {
+        let mut args = vec!["bench", "--target", url.as_str(), "--kv"];
+        args.extend_from_slice(extra);
+        ferrobay(&args)
+    };
+    let common = [
+        "--value-size",
+        "4k",
+        "--keys",
+        "2000",
+        "--iodepth",
+        "16",
+        "--jobs",
+        "2",
+    ];
+
+    let out = kv(&[&common[..], &["--rw", "store", "--verify", "--json"]].concat());
+    assert!(out.status.success(), "{}\n{}", text(&out), node.log());
+    let r = json(&out);
+    assert_eq!(r["pattern"], "store", "{r:#}");
+    assert_eq!((u(&r, "/write_ios"), u(&r, "/errors")), (2000, 0), "{r:#}");
+    assert_eq!(u(&r, "/write_bytes"), 2000 * 4096, "{r:#}");
+    assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{r:#}");
+    assert!(
+        r["write_latency"]["p99_us"].as_f64().unwrap_or(0.0) > 0.0,
+        "{r:#}"
+    );
+    assert!(
+        r["cpu_s_per_million_ios"].as_f64().unwrap_or(0.0) > 0.0,
+        "{r:#}"
+    );
+    for (field, want) in [
+        ("keys", 2000),
+        ("value_size_bytes", 4096),
+        ("verify/values_stored", 2000),
+        ("verify/values_read_back", 2000),
+        ("verify/values_checked", 2000),
+        ("verify/values_failed", 0),
+        ("verify/lost", 0),
+        ("verify/corrupt", 0),
+    ] {
+        assert_eq!(u(&r, &format!("/kv/{field}")), want, "{field}: {r:#}");
+    }
+
+    let out = kv(&[&common[..], &["--rw", "retrieve", "--verify", "--json"]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let r = json(&out);
+    assert_eq!(
+        (u(&r, "/read_ios"), u(&r, "/read_bytes")),
+        (2000, 2000 * 4096),
+        "{r:#}"
+    );
+    assert_eq!(u(&r, "/kv/verify/values_checked"), 2000, "{r:#}");
+    assert_eq!(u(&r, "/kv/verify/values_failed"), 0, "{r:#}");
+
+    // Text report, a mixed run bounded by time.
+    let out = kv(&[
+        &common[..],
+        &[
+            "--rw",
+            "mixed",
+            "--mix",
+            "50",
+            "--runtime",
+            "1s",
+            "--verify",
+        ],
+    ]
+    .concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let t = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "kv mixed value=4096 keys=2000",
+        "retrieve lat (us)",
+        "store lat (us)",
+        "lost : 0 values",
+    ] {
+        assert!(t.contains(want), "{want:?} missing:\n{t}");
+    }
+
+    // Refusals: an NVM namespace, a value above the namespace's largest, block flags.
+    let nvm = format!("nvme+tcp://{addr}/{NQN}/1");
+    let out = ferrobay(&["bench", "--target", &nvm, "--kv", "--keys", "10"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("not a Key Value namespace"),
+        "{}",
+        text(&out)
+    );
+    let out = kv(&["--value-size", "4M", "--keys", "10"]);
+    assert!(
+        text(&out).contains("--value-size 4194304 is outside 1..=2097152"),
+        "{}",
+        text(&out)
+    );
+    let out = kv(&["--verify-only"]);
+    assert!(
+        text(&out)
+            .contains("--verify-only (use --rw retrieve --verify) is not available with --kv"),
+        "{}",
+        text(&out)
+    );
+    let out = ferrobay(&["bench", "--target", "ram:1M", "--kv"]);
+    assert!(
+        text(&out).contains("--kv needs an nvme+tcp://"),
+        "{}",
+        text(&out)
+    );
+    assert!(node.stop().success(), "{}", node.log());
+}

@@ -449,13 +449,15 @@ impl Committer {
         for ((key, kind, value), offset) in records.into_iter().zip(offsets) {
             let seq = self.pos.next_record_seq;
             self.pos.next_record_seq += 1;
-            let (len, crc) = match &value {
+            let (len, crc) = match value {
                 Some((v, crc)) => {
                     let at = offset as usize;
                     buf[filled..at].fill(0);
-                    buf[at..at + v.len()].copy_from_slice(v);
+                    buf[at..at + v.len()].copy_from_slice(&v);
                     filled = at + v.len();
-                    (v.len() as u32, *crc)
+                    let len = v.len() as u32;
+                    self.inner.buffers.give_back_value(v);
+                    (len, crc)
                 }
                 None => (0, 0),
             };

@@ -9,6 +9,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::KvError;
+use crate::buffers::Buffers;
 use crate::bytes::align_up;
 use crate::checkpoint;
 use crate::committer::Committer;
@@ -22,29 +23,6 @@ use crate::stats::{Counters, Stats, Usage, add};
 
 /// Segments kept back for compaction: user stores never take the last ones.
 pub const RESERVE_SEGMENTS: u32 = 4;
-thread_local! {
-    /// One read buffer per thread, reused by Retrieve (no allocation per read).
-    static READ_BUF: std::cell::RefCell<Option<IoBuf>> = const { std::cell::RefCell::new(None) };
-}
-
-fn read_buffer(len: usize) -> IoBuf {
-    let cached = READ_BUF.with(|b| b.borrow_mut().take());
-    match cached {
-        Some(mut buf) if buf.capacity() >= len => {
-            buf.set_len(len);
-            buf
-        }
-        _ => IoBuf::new_zeroed(len),
-    }
-}
-
-fn keep_read_buffer(buf: IoBuf) {
-    // Keep small buffers only (values of up to 64 KiB).
-    if buf.capacity() <= 64 << 10 {
-        READ_BUF.with(|b| *b.borrow_mut() = Some(buf));
-    }
-}
-
 /// Attempts of a Retrieve whose segment was reused under it (compaction moved the value).
 const READ_ATTEMPTS: usize = 8;
 
@@ -204,6 +182,7 @@ impl Kv {
             capacity_bytes,
             reserve_segments: RESERVE_SEGMENTS,
             batch_max_bytes,
+            buffers: Buffers::default(),
         });
         let (tx, rx) = mpsc::channel(inner.opts.queue_capacity.max(1));
         let (reloc_tx, reloc_rx) = mpsc::channel(1);
@@ -276,7 +255,7 @@ impl Kv {
             });
         }
         let crc = crc32c::crc32c(value);
-        let value = value.to_vec();
+        let value = self.inner().buffers.value_copy(value);
         self.submit(|reply| Request::Put {
             key,
             value,
@@ -318,11 +297,11 @@ impl Kv {
             let end = align_up(dev_off + u64::from(e.len), block);
             let res = inner
                 .dev
-                .read(start, read_buffer((end - start) as usize))
+                .read(start, inner.buffers.read_buffer((end - start) as usize))
                 .await;
             if inner.generation(layout.segment_of(e.addr)) != generation {
                 if let Ok(buf) = res {
-                    keep_read_buffer(buf);
+                    inner.buffers.give_back_read(buf);
                 }
                 continue; // compaction moved the value and its segment was reused
             }
@@ -350,7 +329,7 @@ impl Kv {
             }
             let n = out.len().min(value.len());
             out[..n].copy_from_slice(&value[..n]);
-            keep_read_buffer(buf);
+            inner.buffers.give_back_read(buf);
             add(&inner.counters.retrieves, 1);
             add(&inner.counters.retrieve_bytes, n as u64);
             return Ok(Retrieved {

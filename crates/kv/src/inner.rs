@@ -7,6 +7,7 @@ use blockdev::BlockDevice;
 use tokio::sync::{Notify, oneshot};
 
 use crate::KvError;
+use crate::buffers::Buffers;
 use crate::format::Layout;
 use crate::key::Key;
 use crate::options::Options;
@@ -83,6 +84,8 @@ pub(crate) struct Inner {
     /// Segments only relocations may take.
     pub reserve_segments: u32,
     pub batch_max_bytes: u64,
+    /// Reused value copies and read buffers.
+    pub buffers: Buffers,
 }
 
 impl Inner {

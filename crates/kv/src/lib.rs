@@ -12,6 +12,7 @@
 //!
 //! The on-disk format, recovery, group commit, compaction and limits are in `docs/kv.md`.
 
+mod buffers;
 mod bytes;
 mod checkpoint;
 pub mod clock;
