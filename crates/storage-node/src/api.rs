@@ -206,3 +206,50 @@ pub struct HealthReport {
 pub struct ErrorBody {
     pub error: String,
 }
+
+/// One QoS limit: its key (a subsystem; one namespace of it or all; one host or all) and
+/// its limits (`docs/qos.md`). `PUT /api/v1/qos` takes it (without `stats`); `GET` lists
+/// them with `stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QosEntry {
+    pub subsystem_nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_nqn: Option<String>,
+    #[serde(flatten)]
+    pub limits: nvmf_target::QosLimits,
+    /// What the limit did since the node started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QosEntryStats>,
+}
+
+/// Commands through one limit and those it made wait.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QosEntryStats {
+    pub commands: u64,
+    pub bytes: u64,
+    pub throttled_commands: u64,
+    pub throttled_seconds: f64,
+}
+
+/// A namespace the contention controller caps now, so that minimums elsewhere are met.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QosCapView {
+    pub subsystem_nqn: String,
+    pub nsid: u32,
+    pub cap_iops: Option<u64>,
+    pub cap_bytes_per_s: Option<u64>,
+    pub measured_iops: f64,
+    pub measured_bytes_per_s: f64,
+    pub throttled_commands: u64,
+    pub throttled_seconds: f64,
+}
+
+/// `GET /api/v1/qos`: every limit, and the caps in force.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QosList {
+    pub limits: Vec<QosEntry>,
+    #[serde(default)]
+    pub caps: Vec<QosCapView>,
+}

@@ -133,6 +133,17 @@ impl QosRegistry {
         self.contention_change(had_min)
     }
 
+    /// Removes every limit and the cap of one namespace (it is gone).
+    pub fn clear_namespace(&self, subsystem_nqn: &str, nsid: u32) -> Change {
+        let had_min = self.any_minimum();
+        write(&self.limits)
+            .retain(|k, _| !(k.subsystem_nqn == subsystem_nqn && k.nsid == Some(nsid)));
+        let id = (subsystem_nqn.to_string(), nsid);
+        write(&self.caps).remove(&id);
+        lock(&self.measured).remove(&id);
+        self.contention_change(had_min)
+    }
+
     fn any_minimum(&self) -> bool {
         read(&self.limits).values().any(|e| e.limits.has_minimum())
     }

@@ -115,6 +115,13 @@ impl TargetInner {
         }
     }
 
+    /// A namespace is gone: its limits and cap go with it (a new namespace with its NSID
+    /// starts without limits).
+    pub(crate) fn qos_forget_namespace(self: &Arc<Self>, nqn: &str, nsid: u32) {
+        let change = self.qos.clear_namespace(nqn, nsid);
+        self.qos_changed(nqn, change);
+    }
+
     /// A subsystem is gone: its limits and caps go with it.
     pub(crate) fn qos_forget_subsystem(self: &Arc<Self>, nqn: &str) {
         let change = self.qos.clear_subsystem(nqn);
