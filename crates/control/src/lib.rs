@@ -6,6 +6,7 @@
 //! - [`registration`]: live nodes under leases, processor slots.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
+//! - [`qos`]: volume QoS limits in the volume records.
 //! - [`api`]: the processor node's HTTP API and its client.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;
+pub mod qos;
 pub mod records;
 pub mod registration;
 

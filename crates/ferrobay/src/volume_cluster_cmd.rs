@@ -507,6 +507,7 @@ mod tests {
             ana_group: 3,
             preferred_owner: Some("p1".into()),
             created_unix_ms: 1,
+            qos: Default::default(),
         }
     }
 

@@ -133,6 +133,8 @@ pub(crate) struct Ctx {
     pub failures: Mutex<BTreeMap<String, String>>,
     /// Set by `shutdown`: owners hand over to a live standby.
     pub shutting_down: watch::Sender<bool>,
+    /// The QoS generation of each volume record applied to the target.
+    pub qos_applied: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Ctx {
@@ -156,6 +158,10 @@ impl Ctx {
 
     pub fn failures_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn qos_applied_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.qos_applied.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -257,6 +263,7 @@ impl Processor {
             owned,
             failures: Mutex::default(),
             shutting_down: watch::Sender::new(false),
+            qos_applied: Mutex::default(),
         });
         let (lease_stop, stop_rx) = watch::channel(false);
         let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, record, stop_rx));
@@ -317,6 +324,12 @@ impl Processor {
     /// answer), until an attempt succeeds.
     pub fn takeover_failure(&self, volume: &str) -> Option<String> {
         self.ctx.failures_lock().get(volume).cloned()
+    }
+
+    /// The generation of `volume`'s QoS limits (its record's `qos.generation`) in force
+    /// on this node's target, once the volume is exported.
+    pub fn qos_generation(&self, volume: &str) -> Option<u64> {
+        self.ctx.qos_applied_lock().get(volume).copied()
     }
 
     /// The node's current lease, if it holds one.
