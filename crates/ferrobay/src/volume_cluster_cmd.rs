@@ -13,7 +13,7 @@ use control::records::{NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord};
 use meta::schema::OwnerRecord;
 
 use crate::cluster::{self, human_bytes, usage};
-use crate::volume_cmd::{VolumeArgs, VolumeCommand};
+use crate::volume_cmd::{VolumeArgs, VolumeCommand, VolumeQosCommand};
 
 const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -189,6 +189,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        VolumeCommand::Qos(cmd) => qos(&backend, cmd).await?,
         VolumeCommand::Assemble { .. }
         | VolumeCommand::FailMember { .. }
         | VolumeCommand::ReAdd { .. }
@@ -203,6 +204,48 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ferrobay volume qos ...`: the limits live in the volume's record.
+async fn qos(backend: &Backend, cmd: VolumeQosCommand) -> anyhow::Result<()> {
+    let Backend::Meta(store) = backend else {
+        return Err(usage("volume qos needs --meta URL"));
+    };
+    let store = store.as_ref();
+    match cmd {
+        VolumeQosCommand::Set {
+            name,
+            host,
+            limits,
+            json,
+        } => {
+            let limits = limits.limits()?;
+            let q = control::qos::set_volume_qos(store, &name, host.as_deref(), limits)
+                .await
+                .with_context(|| format!("set QoS of volume {name}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&q)?);
+            } else {
+                print!("{}", crate::qos_cmd::volume_qos_text(&name, &q));
+            }
+        }
+        VolumeQosCommand::List { name, json } => {
+            let q = control::qos::volume_qos(store, &name).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&q)?);
+            } else {
+                print!("{}", crate::qos_cmd::volume_qos_text(&name, &q));
+            }
+        }
+        VolumeQosCommand::Clear { name, host } => {
+            control::qos::clear_volume_qos(store, &name, host.as_deref())
+                .await
+                .with_context(|| format!("clear QoS of volume {name}"))?;
+            let whose = host.map_or_else(|| "the volume".to_string(), |h| format!("host {h}"));
+            println!("cleared the QoS limits of {whose} on volume {name}");
+        }
+    }
+    Ok(())
 }
 
 /// Polls until `to` owns the volume and has published its status.
