@@ -142,7 +142,8 @@ impl QosGate {
             }
         }
         if let Some(c) = &self.cap {
-            c.counters.charged(bytes);
+            // Not counted per command: a cap is on every namespace while a minimum exists,
+            // and a shared counter would bounce between cores on each command of it.
             let s = c.iops.charge(1, now).max(c.bytes.charge(bytes, now));
             if s > start {
                 start = s;

@@ -225,7 +225,6 @@ impl QosRegistry {
                     cap_bytes_per_s: c.bytes.rate_per_s(),
                     measured_iops: m.map_or(0.0, |s| s.iops),
                     measured_bytes_per_s: m.map_or(0.0, |s| s.bytes_per_s),
-                    commands: c.counters.commands.load(Relaxed),
                     throttled_commands: c.counters.throttled_commands.load(Relaxed),
                     throttled_ns: c.counters.throttled_ns.load(Relaxed),
                 }

@@ -29,7 +29,7 @@ pub struct QosCapStats {
     /// Rates over the controller's last period.
     pub measured_iops: f64,
     pub measured_bytes_per_s: f64,
-    pub commands: u64,
+    /// Commands the cap made wait, and their total wait.
     pub throttled_commands: u64,
     pub throttled_ns: u64,
 }
