@@ -7,7 +7,9 @@
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
 //! - [`qos`]: volume QoS limits in the volume records.
-//! - [`api`]: the processor node's HTTP API and its client.
+//! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
+//!   client.
+//! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod devcluster;
 pub mod error;
+pub mod events;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;

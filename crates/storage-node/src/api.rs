@@ -202,10 +202,7 @@ pub struct HealthReport {
 }
 
 /// Body of every error response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: String,
-}
+pub use httpapi::ErrorBody;
 
 /// One QoS limit: its key (a subsystem; one namespace of it or all; one host or all) and
 /// its limits (`docs/qos.md`). `PUT /api/v1/qos` takes it (without `stats`); `GET` lists

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use httpapi::client::encode_segment;
+use httpapi::{ClientError, HttpClient};
 use serde::de::DeserializeOwned;
-use storage_node::http::wire::encode_segment;
-use storage_node::{ClientError, NodeClient};
 
 use super::{API_PREFIX, MoveRequest};
 use crate::error::ControlError;
@@ -15,18 +14,13 @@ use crate::records::{NodeRecord, VolumeRecord};
 /// Calls a processor node's API at `host:port`.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
-    http: NodeClient,
-}
-
-#[derive(serde::Deserialize)]
-struct ErrorBody {
-    error: String,
+    http: HttpClient,
 }
 
 impl ApiClient {
     pub fn new(addr: impl Into<String>) -> ApiClient {
         ApiClient {
-            http: NodeClient::new(addr),
+            http: HttpClient::new(addr),
         }
     }
 
@@ -34,6 +28,12 @@ impl ApiClient {
     /// members, so give it more).
     pub fn with_timeout(mut self, timeout: Duration) -> ApiClient {
         self.http = self.http.with_timeout(timeout);
+        self
+    }
+
+    /// The bearer token the API requires (`docs/api.md`).
+    pub fn with_token(mut self, token: Option<String>) -> ApiClient {
+        self.http = self.http.with_token(token);
         self
     }
 
@@ -59,28 +59,11 @@ impl ApiClient {
         body: Option<Vec<u8>>,
         allow_404: bool,
     ) -> Result<Option<T>, ControlError> {
-        let (status, bytes) = self
-            .http
-            .request(method, path, body)
-            .await
-            .map_err(|e| self.transport(e))?;
-        if status == 404 && allow_404 {
-            return Ok(None);
+        match self.http.call(method, path, body).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, .. }) if allow_404 => Ok(None),
+            Err(e) => Err(self.transport(e)),
         }
-        if status >= 400 {
-            let message = serde_json::from_slice::<ErrorBody>(&bytes)
-                .map(|e| e.error)
-                .unwrap_or_else(|_| {
-                    format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes).trim())
-                });
-            return Err(ControlError::Api { status, message });
-        }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| ControlError::ApiTransport {
-                addr: self.addr().to_string(),
-                reason: format!("bad response to {method} {path}: {e}"),
-            })
     }
 
     async fn must<T: DeserializeOwned>(
@@ -94,7 +77,7 @@ impl ApiClient {
             .ok_or_else(|| ControlError::NotFound(format!("{path}: not found")))
     }
 
-    fn json<T: Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
+    fn json<T: serde::Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
         serde_json::to_vec(v)
             .map(Some)
             .map_err(|e| ControlError::Invalid(format!("request does not encode: {e}")))
@@ -145,17 +128,9 @@ impl ApiClient {
 
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Result<String, ControlError> {
-        let (status, bytes) = self
-            .http
-            .request("GET", "/metrics", None)
+        self.http
+            .text("/metrics")
             .await
-            .map_err(|e| self.transport(e))?;
-        if status != 200 {
-            return Err(ControlError::Api {
-                status,
-                message: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|e| self.transport(e))
     }
 }

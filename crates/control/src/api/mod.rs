@@ -1,5 +1,5 @@
 //! The processor node's HTTP API (JSON; `docs/cluster.md`), served over
-//! `storage_node::http`'s minimal HTTP/1.1 server, and [`ApiClient`] for the CLI.
+//! [`httpapi`]'s axum server, and [`ApiClient`] for the CLI.
 //!
 //! | method | path | body | answer |
 //! |---|---|---|---|

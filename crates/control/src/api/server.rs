@@ -1,14 +1,20 @@
-//! The API's request handler, on `storage_node::http::HttpServer`.
+//! The API's routes, served by [`httpapi::HttpServer`].
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use httpapi::error::{json, ok};
+use httpapi::extract::{Json, Path, Query};
+use httpapi::metrics::Page;
+use httpapi::{ApiError, HttpServer};
 use meta::MetaStore;
 use nvmf_host::HostIdentity;
-use serde::de::DeserializeOwned;
-use storage_node::http::server::HandlerFuture;
-use storage_node::http::wire::{Request, Response, decode_segment};
-use storage_node::http::{Handler, HttpServer};
 
 use super::{API_PREFIX, MoveAccepted, MoveRequest};
 use crate::error::ControlError;
@@ -16,8 +22,8 @@ use crate::provision::{self, CreateVolume};
 use crate::records::NodeRole;
 use crate::registration::list_nodes;
 
-/// Extra Prometheus text appended to `/metrics` (the processor node's own counters).
-pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
+/// Adds the processor node's own families to a `/metrics` page.
+pub type MetricsFn = Arc<dyn Fn(&mut Page) + Send + Sync>;
 
 /// What the API serves from.
 #[derive(Clone)]
@@ -36,12 +42,12 @@ pub struct ApiServer {
 impl ApiServer {
     /// Listens on `addr` (port 0: any free port).
     pub async fn start(addr: SocketAddr, config: ApiConfig) -> Result<ApiServer, ControlError> {
-        let http = HttpServer::serve(addr, Arc::new(ApiHandler { cfg: config }))
-            .await
-            .map_err(|e| ControlError::ApiTransport {
+        let http = HttpServer::serve(addr, router(config)).await.map_err(|e| {
+            ControlError::ApiTransport {
                 addr: addr.to_string(),
                 reason: format!("cannot listen: {e}"),
-            })?;
+            }
+        })?;
         Ok(ApiServer { http })
     }
 
@@ -49,152 +55,138 @@ impl ApiServer {
         self.http.local_addr()
     }
 
-    /// Stops accepting (requests in flight finish on their own).
+    /// Stops accepting and lets requests in flight finish.
     pub async fn stop(self) {
         self.http.stop().await;
     }
 }
 
-struct ApiHandler {
-    cfg: ApiConfig,
+fn router(cfg: ApiConfig) -> Router {
+    let api = Router::new()
+        .route("/volumes", get(list_volumes).post(create_volume))
+        .route("/volumes/{name}", get(get_volume).delete(delete_volume))
+        .route("/volumes/{name}/move", post(move_volume))
+        .route("/nodes", get(nodes));
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .nest(API_PREFIX, api)
+        .with_state(Arc::new(cfg));
+    httpapi::server::finish(app)
 }
 
-impl Handler for ApiHandler {
-    fn handle(&self, req: Request) -> HandlerFuture {
-        let cfg = self.cfg.clone();
-        Box::pin(async move {
-            match route(&cfg, &req).await {
-                Ok(r) => r,
-                Err(e) => Response::error(e.http_status(), &e.to_string()),
-            }
-        })
-    }
+type Cfg = State<Arc<ApiConfig>>;
+
+fn err(e: ControlError) -> ApiError {
+    ApiError::new(e.http_status(), e.to_string())
 }
 
-fn body<T: DeserializeOwned>(req: &Request) -> Result<T, ControlError> {
-    serde_json::from_slice(&req.body)
-        .map_err(|e| ControlError::Invalid(format!("request body is not valid JSON: {e}")))
+fn flag(q: &HashMap<String, String>, name: &str) -> bool {
+    q.get(name)
+        .is_some_and(|v| v.is_empty() || v == "true" || v == "1")
 }
 
-fn method_not_allowed(allowed: &str) -> ControlError {
-    ControlError::Api {
-        status: 405,
-        message: format!("method not allowed here (use {allowed})"),
-    }
-}
-
-fn flag(req: &Request, name: &str) -> bool {
-    req.query.as_deref().is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == name || kv == format!("{name}=true") || kv == format!("{name}=1"))
-    })
-}
-
-async fn route(cfg: &ApiConfig, req: &Request) -> Result<Response, ControlError> {
+async fn list_volumes(State(cfg): Cfg) -> Result<Response, ApiError> {
     let store = cfg.store.as_ref();
-    if req.path == "/metrics" {
-        if req.method != "GET" {
-            return Err(method_not_allowed("GET"));
+    let mut views = Vec::new();
+    for r in provision::list_volumes(store).await.map_err(err)? {
+        // Deleted between the listing and the read: skip it.
+        if let Some(v) = provision::volume_view(store, &r.name).await.map_err(err)? {
+            views.push(v);
         }
-        return Ok(Response::new(
-            200,
-            "text/plain; version=0.0.4",
-            metrics(cfg).await?,
-        ));
     }
-    let Some(rest) = req.path.strip_prefix(API_PREFIX) else {
-        return Err(ControlError::NotFound(format!("no such path {}", req.path)));
-    };
-    let segs = rest
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(decode_segment)
-        .collect::<Result<Vec<String>, _>>()
-        .map_err(|e| ControlError::Invalid(format!("path: {e}")))?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let m = req.method.as_str();
-    match segs.as_slice() {
-        ["volumes"] => match m {
-            "GET" => {
-                let mut views = Vec::new();
-                for r in provision::list_volumes(store).await? {
-                    // Deleted between the listing and the read: skip it.
-                    if let Some(v) = provision::volume_view(store, &r.name).await? {
-                        views.push(v);
-                    }
-                }
-                Ok(Response::json(200, &views))
-            }
-            "POST" => {
-                let create: CreateVolume = body(req)?;
-                let record = provision::create_volume(store, &create, &cfg.host).await?;
-                Ok(Response::json(201, &record))
-            }
-            _ => Err(method_not_allowed("GET or POST")),
-        },
-        ["volumes", name] => match m {
-            "GET" => match provision::volume_view(store, name).await? {
-                Some(v) => Ok(Response::json(200, &v)),
-                None => Err(ControlError::NotFound(format!("no volume named {name:?}"))),
-            },
-            "DELETE" => {
-                let record =
-                    provision::delete_volume(store, name, flag(req, "force"), &cfg.host).await?;
-                Ok(Response::json(200, &record))
-            }
-            _ => Err(method_not_allowed("GET or DELETE")),
-        },
-        ["volumes", name, "move"] => match m {
-            "POST" => {
-                let mv: MoveRequest = body(req)?;
-                provision::request_move(store, name, &mv.to).await?;
-                Ok(Response::json(
-                    202,
-                    &MoveAccepted {
-                        volume: name.to_string(),
-                        to: mv.to,
-                    },
-                ))
-            }
-            _ => Err(method_not_allowed("POST")),
-        },
-        ["nodes"] => match m {
-            "GET" => Ok(Response::json(200, &list_nodes(store).await?)),
-            _ => Err(method_not_allowed("GET")),
-        },
-        _ => Err(ControlError::NotFound(format!("no such path {}", req.path))),
+    Ok(ok(&views))
+}
+
+async fn create_volume(
+    State(cfg): Cfg,
+    Json(create): Json<CreateVolume>,
+) -> Result<Response, ApiError> {
+    let record = provision::create_volume(cfg.store.as_ref(), &create, &cfg.host)
+        .await
+        .map_err(err)?;
+    Ok(json(StatusCode::CREATED, &record))
+}
+
+async fn get_volume(State(cfg): Cfg, Path(name): Path<String>) -> Result<Response, ApiError> {
+    match provision::volume_view(cfg.store.as_ref(), &name)
+        .await
+        .map_err(err)?
+    {
+        Some(v) => Ok(ok(&v)),
+        None => Err(ApiError::not_found(format!("no volume named {name:?}"))),
     }
 }
 
-async fn metrics(cfg: &ApiConfig) -> Result<String, ControlError> {
+async fn delete_volume(
+    State(cfg): Cfg,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let record = provision::delete_volume(cfg.store.as_ref(), &name, flag(&q, "force"), &cfg.host)
+        .await
+        .map_err(err)?;
+    Ok(ok(&record))
+}
+
+async fn move_volume(
+    State(cfg): Cfg,
+    Path(name): Path<String>,
+    Json(mv): Json<MoveRequest>,
+) -> Result<Response, ApiError> {
+    provision::request_move(cfg.store.as_ref(), &name, &mv.to)
+        .await
+        .map_err(err)?;
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &MoveAccepted {
+            volume: name,
+            to: mv.to,
+        },
+    ))
+}
+
+async fn nodes(State(cfg): Cfg) -> Result<Response, ApiError> {
+    Ok(ok(&list_nodes(cfg.store.as_ref()).await.map_err(err)?))
+}
+
+async fn metrics(State(cfg): Cfg) -> Result<Response, ApiError> {
+    let text = render_metrics(&cfg).await.map_err(err)?;
+    let mut r = text.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(httpapi::metrics::CONTENT_TYPE),
+    );
+    Ok(r)
+}
+
+async fn render_metrics(cfg: &ApiConfig) -> Result<String, ControlError> {
     let store = cfg.store.as_ref();
     let volumes = provision::list_volumes(store).await?;
     let nodes = list_nodes(store).await?;
-    let mut out = String::new();
-    out.push_str("# HELP ferrobay_cluster_volumes Volumes in the cluster.\n");
-    out.push_str("# TYPE ferrobay_cluster_volumes gauge\n");
-    out.push_str(&format!("ferrobay_cluster_volumes {}\n", volumes.len()));
-    out.push_str("# HELP ferrobay_cluster_nodes Live nodes by role.\n");
-    out.push_str("# TYPE ferrobay_cluster_nodes gauge\n");
+    let mut page = Page::new();
+    page.gauge("ferrobay_cluster_volumes", "Volumes in the cluster.")
+        .add(&[], volumes.len() as u64);
+    let by_role = page.gauge("ferrobay_cluster_nodes", "Live nodes by role.");
     for (role, name) in [
         (NodeRole::Storage, "storage"),
         (NodeRole::Processor, "processor"),
     ] {
         let n = nodes.iter().filter(|n| n.role == role).count();
-        out.push_str(&format!("ferrobay_cluster_nodes{{role=\"{name}\"}} {n}\n"));
+        by_role.add(&[("role", name)], n as u64);
     }
-    out.push_str("# HELP ferrobay_volume_owned Whether a processor node owns the volume.\n");
-    out.push_str("# TYPE ferrobay_volume_owned gauge\n");
+    let mut owned = Vec::with_capacity(volumes.len());
     for v in &volumes {
-        let owned = meta::schema::current_owner(store, &v.name).await?.is_some();
-        out.push_str(&format!(
-            "ferrobay_volume_owned{{volume=\"{}\"}} {}\n",
-            v.name,
-            u8::from(owned)
-        ));
+        owned.push(meta::schema::current_owner(store, &v.name).await?.is_some());
     }
-    if let Some(f) = &cfg.metrics {
-        out.push_str(&f());
+    let f = page.gauge(
+        "ferrobay_volume_owned",
+        "Whether a processor node owns the volume (1) or not (0).",
+    );
+    for (v, owned) in volumes.iter().zip(owned) {
+        f.add(&[("volume", &v.name)], u64::from(owned));
     }
-    Ok(out)
+    if let Some(extra) = &cfg.metrics {
+        extra(&mut page);
+    }
+    Ok(page.render())
 }

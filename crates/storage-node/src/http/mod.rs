@@ -1,11 +1,18 @@
-//! The node's HTTP port: Prometheus `/metrics` and the JSON control API, over a minimal
-//! HTTP/1.1 implementation (one request per connection), plus the client the CLI uses.
+//! The node's HTTP port: Prometheus `/metrics` and the JSON control API under `/api/v1`
+//! (`docs/node-api.md`), on the shared stack of [`httpapi`], plus [`NodeClient`], the
+//! client the CLI and the control plane use.
 
 pub mod client;
 pub mod metrics;
 mod routes;
-pub mod server;
-pub mod wire;
 
-pub use client::{ClientError, NodeClient};
-pub use server::{Handler, HttpServer};
+pub use client::NodeClient;
+pub use httpapi::{ClientError, HttpServer};
+
+/// Serves the node's metrics and control API on `addr` (port 0 picks a free port).
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    node: crate::StorageNode,
+) -> std::io::Result<HttpServer> {
+    HttpServer::serve(addr, routes::router(node)).await
+}

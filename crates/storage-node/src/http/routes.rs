@@ -1,27 +1,40 @@
 //! The node's HTTP routes: `/metrics` and the JSON control API under `/api/v1`.
 
-use serde::de::DeserializeOwned;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use httpapi::ApiError;
+use httpapi::error::{json, ok};
+use httpapi::extract::{Json, Path};
 
-use super::server::{Handler, HandlerFuture};
-use super::wire::{Request, Response, decode_segment};
-use crate::api::{AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HostRequest};
+use crate::api::{
+    API_PREFIX, AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HostRequest,
+};
 use crate::node::{ErrorKind, NodeError, StorageNode};
 
-pub(crate) struct NodeHandler {
-    node: StorageNode,
-}
-
-impl NodeHandler {
-    pub(crate) fn new(node: StorageNode) -> NodeHandler {
-        NodeHandler { node }
-    }
-}
-
-impl Handler for NodeHandler {
-    fn handle(&self, req: Request) -> HandlerFuture {
-        let node = self.node.clone();
-        Box::pin(async move { route(node, req).await })
-    }
+/// The node's router, ready to serve.
+pub(crate) fn router(node: StorageNode) -> Router {
+    let api = Router::new()
+        .route("/node", get(node_info))
+        .route("/health", get(health))
+        .route("/namespaces", get(list_namespaces).post(create_namespace))
+        .route(
+            "/namespaces/{nqn}/{nsid}",
+            get(get_namespace).delete(delete_namespace),
+        )
+        .route("/namespaces/{nqn}/{nsid}/attach", post(attach))
+        .route("/namespaces/{nqn}/{nsid}/detach", post(detach))
+        .route("/subsystems", get(subsystems))
+        .route("/subsystems/{nqn}/hosts", post(allow_host))
+        .route("/subsystems/{nqn}/hosts/{host}", delete(deny_host))
+        .route("/subsystems/{nqn}/allow_any_host", put(allow_any_host));
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .nest(API_PREFIX, api)
+        .with_state(node);
+    httpapi::server::finish(app)
 }
 
 fn status_of(e: &NodeError) -> u16 {
@@ -34,129 +47,114 @@ fn status_of(e: &NodeError) -> u16 {
     }
 }
 
-fn error(e: &NodeError) -> Response {
-    Response::error(status_of(e), &e.to_string())
+fn err(e: NodeError) -> ApiError {
+    ApiError::new(status_of(&e), e.to_string())
 }
 
-fn body<T: DeserializeOwned>(req: &Request) -> Result<T, Response> {
-    serde_json::from_slice(&req.body)
-        .map_err(|e| Response::error(400, &format!("bad JSON body: {e}")))
-}
-
-fn nsid_of(s: &str) -> Result<u32, Response> {
+fn nsid_of(s: &str) -> Result<u32, ApiError> {
     s.parse()
-        .map_err(|_| Response::error(400, &format!("bad namespace ID {s:?}")))
+        .map_err(|_| ApiError::bad_request(format!("bad namespace ID {s:?}")))
 }
 
-fn reply<T: serde::Serialize>(status: u16, r: Result<T, NodeError>) -> Response {
-    match r {
-        Ok(v) => Response::json(status, &v),
-        Err(e) => error(&e),
-    }
+async fn metrics(State(node): State<StorageNode>) -> Response {
+    let mut r = super::metrics::render(&node).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(super::metrics::CONTENT_TYPE),
+    );
+    r
 }
 
-async fn route(node: StorageNode, req: Request) -> Response {
-    match route_inner(node, &req).await {
-        Ok(r) | Err(r) => r,
-    }
+async fn node_info(State(node): State<StorageNode>) -> Response {
+    ok(&node.info())
 }
 
-async fn route_inner(node: StorageNode, req: &Request) -> Result<Response, Response> {
-    if req.path == "/metrics" {
-        return match req.method.as_str() {
-            "GET" => Ok(Response::new(
-                200,
-                super::metrics::CONTENT_TYPE,
-                super::metrics::render(&node),
-            )),
-            _ => Err(Response::error(405, "use GET")),
-        };
-    }
-    let Some(rest) = req.path.strip_prefix(crate::api::API_PREFIX) else {
-        return Err(Response::error(404, &format!("no such path {}", req.path)));
-    };
-    let segs: Vec<String> = rest
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(decode_segment)
-        .collect::<Result<_, _>>()
-        .map_err(|e| Response::error(e.status, &e.message))?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let m = req.method.as_str();
-    let not_allowed = || {
-        Err(Response::error(
-            405,
-            &format!("{m} is not allowed on {}", req.path),
-        ))
-    };
-    match segs.as_slice() {
-        ["node"] => match m {
-            "GET" => Ok(Response::json(200, &node.info())),
-            _ => not_allowed(),
-        },
-        ["health"] => match m {
-            "GET" => Ok(Response::json(200, &node.health())),
-            _ => not_allowed(),
-        },
-        ["namespaces"] => match m {
-            "GET" => Ok(Response::json(200, &node.list_namespaces())),
-            "POST" => {
-                let r: CreateNamespaceRequest = body(req)?;
-                Ok(reply(201, node.create_namespace(r).await))
-            }
-            _ => not_allowed(),
-        },
-        ["namespaces", nqn, nsid] => {
-            let nsid = nsid_of(nsid)?;
-            match m {
-                "GET" => Ok(reply(200, node.namespace(nqn, nsid))),
-                "DELETE" => Ok(reply(
-                    200,
-                    node.delete_namespace(nqn, nsid)
-                        .await
-                        .map(|()| serde_json::json!({})),
-                )),
-                _ => not_allowed(),
-            }
-        }
-        ["namespaces", nqn, nsid, action @ ("attach" | "detach")] => {
-            let nsid = nsid_of(nsid)?;
-            if m != "POST" {
-                return not_allowed();
-            }
-            let r: AttachRequest = body(req)?;
-            let result = if *action == "attach" {
-                node.attach_namespace(nqn, nsid, r).await
-            } else {
-                node.detach_namespace(nqn, nsid, r).await
-            };
-            Ok(reply(200, result))
-        }
-        ["subsystems"] => match m {
-            "GET" => Ok(Response::json(200, &node.subsystems())),
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "hosts"] => match m {
-            "POST" => {
-                let r: HostRequest = body(req)?;
-                Ok(reply(200, node.allow_host(nqn, &r.host_nqn).await))
-            }
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "hosts", host] => match m {
-            "DELETE" => Ok(reply(200, node.deny_host(nqn, host).await)),
-            _ => not_allowed(),
-        },
-        ["subsystems", nqn, "allow_any_host"] => match m {
-            "PUT" => {
-                let r: AllowAnyHostRequest = body(req)?;
-                Ok(reply(
-                    200,
-                    node.set_allow_any_host(nqn, r.allow_any_host).await,
-                ))
-            }
-            _ => not_allowed(),
-        },
-        _ => Err(Response::error(404, &format!("no such path {}", req.path))),
-    }
+async fn health(State(node): State<StorageNode>) -> Response {
+    ok(&node.health())
+}
+
+async fn list_namespaces(State(node): State<StorageNode>) -> Response {
+    ok(&node.list_namespaces())
+}
+
+async fn create_namespace(
+    State(node): State<StorageNode>,
+    Json(r): Json<CreateNamespaceRequest>,
+) -> Result<Response, ApiError> {
+    let v = node.create_namespace(r).await.map_err(err)?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn get_namespace(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node.namespace(&nqn, nsid_of(&nsid)?).map_err(err)?))
+}
+
+async fn delete_namespace(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    node.delete_namespace(&nqn, nsid_of(&nsid)?)
+        .await
+        .map_err(err)?;
+    Ok(ok(&serde_json::json!({})))
+}
+
+async fn attach(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+    Json(r): Json<AttachRequest>,
+) -> Result<Response, ApiError> {
+    let nsid = nsid_of(&nsid)?;
+    Ok(ok(&node
+        .attach_namespace(&nqn, nsid, r)
+        .await
+        .map_err(err)?))
+}
+
+async fn detach(
+    State(node): State<StorageNode>,
+    Path((nqn, nsid)): Path<(String, String)>,
+    Json(r): Json<AttachRequest>,
+) -> Result<Response, ApiError> {
+    let nsid = nsid_of(&nsid)?;
+    Ok(ok(&node
+        .detach_namespace(&nqn, nsid, r)
+        .await
+        .map_err(err)?))
+}
+
+async fn subsystems(State(node): State<StorageNode>) -> Response {
+    ok(&node.subsystems())
+}
+
+async fn allow_host(
+    State(node): State<StorageNode>,
+    Path(nqn): Path<String>,
+    Json(r): Json<HostRequest>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node
+        .allow_host(&nqn, &r.host_nqn)
+        .await
+        .map_err(err)?))
+}
+
+async fn deny_host(
+    State(node): State<StorageNode>,
+    Path((nqn, host)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node.deny_host(&nqn, &host).await.map_err(err)?))
+}
+
+async fn allow_any_host(
+    State(node): State<StorageNode>,
+    Path(nqn): Path<String>,
+    Json(r): Json<AllowAnyHostRequest>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&node
+        .set_allow_any_host(&nqn, r.allow_any_host)
+        .await
+        .map_err(err)?))
 }

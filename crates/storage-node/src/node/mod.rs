@@ -387,7 +387,7 @@ impl StorageNode {
         }
         let node = StorageNode { inner };
         if let Some(addr) = cfg.http_listen {
-            match crate::http::HttpServer::start(addr, node.clone()).await {
+            match crate::http::serve(addr, node.clone()).await {
                 Ok(server) => {
                     tracing::info!(addr = %server.local_addr(), "HTTP listening");
                     *node.inner.http.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);

@@ -1,0 +1,20 @@
+//! HTTP plumbing shared by the control APIs of storage nodes and processor nodes, so
+//! that both serve the same conventions from one well-kept stack (axum on hyper):
+//!
+//! - [`server`]: [`HttpServer`] runs an axum `Router` (keep-alive, chunked bodies, bounded
+//!   connections, head timeout, body limit, graceful shutdown); [`server::finish`] adds the
+//!   JSON 404/405 answers and the body limit;
+//! - [`error`]: [`ApiError`] → `{"error": "<one line>"}` with its status; [`error::json`];
+//! - [`extract`]: `Json`, `Path`, `Query` extractors that reject with [`ApiError`];
+//! - [`client`]: [`HttpClient`], pooled, with a timeout per call and the bearer token;
+//! - [`metrics`]: [`metrics::Page`], `/metrics` through prometheus-client.
+
+pub mod client;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod server;
+
+pub use client::{ClientError, HttpClient};
+pub use error::{ApiError, ErrorBody};
+pub use server::HttpServer;
