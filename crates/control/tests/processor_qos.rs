@@ -68,7 +68,9 @@ async fn wait_generation(p: &Processor, generation: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_and_host_limits_hold_on_the_owner_and_reach_every_processor() {
     let c = cluster().await;
-    let p1 = Processor::start(c.store.clone(), pcfg("p1")).await.unwrap();
+    let mut cfg1 = pcfg("p1");
+    cfg1.api_listen = Some("127.0.0.1:0".parse().unwrap());
+    let p1 = Processor::start(c.store.clone(), cfg1).await.unwrap();
     let p2 = Processor::start(c.store.clone(), pcfg("p2")).await.unwrap();
     wait_owner(&p1, Duration::from_secs(10)).await;
     let store = c.store.as_ref();

@@ -234,7 +234,7 @@ impl Processor {
                     ApiConfig {
                         store: store.clone(),
                         host: host.clone(),
-                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone())),
+                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), target.clone())),
                     },
                 )
                 .await?,
@@ -454,8 +454,10 @@ async fn lease_loop(
 fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    target: Target,
 ) -> crate::api::MetricsFn {
     Arc::new(move |page: &mut httpapi::metrics::Page| {
+        storage_node::http::qos_metrics::add_qos_families(page, &node, &target.qos_stats());
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

@@ -32,6 +32,7 @@ pub fn render_stats(
     stats: &TargetStats,
     drives: &[DriveSample],
     kv: &[KvSample],
+    qos: &nvmf_target::QosStats,
 ) -> String {
     let mut page = Page::new();
     let node = node_name;
@@ -280,6 +281,7 @@ pub fn render_stats(
         }
     }
     render_kv(&mut page, node, kv);
+    super::qos_metrics::add_qos_families(&mut page, node, qos);
     page.render()
 }
 
@@ -394,7 +396,13 @@ pub fn render(node: &StorageNode) -> String {
     let stats = node.target().stats();
     let drives = node.drive_samples();
     let kv = node.kv_samples();
-    render_stats(node.name(), &stats, &drives, &kv)
+    render_stats(
+        node.name(),
+        &stats,
+        &drives,
+        &kv,
+        &node.target().qos_stats(),
+    )
 }
 
 #[cfg(test)]
@@ -460,7 +468,7 @@ mod tests {
                 ..Default::default()
             },
         }];
-        let text = render_stats("n1", &stats, &drives, &kv);
+        let text = render_stats("n1", &stats, &drives, &kv, &Default::default());
         let l = "node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"1\"";
         for want in [
             format!("ferrobay_namespace_read_ops_total{{{l}}} 7"),

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod metrics;
+pub mod qos_metrics;
 mod routes;
 
 pub use client::NodeClient;
