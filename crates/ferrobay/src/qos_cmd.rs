@@ -113,6 +113,62 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `ferrobay node qos list`: limits with what they did, then the caps in force.
+pub fn node_qos_text(v: &storage_node::api::QosList) -> String {
+    if v.limits.is_empty() && v.caps.is_empty() {
+        return "no QoS limits\n".to_string();
+    }
+    let mut headers = vec!["SUBSYSTEM", "NSID", "HOST"];
+    headers.extend(LIMIT_HEADERS);
+    headers.extend(["THROTTLED", "WAITED"]);
+    let rows: Vec<Vec<String>> = v
+        .limits
+        .iter()
+        .map(|e| {
+            let mut r = vec![
+                e.subsystem_nqn.clone(),
+                e.nsid.map_or_else(|| "all".to_string(), |n| n.to_string()),
+                e.host_nqn.clone().unwrap_or_else(|| "all".to_string()),
+            ];
+            r.extend(limit_columns(&e.limits));
+            let s = e.stats.clone().unwrap_or_default();
+            r.push(format!("{}/{}", s.throttled_commands, s.commands));
+            r.push(format!("{:.3} s", s.throttled_seconds));
+            r
+        })
+        .collect();
+    let mut out = table(&headers, &rows);
+    if !v.caps.is_empty() {
+        let caps: Vec<Vec<String>> = v
+            .caps
+            .iter()
+            .map(|c| {
+                vec![
+                    c.subsystem_nqn.clone(),
+                    c.nsid.to_string(),
+                    rate(c.cap_iops),
+                    bytes_rate(c.cap_bytes_per_s),
+                    format!("{:.0}", c.measured_iops),
+                    format!("{}/s", human_bytes(c.measured_bytes_per_s as u64)),
+                ]
+            })
+            .collect();
+        out += "\ncapped so that minimums are met:\n";
+        out += &table(
+            &[
+                "SUBSYSTEM",
+                "NSID",
+                "CAP IOPS",
+                "CAP BANDWIDTH",
+                "IOPS",
+                "BANDWIDTH",
+            ],
+            &caps,
+        );
+    }
+    out
+}
+
 /// `ferrobay volume qos list NAME`.
 pub fn volume_qos_text(name: &str, q: &control::records::VolumeQos) -> String {
     let mut headers = vec!["VOLUME", "HOST"];
@@ -163,6 +219,49 @@ mod tests {
                 .to_string()
                 .starts_with("--bandwidth: ")
         );
+    }
+
+    #[test]
+    fn node_table_shows_limits_what_they_did_and_caps() {
+        use storage_node::api::{QosCapView, QosEntry, QosEntryStats, QosList};
+        let v = QosList {
+            limits: vec![QosEntry {
+                subsystem_nqn: "nqn.s".into(),
+                nsid: Some(1),
+                host_nqn: None,
+                limits: QosLimits {
+                    max_iops: Some(500),
+                    burst_ios: Some(5),
+                    ..Default::default()
+                },
+                stats: Some(QosEntryStats {
+                    commands: 1200,
+                    bytes: 0,
+                    throttled_commands: 700,
+                    throttled_seconds: 2.5,
+                }),
+            }],
+            caps: vec![QosCapView {
+                subsystem_nqn: "nqn.s".into(),
+                nsid: 2,
+                cap_iops: Some(300),
+                cap_bytes_per_s: None,
+                measured_iops: 299.6,
+                measured_bytes_per_s: 1228800.0,
+                throttled_commands: 1,
+                throttled_seconds: 0.1,
+            }],
+        };
+        assert_eq!(
+            node_qos_text(&v),
+            "SUBSYSTEM  NSID  HOST  MAX IOPS  MAX BANDWIDTH  BURST IOS  BURST BYTES  MIN IOPS  MIN BANDWIDTH  THROTTLED  WAITED\n\
+             nqn.s      1     all   500       -              5          -            -         -              700/1200   2.500 s\n\
+             \n\
+             capped so that minimums are met:\n\
+             SUBSYSTEM  NSID  CAP IOPS  CAP BANDWIDTH  IOPS  BANDWIDTH\n\
+             nqn.s      2     300       -              300   1.2 MiB/s\n"
+        );
+        assert_eq!(node_qos_text(&QosList::default()), "no QoS limits\n");
     }
 
     #[test]

@@ -29,7 +29,14 @@ pub(crate) fn router(node: StorageNode) -> Router {
         .route("/subsystems", get(subsystems))
         .route("/subsystems/{nqn}/hosts", post(allow_host))
         .route("/subsystems/{nqn}/hosts/{host}", delete(deny_host))
-        .route("/subsystems/{nqn}/allow_any_host", put(allow_any_host));
+        .route("/subsystems/{nqn}/allow_any_host", put(allow_any_host))
+        .route("/qos", get(super::qos_routes::list))
+        .route(
+            "/qos/{nqn}/{nsid}/{host}",
+            get(super::qos_routes::get_one)
+                .put(super::qos_routes::put)
+                .delete(super::qos_routes::delete),
+        );
     let app = Router::new()
         .route("/metrics", get(metrics))
         .nest(API_PREFIX, api)
@@ -47,7 +54,7 @@ fn status_of(e: &NodeError) -> u16 {
     }
 }
 
-fn err(e: NodeError) -> ApiError {
+pub(super) fn err(e: NodeError) -> ApiError {
     ApiError::new(status_of(&e), e.to_string())
 }
 

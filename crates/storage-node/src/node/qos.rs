@@ -126,6 +126,19 @@ impl StorageNode {
         Ok(())
     }
 
+    /// The limits of one key with what they did.
+    pub fn qos_entry(&self, key: &QosKey) -> Result<QosEntry, NodeError> {
+        self.qos_list()
+            .limits
+            .into_iter()
+            .find(|e| {
+                e.subsystem_nqn == key.subsystem_nqn
+                    && e.nsid == key.nsid
+                    && e.host_nqn == key.host_nqn
+            })
+            .ok_or_else(|| NodeError::NotFound(format!("no QoS limits on {key}")))
+    }
+
     /// Every limit with what it did, and the contention caps in force.
     pub fn qos_list(&self) -> QosList {
         let stats = self.inner.target.qos_stats();
