@@ -9,12 +9,14 @@
 //! - [`qos`]: volume QoS limits in the volume records.
 //! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
 //!   client.
+//! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
 //! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
 
 pub mod api;
+pub mod auth;
 pub mod devcluster;
 pub mod error;
 pub mod events;

@@ -61,7 +61,12 @@ fn print_ready(c: &DevCluster) {
     );
     let _ = writeln!(out, "Connect from a Linux host:");
     let _ = writeln!(out, "  {}", c.connect_command());
-    let _ = writeln!(out, "API: http://{api}");
+    let _ = writeln!(out, "API: http://{api}/api/v1 (docs/api.md)");
+    let _ = writeln!(
+        out,
+        "API token: {} (send it as `Authorization: Bearer <token>`)",
+        c.api_token_path().display()
+    );
     let _ = writeln!(
         out,
         "Status: ferrobay volume status {} --api {api}",

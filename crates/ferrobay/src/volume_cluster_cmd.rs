@@ -20,14 +20,23 @@ const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Where the cluster is reached: the store itself, or a processor node's API.
 enum Backend {
     Meta(Arc<dyn meta::MetaStore>),
-    Api(ApiClient),
+    /// Boxed: the HTTP client is much larger than the store handle.
+    Api(Box<ApiClient>),
 }
 
 impl Backend {
     async fn open(a: &VolumeArgs) -> anyhow::Result<Backend> {
         match (&a.meta, &a.api) {
             (Some(url), _) => Ok(Backend::Meta(cluster::open_store(url).await?)),
-            (None, Some(addr)) => Ok(Backend::Api(ApiClient::new(addr.clone()))),
+            (None, Some(addr)) => {
+                let token = cluster::client_token(
+                    a.api_token_file.as_deref(),
+                    &[std::path::Path::new(cluster::UP_TOKEN_FILE)],
+                )?;
+                Ok(Backend::Api(Box::new(
+                    ApiClient::new(addr.clone()).with_token(token),
+                )))
+            }
             (None, None) => Err(usage("cluster volumes need --meta URL or --api ADDR")),
         }
     }
@@ -206,12 +215,9 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ferrobay volume qos ...`: the limits live in the volume's record.
+/// `ferrobay volume qos ...`: the limits live in the volume's record (through the store,
+/// or through a processor node's API).
 async fn qos(backend: &Backend, cmd: VolumeQosCommand) -> anyhow::Result<()> {
-    let Backend::Meta(store) = backend else {
-        return Err(usage("volume qos needs --meta URL"));
-    };
-    let store = store.as_ref();
     match cmd {
         VolumeQosCommand::Set {
             name,
@@ -220,30 +226,44 @@ async fn qos(backend: &Backend, cmd: VolumeQosCommand) -> anyhow::Result<()> {
             json,
         } => {
             let limits = limits.limits()?;
-            let q = control::qos::set_volume_qos(store, &name, host.as_deref(), limits)
-                .await
-                .with_context(|| format!("set QoS of volume {name}"))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&q)?);
-            } else {
-                print!("{}", crate::qos_cmd::volume_qos_text(&name, &q));
+            let host = host.as_deref();
+            let q = match backend {
+                Backend::Meta(store) => {
+                    control::qos::set_volume_qos(store.as_ref(), &name, host, limits).await
+                }
+                Backend::Api(c) => c.set_volume_qos(&name, host, limits).await,
             }
+            .with_context(|| format!("set QoS of volume {name}"))?;
+            print_volume_qos(&name, &q, json)?;
         }
         VolumeQosCommand::List { name, json } => {
-            let q = control::qos::volume_qos(store, &name).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&q)?);
-            } else {
-                print!("{}", crate::qos_cmd::volume_qos_text(&name, &q));
-            }
+            let q = match backend {
+                Backend::Meta(store) => control::qos::volume_qos(store.as_ref(), &name).await?,
+                Backend::Api(c) => c.volume_qos(&name).await?,
+            };
+            print_volume_qos(&name, &q, json)?;
         }
         VolumeQosCommand::Clear { name, host } => {
-            control::qos::clear_volume_qos(store, &name, host.as_deref())
-                .await
-                .with_context(|| format!("clear QoS of volume {name}"))?;
+            let h = host.as_deref();
+            match backend {
+                Backend::Meta(store) => {
+                    control::qos::clear_volume_qos(store.as_ref(), &name, h).await
+                }
+                Backend::Api(c) => c.clear_volume_qos(&name, h).await,
+            }
+            .with_context(|| format!("clear QoS of volume {name}"))?;
             let whose = host.map_or_else(|| "the volume".to_string(), |h| format!("host {h}"));
             println!("cleared the QoS limits of {whose} on volume {name}");
         }
+    }
+    Ok(())
+}
+
+fn print_volume_qos(name: &str, q: &control::records::VolumeQos, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(q)?);
+    } else {
+        print!("{}", crate::qos_cmd::volume_qos_text(name, q));
     }
     Ok(())
 }

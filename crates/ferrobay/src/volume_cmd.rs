@@ -28,6 +28,10 @@ pub struct VolumeArgs {
     /// Cluster volumes: a processor node's HTTP API, ADDR:PORT.
     #[arg(long, global = true)]
     pub api: Option<String>,
+    /// With --api: file with the API token (default: $FERROBAY_API_TOKEN, else
+    /// ./ferrobay-data/api-token when it exists, as `ferrobay up` leaves it).
+    #[arg(long, global = true, requires = "api")]
+    pub api_token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: VolumeCommand,
 }
@@ -529,7 +533,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
         VolumeCommand::Qos(_) => {
             return Err(crate::cluster::usage(
-                "volume qos works on cluster volumes: add --meta URL",
+                "volume qos works on cluster volumes: add --meta URL or --api ADDR",
             ));
         }
     }

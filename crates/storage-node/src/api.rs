@@ -2,6 +2,7 @@
 //! `ferrobay node ...` commands use. Sizes are bytes; identifiers are lower-case hex.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::state::Extent;
 
@@ -13,7 +14,7 @@ pub const DEFAULT_HTTP_PORT: u16 = 9420;
 pub const API_PREFIX: &str = "/api/v1";
 
 /// The node itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NodeInfo {
     pub name: String,
     pub uuid: String,
@@ -26,7 +27,7 @@ pub struct NodeInfo {
 }
 
 /// Which hosts see a namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AttachmentView {
     /// Every host, present and future.
     pub all: bool,
@@ -35,7 +36,7 @@ pub struct AttachmentView {
     pub hosts: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NamespaceView {
     pub subsystem_nqn: String,
     pub nsid: u32,
@@ -62,7 +63,7 @@ fn nvm_kind() -> String {
 }
 
 /// A Key Value namespace: how its store was formatted and what it holds now.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct KvNamespaceView {
     /// Largest value, bytes.
     pub max_value_bytes: u32,
@@ -81,7 +82,8 @@ pub struct KvNamespaceView {
 }
 
 /// `POST /api/v1/namespaces`. Give the subsystem or the drive (its default subsystem).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateNamespaceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subsystem_nqn: Option<String>,
@@ -104,7 +106,8 @@ pub struct CreateNamespaceRequest {
 }
 
 /// Format parameters of a new Key Value namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct KvCreateOptions {
     /// Largest value, bytes: 1 to the node's MDTS (4 MiB); default 2 MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,7 +118,8 @@ pub struct KvCreateOptions {
 }
 
 /// `POST .../attach` and `POST .../detach`: every host (`all`) or the listed host NQNs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AttachRequest {
     #[serde(default)]
     pub all: bool,
@@ -123,7 +127,7 @@ pub struct AttachRequest {
     pub hosts: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SubsystemView {
     pub nqn: String,
     pub serial: String,
@@ -133,23 +137,26 @@ pub struct SubsystemView {
     pub allowed_hosts: Vec<String>,
     pub namespaces: Vec<u32>,
     /// Controllers connected now: (cntlid, host NQN).
+    #[schema(value_type = Vec<Vec<Object>>)]
     pub controllers: Vec<(u16, String)>,
 }
 
 /// `POST /api/v1/subsystems/{nqn}/hosts`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HostRequest {
     pub host_nqn: String,
 }
 
 /// `PUT /api/v1/subsystems/{nqn}/allow_any_host`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AllowAnyHostRequest {
     pub allow_any_host: bool,
 }
 
 /// SMART-like summary of one drive.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DriveHealth {
     pub name: String,
     pub spec: String,
@@ -188,7 +195,7 @@ pub struct DriveHealth {
 }
 
 /// `GET /api/v1/health`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HealthReport {
     pub node_name: String,
     pub uptime_seconds: u64,
@@ -204,10 +211,9 @@ pub struct HealthReport {
 /// Body of every error response.
 pub use httpapi::ErrorBody;
 
-/// One QoS limit: its key (a subsystem; one namespace of it or all; one host or all) and
-/// its limits (`docs/qos.md`). `PUT /api/v1/qos` takes it (without `stats`); `GET` lists
-/// them with `stats`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One QoS limit: its key (a subsystem; one namespace of it or all; one host or all),
+/// its limits and what it did (`docs/qos.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct QosEntry {
     pub subsystem_nqn: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,13 +222,13 @@ pub struct QosEntry {
     pub host_nqn: Option<String>,
     #[serde(flatten)]
     pub limits: nvmf_target::QosLimits,
-    /// What the limit did since the node started.
+    /// What the limit did since the node started (in answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<QosEntryStats>,
 }
 
 /// Commands through one limit and those it made wait.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct QosEntryStats {
     pub commands: u64,
     pub bytes: u64,
@@ -231,7 +237,7 @@ pub struct QosEntryStats {
 }
 
 /// A namespace the contention controller caps now, so that minimums elsewhere are met.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct QosCapView {
     pub subsystem_nqn: String,
     pub nsid: u32,
@@ -244,9 +250,63 @@ pub struct QosCapView {
 }
 
 /// `GET /api/v1/qos`: every limit, and the caps in force.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct QosList {
     pub limits: Vec<QosEntry>,
     #[serde(default)]
     pub caps: Vec<QosCapView>,
+}
+
+/// QoS limits as a request sets them (`PUT` of a node's or a volume's limits): every limit
+/// of the key, absent ones not limited (`{}` clears the key). Unknown fields are refused:
+/// a misspelt limit must not silently clear one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QosLimitsRequest {
+    /// Most commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iops: Option<u64>,
+    /// Most data bytes per second (reads and writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_s: Option<u64>,
+    /// Commands let through at once after an idle spell (default: a tenth of `max_iops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_ios: Option<u64>,
+    /// Bytes let through at once after an idle spell (default: a tenth of
+    /// `max_bytes_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_bytes: Option<u64>,
+    /// Commands per second guaranteed when the node is saturated (a namespace or volume
+    /// as a whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_iops: Option<u64>,
+    /// Bytes per second guaranteed when the node is saturated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bytes_per_s: Option<u64>,
+}
+
+impl From<QosLimitsRequest> for nvmf_target::QosLimits {
+    fn from(r: QosLimitsRequest) -> Self {
+        nvmf_target::QosLimits {
+            max_iops: r.max_iops,
+            max_bytes_per_s: r.max_bytes_per_s,
+            burst_ios: r.burst_ios,
+            burst_bytes: r.burst_bytes,
+            min_iops: r.min_iops,
+            min_bytes_per_s: r.min_bytes_per_s,
+        }
+    }
+}
+
+impl From<nvmf_target::QosLimits> for QosLimitsRequest {
+    fn from(l: nvmf_target::QosLimits) -> Self {
+        QosLimitsRequest {
+            max_iops: l.max_iops,
+            max_bytes_per_s: l.max_bytes_per_s,
+            burst_ios: l.burst_ios,
+            burst_bytes: l.burst_bytes,
+            min_iops: l.min_iops,
+            min_bytes_per_s: l.min_bytes_per_s,
+        }
+    }
 }

@@ -14,6 +14,7 @@ pub const DEFAULT_BURST_DIVISOR: u64 = 10;
 /// together (`None`), on one namespace (`nsid`) or on every namespace of the subsystem
 /// together (`None`). A command passes every limit whose key matches it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QosKey {
     pub subsystem_nqn: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +81,7 @@ impl std::fmt::Display for QosKey {
 /// buckets (commands over them wait, in order, never fail); minima are guaranteed by the
 /// contention controller when the node is saturated (`docs/qos.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QosLimits {
     /// Most commands per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
