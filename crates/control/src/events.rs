@@ -39,6 +39,8 @@ pub mod kind {
     pub const HANDOFF: &str = "handoff";
     /// A processor node lost a volume (lease lost, fenced by a member).
     pub const VOLUME_LOST: &str = "volume_lost";
+    /// QoS limits of a volume made commands wait (at most one per volume per interval).
+    pub const QOS_THROTTLING: &str = "qos_throttling";
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -78,6 +78,7 @@ async fn volume_and_host_limits_hold_on_the_owner_and_reach_every_processor() {
     let c = cluster().await;
     let mut cfg1 = pcfg("p1");
     cfg1.api_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg1.qos_event_interval_ms = 300;
     let p1 = Processor::start(c.store.clone(), cfg1).await.unwrap();
     let p2 = Processor::start(c.store.clone(), pcfg("p2")).await.unwrap();
     wait_owner(&p1, Duration::from_secs(10)).await;

@@ -27,6 +27,7 @@ mod handoff;
 mod members;
 mod monitor;
 mod node;
+mod qos_events;
 mod status;
 mod takeover;
 mod volume_task;
@@ -80,6 +81,9 @@ pub struct ProcessorConfig {
     pub poll_ms: u64,
     /// Longest wait for in-flight I/O at a handoff (default 5000 ms).
     pub drain_timeout_ms: u64,
+    /// How often a `qos_throttling` event may be written per owned volume (default
+    /// 60 000 ms).
+    pub qos_event_interval_ms: u64,
     /// Test seam: act as if cut off from the store (ignore the lease and the owner
     /// record); only fencing by the members stops this node. Never set in production.
     #[doc(hidden)]
@@ -103,6 +107,7 @@ impl ProcessorConfig {
             standby_grace_ms: 1000,
             poll_ms: 200,
             drain_timeout_ms: 5000,
+            qos_event_interval_ms: 60_000,
             ignore_ownership_loss: false,
         }
     }
@@ -177,6 +182,7 @@ pub struct Processor {
     api: Option<ApiServer>,
     volumes: Arc<volumes::Volumes>,
     volumes_task: JoinHandle<()>,
+    qos_events_task: JoinHandle<()>,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: watch::Sender<bool>,
 }
@@ -281,6 +287,7 @@ impl Processor {
         let volumes = Arc::new(volumes::Volumes::default());
         volumes::sync(&ctx, &volumes).await;
         let volumes_task = tokio::spawn(volumes::run(ctx.clone(), volumes.clone()));
+        let qos_events_task = tokio::spawn(qos_events::run(ctx.clone()));
         tracing::info!(
             node = %ctx.name,
             slot,
@@ -294,6 +301,7 @@ impl Processor {
             api,
             volumes,
             volumes_task,
+            qos_events_task,
             lease_task: Some(lease_task),
             lease_stop,
         })
@@ -368,6 +376,7 @@ impl Processor {
     pub async fn shutdown(mut self) -> Result<(), ControlError> {
         self.ctx.shutting_down.send_replace(true);
         self.volumes_task.abort();
+        self.qos_events_task.abort();
         volumes::stop_all(&self.ctx, &self.volumes).await;
         self.lease_stop.send_replace(true);
         if let Some(t) = self.lease_task.take() {
@@ -389,6 +398,7 @@ impl Processor {
 
     fn kill_now(&mut self) {
         self.volumes_task.abort();
+        self.qos_events_task.abort();
         volumes::abort_all(&self.ctx, &self.volumes);
         if let Some(t) = self.lease_task.take() {
             t.abort();
