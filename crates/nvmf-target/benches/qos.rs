@@ -21,6 +21,12 @@
 //! I/O of the whole process (host and target), heap allocations per I/O on the runtime's
 //! threads (the counting allocator), and the ratios to `none`.
 //!
+//! On a shared machine the loopback figures move by more than the QoS path costs, so the
+//! engine's own per-command work is measured alone too (`admission`): nanoseconds to
+//! admit one command through no gate, a cap only, one limit, two limits and a cap, on one
+//! thread and on two threads sharing the gate (two queues of one host), the best of the
+//! rounds.
+//!
 //! Output: JSON on stdout and in `target/bench/qos.json` (`FERROBAY_BENCH_OUT` overrides),
 //! a table on stderr. Environment: `FERROBAY_BENCH_SECS` (seconds per run, default 3),
 //! `FERROBAY_BENCH_ROUNDS` (default 3). Without `--bench` (`cargo test --benches`) it runs
@@ -39,7 +45,7 @@ use testkit::alloc::{CountingAllocator, Tag};
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-const SCHEMA: &str = "ferrobay.bench.qos/1";
+const SCHEMA: &str = "ferrobay.bench.qos/2";
 const SUBNQN: &str = "nqn.2026-01.io.ferrobay:bench:qos";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-0000000000b1";
 const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-0000000000b2";
@@ -83,14 +89,49 @@ struct ConfigResult {
 }
 
 #[derive(Debug, Serialize)]
+struct AdmissionResult {
+    gate: String,
+    threads: usize,
+    /// Best of the rounds.
+    ns_per_command: f64,
+}
+
+#[derive(Debug, Serialize)]
 struct Output {
     schema: &'static str,
     mode: &'static str,
     command: &'static str,
     cpus: usize,
     settings: Settings,
+    admission: Vec<AdmissionResult>,
     configs: Vec<ConfigResult>,
     error: Option<String>,
+}
+
+/// The engine's per-command admission cost per gate kind and thread count.
+fn admission(rounds: usize, commands: u64) -> Vec<AdmissionResult> {
+    use nvmf_target::qos::measure::{GateKind, admission_cost};
+    let kinds = [
+        (GateKind::None, "none"),
+        (GateKind::CapOnly, "cap_only"),
+        (GateKind::OneLimit, "one_limit"),
+        (GateKind::TwoLimitsAndCap, "two_limits_and_cap"),
+    ];
+    let mut out = Vec::new();
+    for threads in [1, 2] {
+        for (kind, name) in kinds {
+            let best = (0..rounds)
+                .map(|_| admission_cost(kind, threads, commands).as_nanos() as f64)
+                .fold(f64::MAX, f64::min);
+            eprintln!("qos bench: admission {name} on {threads} thread(s): {best:.1} ns/command");
+            out.push(AdmissionResult {
+                gate: name.to_string(),
+                threads,
+                ns_per_command: best,
+            });
+        }
+    }
+    out
 }
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -297,6 +338,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let admission = admission(
+        settings.rounds.max(3),
+        if full { 5_000_000 } else { 100_000 },
+    );
     let result = rt.block_on(measure(&settings));
     let (configs, error) = match result {
         Ok(c) => (c, None),
@@ -308,6 +353,7 @@ fn main() -> ExitCode {
         command: "cargo bench -p nvmf-target --bench qos",
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         settings,
+        admission,
         configs,
         error,
     };

@@ -65,7 +65,6 @@ async fn run(dev: Arc<dyn BlockDevice>, cfg: bench::BenchConfig, name: &str) -> 
 /// The tests that measure rates run one at a time (each would steal the others' CPU).
 static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-
 /// Bounds (low, high) on what limit 0 let through per second (commands, bytes) over
 /// `window`, after `settle`: the steady rate, without the start of the load (connections
 /// warming up) and its end. Timestamps are taken on both sides of each reading, so a

@@ -23,6 +23,8 @@ pub mod clock;
 pub(crate) mod contention;
 pub(crate) mod gate;
 pub mod limits;
+#[doc(hidden)]
+pub mod measure;
 pub(crate) mod registry;
 pub mod stats;
 
