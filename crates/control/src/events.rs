@@ -48,6 +48,8 @@ pub mod kind {
     pub const PROACTIVE_COPY_DONE: &str = "proactive_copy_done";
     /// A proactive copy ended without completing (stopped, the replacement failed).
     pub const PROACTIVE_COPY_FAILED: &str = "proactive_copy_failed";
+    /// QoS limits of a volume made commands wait (at most one per volume per interval).
+    pub const QOS_THROTTLING: &str = "qos_throttling";
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -10,6 +10,7 @@
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them; object pools of KV namespaces.
 //! - [`pool_gateway`]: an S3 gateway on an object pool, following its record.
+//! - [`qos`]: volume QoS limits in the volume records.
 //! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
 //!   client.
 //! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
@@ -30,6 +31,7 @@ pub mod metaurl;
 pub mod pool_gateway;
 pub mod processor;
 pub mod provision;
+pub mod qos;
 pub mod records;
 pub mod registration;
 

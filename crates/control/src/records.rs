@@ -2,6 +2,7 @@
 //! `docs/cluster.md`); the keys come from [`meta::schema`] plus the few below. Records
 //! that say "under the lease" vanish when their writer stops renewing its lease.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
@@ -234,7 +235,55 @@ pub struct VolumeRecord {
     /// The processor node that should own it when it is up.
     pub preferred_owner: Option<String>,
     pub created_unix_ms: u64,
+    /// QoS limits, applied by every processor node exporting the volume (absent: none,
+    /// never set).
+    #[serde(default, skip_serializing_if = "VolumeQos::never_set")]
+    pub qos: VolumeQos,
 }
+
+/// A volume's QoS limits (`docs/qos.md`): of the volume as a whole (every host together,
+/// optionally with a minimum under contention) and of single hosts on it. Changed only by
+/// compare-and-swap on the volume record; `generation` counts the changes, so a processor
+/// node can say which version it applies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct VolumeQos {
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<nvmf_target::QosLimits>,
+    /// By host NQN.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, nvmf_target::QosLimits>,
+}
+
+impl VolumeQos {
+    /// No limit (whatever the generation): nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.volume.is_none() && self.hosts.is_empty()
+    }
+
+    /// Never set: the record carries no `qos` (records written before QoS look the same).
+    pub fn never_set(&self) -> bool {
+        *self == VolumeQos::default()
+    }
+
+    /// The target's keys and limits for the volume exported as `nqn` (namespace 1).
+    pub fn target_limits(&self, nqn: &str) -> Vec<(nvmf_target::QosKey, nvmf_target::QosLimits)> {
+        let mut out = Vec::new();
+        if let Some(l) = self.volume {
+            out.push((nvmf_target::QosKey::namespace(nqn, VOLUME_NSID), l));
+        }
+        for (host, l) in &self.hosts {
+            out.push((
+                nvmf_target::QosKey::host_on_namespace(nqn, VOLUME_NSID, host.clone()),
+                *l,
+            ));
+        }
+        out
+    }
+}
+
+/// The namespace ID of a volume in its subsystem on every processor node.
+pub const VOLUME_NSID: u32 = 1;
 
 impl VolumeRecord {
     pub fn nqn(&self) -> String {
@@ -376,6 +425,53 @@ mod tests {
         );
         assert!(back.subsystems[0].allows("nqn.2026-01.io.ferrobay:processor:p1"));
         assert!(!back.subsystems[0].allows("nqn.2014-08.org.nvmexpress:uuid:x"));
+    }
+
+    #[test]
+    fn volume_qos_in_the_record() {
+        // A record written before QoS (no `qos` key) reads as "never set".
+        let old = r#"{"name":"v","uuid":"0b7c3c0e-5d1f-4d7e-9a51-3f5a2f1f7a10","level":"raid5",
+            "stripe_unit_bytes":65536,"size_bytes":1048576,"block_size_bytes":4096,
+            "members":[],"ana_group":1,"preferred_owner":null,"created_unix_ms":0}"#;
+        let rec: VolumeRecord = serde_json::from_str(old).unwrap();
+        assert!(rec.qos.never_set() && rec.qos.is_empty());
+        assert!(!serde_json::to_string(&rec).unwrap().contains("qos"));
+        // Cleared limits keep their generation (it must never go back).
+        let mut rec = rec;
+        rec.qos.generation = 4;
+        let back: VolumeRecord =
+            serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(back.qos.generation, 4);
+        // Limits as the target sees them: namespace 1 of the volume's NQN.
+        rec.qos.volume = Some(nvmf_target::QosLimits {
+            max_iops: Some(100),
+            ..Default::default()
+        });
+        rec.qos.hosts.insert(
+            "nqn.h".into(),
+            nvmf_target::QosLimits {
+                max_bytes_per_s: Some(1 << 20),
+                ..Default::default()
+            },
+        );
+        let json = serde_json::to_string(&rec.qos).unwrap();
+        assert_eq!(
+            json,
+            r#"{"generation":4,"volume":{"max_iops":100},"hosts":{"nqn.h":{"max_bytes_per_s":1048576}}}"#
+        );
+        let keys: Vec<String> = rec
+            .qos
+            .target_limits(&volume_nqn("v"))
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "nqn.2026-01.io.ferrobay:vol:v namespace 1 (all hosts)",
+                "nqn.2026-01.io.ferrobay:vol:v namespace 1 host nqn.h"
+            ]
+        );
     }
 
     #[test]

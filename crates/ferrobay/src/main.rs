@@ -9,6 +9,7 @@ mod discover_cmd;
 mod events_cmd;
 mod node_cmd;
 mod processor_cmd;
+mod qos_cmd;
 mod s3_cmd;
 mod up_cmd;
 mod volume_cluster_cmd;

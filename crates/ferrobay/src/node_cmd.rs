@@ -30,6 +30,37 @@ pub enum NodeCommand {
     Host(HostCommand),
     /// SMART/health summary of the node and each drive.
     Health(ApiArgs),
+    /// QoS limits per namespace and host (docs/qos.md).
+    #[command(subcommand)]
+    Qos(QosCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QosCommand {
+    /// Set the limits of a namespace (all hosts together), of one host on a namespace
+    /// (--host), or of one host on the whole subsystem (no NSID, --host); they replace
+    /// what that key had.
+    Set {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        nsid: Option<u32>,
+        #[arg(long)]
+        host: Option<String>,
+        #[command(flatten)]
+        limits: crate::qos_cmd::QosLimitArgs,
+    },
+    /// Every limit with the commands it held back, and the caps in force.
+    List(ApiArgs),
+    /// Remove the limits of a key.
+    Clear {
+        #[command(flatten)]
+        api: ApiArgs,
+        nqn: String,
+        nsid: Option<u32>,
+        #[arg(long)]
+        host: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -507,11 +538,63 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+async fn qos(cmd: QosCommand) -> anyhow::Result<ExitCode> {
+    use crate::qos_cmd::node_qos_text;
+    let key = |nqn: String, nsid: Option<u32>, host: Option<String>| nvmf_target::QosKey {
+        subsystem_nqn: nqn,
+        nsid,
+        host_nqn: host,
+    };
+    match cmd {
+        QosCommand::Set {
+            api,
+            nqn,
+            nsid,
+            host,
+            limits,
+        } => {
+            let limits = limits.limits()?;
+            let key = key(nqn, nsid, host);
+            let e = client(&api)?
+                .set_qos(&key, &limits)
+                .await
+                .with_context(|| format!("set QoS limits of {key}"))?;
+            print(api.json, &e, |e| {
+                node_qos_text(&storage_node::api::QosList {
+                    limits: vec![e.clone()],
+                    caps: Vec::new(),
+                })
+            })?;
+        }
+        QosCommand::List(api) => {
+            let v = client(&api)?.qos_list().await?;
+            print(api.json, &v, node_qos_text)?;
+        }
+        QosCommand::Clear {
+            api,
+            nqn,
+            nsid,
+            host,
+        } => {
+            let key = key(nqn, nsid, host);
+            let had = client(&api)?
+                .clear_qos(&key)
+                .await
+                .with_context(|| format!("clear QoS limits of {key}"))?;
+            print(api.json, &had, |_| {
+                format!("cleared the QoS limits of {key}\n")
+            })?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         NodeCommand::Run(r) => run_node(r).await,
         NodeCommand::Ns(c) => ns(c).await,
         NodeCommand::Host(c) => host(c).await,
+        NodeCommand::Qos(c) => qos(c).await,
         NodeCommand::Health(api) => {
             let h = client(&api)?.health().await?;
             print(api.json, &h, storage_node::text::health_text)?;

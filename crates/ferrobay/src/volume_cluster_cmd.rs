@@ -13,7 +13,7 @@ use control::records::{NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord};
 use meta::schema::OwnerRecord;
 
 use crate::cluster::{self, human_bytes, usage};
-use crate::volume_cmd::{VolumeArgs, VolumeCommand};
+use crate::volume_cmd::{VolumeArgs, VolumeCommand, VolumeQosCommand};
 
 const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -198,6 +198,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        VolumeCommand::Qos(cmd) => qos(&backend, cmd).await?,
         VolumeCommand::Assemble { .. }
         | VolumeCommand::FailMember { .. }
         | VolumeCommand::ReAdd { .. }
@@ -213,6 +214,59 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ferrobay volume qos ...`: the limits live in the volume's record (through the store,
+/// or through a processor node's API).
+async fn qos(backend: &Backend, cmd: VolumeQosCommand) -> anyhow::Result<()> {
+    match cmd {
+        VolumeQosCommand::Set {
+            name,
+            host,
+            limits,
+            json,
+        } => {
+            let limits = limits.limits()?;
+            let host = host.as_deref();
+            let q = match backend {
+                Backend::Meta(store) => {
+                    control::qos::set_volume_qos(store.as_ref(), &name, host, limits).await
+                }
+                Backend::Api(c) => c.set_volume_qos(&name, host, limits).await,
+            }
+            .with_context(|| format!("set QoS of volume {name}"))?;
+            print_volume_qos(&name, &q, json)?;
+        }
+        VolumeQosCommand::List { name, json } => {
+            let q = match backend {
+                Backend::Meta(store) => control::qos::volume_qos(store.as_ref(), &name).await?,
+                Backend::Api(c) => c.volume_qos(&name).await?,
+            };
+            print_volume_qos(&name, &q, json)?;
+        }
+        VolumeQosCommand::Clear { name, host } => {
+            let h = host.as_deref();
+            match backend {
+                Backend::Meta(store) => {
+                    control::qos::clear_volume_qos(store.as_ref(), &name, h).await
+                }
+                Backend::Api(c) => c.clear_volume_qos(&name, h).await,
+            }
+            .with_context(|| format!("clear QoS of volume {name}"))?;
+            let whose = host.map_or_else(|| "the volume".to_string(), |h| format!("host {h}"));
+            println!("cleared the QoS limits of {whose} on volume {name}");
+        }
+    }
+    Ok(())
+}
+
+fn print_volume_qos(name: &str, q: &control::records::VolumeQos, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(q)?);
+    } else {
+        print!("{}", crate::qos_cmd::volume_qos_text(name, q));
+    }
+    Ok(())
 }
 
 /// Polls until `to` owns the volume and has published its status.
@@ -517,6 +571,7 @@ mod tests {
             ana_group: 3,
             preferred_owner: Some("p1".into()),
             created_unix_ms: 1,
+            qos: Default::default(),
         }
     }
 

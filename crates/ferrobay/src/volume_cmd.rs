@@ -172,6 +172,37 @@ pub enum VolumeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cluster volumes: QoS limits of the volume and of hosts on it (docs/qos.md).
+    #[command(subcommand)]
+    Qos(VolumeQosCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeQosCommand {
+    /// Set the limits of the volume (all hosts together) or of one host on it; they
+    /// replace what that key had.
+    Set {
+        name: String,
+        /// Limit this host's commands on the volume instead of the volume as a whole.
+        #[arg(long)]
+        host: Option<String>,
+        #[command(flatten)]
+        limits: crate::qos_cmd::QosLimitArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The volume's limits and their generation.
+    List {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the limits of the volume (or of one host on it).
+    Clear {
+        name: String,
+        #[arg(long)]
+        host: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -593,6 +624,11 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         VolumeCommand::Move { .. } => {
             return Err(crate::cluster::usage(
                 "volume move works on cluster volumes: add --meta URL or --api ADDR",
+            ));
+        }
+        VolumeCommand::Qos(_) => {
+            return Err(crate::cluster::usage(
+                "volume qos works on cluster volumes: add --meta URL or --api ADDR",
             ));
         }
     }

@@ -3,7 +3,9 @@
 //! `volume create --storage-nodes`, `volume list/status --json` show the owner; a
 //! multipath initiator to both processor nodes writes; `volume move --to p2 --wait` hands
 //! the volume over; `kill -9` of the owner makes the other one take over with a higher
-//! epoch. The data stays intact throughout. A `ferrobay cdc run` central discovery
+//! epoch. The data stays intact throughout. `volume qos set --meta` limits the volume at
+//! its owner (the host measures it), the other processor node has it in force for the
+//! move, and `volume qos clear --api` removes it. A `ferrobay cdc run` central discovery
 //! controller on the same etcd lists every subsystem per host and follows an access
 //! list change.
 
@@ -70,6 +72,26 @@ fn wait_owner(meta: &str, volume: &str, want: &str, logs: &dyn Fn() -> String) -
     let view = cluster::wait_owner(bin, meta, volume, want, None, OWNER_TIMEOUT)
         .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     cluster::owner_of(&view).expect("an owner with its status")
+}
+
+/// Waits until a processor node's `/metrics` has a line starting with `prefix` and
+/// ending with `suffix`.
+fn wait_metric(api: &str, prefix: &str, suffix: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = common::netns::http_get(api, "/metrics").unwrap_or_default();
+        if text
+            .lines()
+            .any(|l| l.starts_with(prefix) && l.ends_with(suffix))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {prefix}...{suffix} on {api}/metrics:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -272,6 +294,43 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         write_chunks(&dev, &BEFORE_MOVE, 1).await;
         check_chunks(&dev, &BEFORE_MOVE, 1, "before the move").await;
 
+        // QoS: a volume limit set through the store holds at the owner.
+        let (ok, out, err) = ferrobay(&[
+            "volume",
+            "qos",
+            "set",
+            "vol1",
+            "--iops",
+            "200",
+            "--burst-iops",
+            "4",
+            "--meta",
+            &meta_url,
+        ]);
+        assert!(ok, "qos set failed:\n{out}{err}");
+        assert!(
+            out.contains("vol1") && out.contains("generation 1"),
+            "{out}"
+        );
+        wait_metric(&apis[0], "ferrobay_qos_limit_iops{node=\"p1\"", " 200");
+        let cfg = bench::BenchConfig {
+            pattern: bench::Pattern::RandRead,
+            iodepth: 16,
+            runtime_ms: 2500,
+            ..bench::BenchConfig::default()
+        };
+        let r = bench::run(dev.clone(), &cfg, "vol1", &bench::Progress::auto(0))
+            .await
+            .expect("bench");
+        assert_eq!(r.errors, 0);
+        eprintln!("volume limit 200: {:.1} IOPS at the host", r.iops);
+        assert!(
+            (r.iops - 200.0).abs() <= 10.0,
+            "volume limit 200: {:.0} IOPS\n{}",
+            r.iops,
+            logs()
+        );
+
         // Clean handover.
         let (ok, out, err) = ferrobay(&[
             "volume", "move", "vol1", "--to", "p2", "--wait", "--meta", &meta_url,
@@ -280,6 +339,8 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         assert!(out.contains("owned by p2"), "{out}");
         let (_, epoch2) = wait_owner(&meta_url, "vol1", "p2", &logs);
         assert!(epoch2 > epoch1, "epoch {epoch2} after {epoch1}");
+        // The new owner had the limit in force already.
+        wait_metric(&apis[1], "ferrobay_qos_limit_iops{node=\"p2\"", " 200");
         check_chunks(&dev, &BEFORE_MOVE, 1, "after the move").await;
         write_chunks(&dev, &AFTER_MOVE, 50).await;
 
@@ -291,6 +352,25 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         check_chunks(&dev, &AFTER_MOVE, 50, "after the takeover").await;
         drop(dev);
     });
+
+    // QoS through a processor node's API (with the token): cleared, generation 2.
+    let token_file = dir.path().join("n1").join("api-token");
+    let token_arg = token_file.display().to_string();
+    let (ok, out, err) = ferrobay(&[
+        "volume",
+        "qos",
+        "clear",
+        "vol1",
+        "--api",
+        &apis[0],
+        "--api-token-file",
+        &token_arg,
+    ]);
+    assert!(ok, "qos clear failed:\n{out}{err}");
+    let q = json_of(&[
+        "volume", "qos", "list", "vol1", "--json", "--meta", &meta_url,
+    ]);
+    assert_eq!(q, serde_json::json!({"generation": 2}), "{q}");
 
     // The event log tells it: p1 took vol1, handed it to p2, took it back when p2 died.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -21,6 +21,8 @@ pub enum TargetError {
     NoFreeNsid(String),
     #[error("no listener with port ID {0}")]
     NoSuchListener(u16),
+    #[error("invalid QoS limits: {0}")]
+    InvalidQos(String),
     #[error("the target is shut down")]
     ShutDown,
     #[error("I/O error: {0}")]

@@ -20,7 +20,13 @@
 //! [`Target::set_persistent_health`] (SMART counters that survive restarts),
 //! [`MediaHealthSource`] (the drives' own temperature and spare, for the SMART log),
 //! [`DiscoveryLogSource`] (discovery log entries the target does not host: a central
-//! discovery controller) and [`Target::stats`] (metrics).
+//! discovery controller), [`QosClock`] (the QoS engine's time) and [`Target::stats`] /
+//! [`Target::qos_stats`] (metrics).
+//!
+//! QoS ([`qos`], `docs/qos.md`): [`Target::set_qos`] limits IOPS and bandwidth per
+//! [`QosKey`] (a subsystem or namespace, all hosts or one); commands over a limit wait in
+//! order on their connection, never fail; minimums are met under contention by capping
+//! the other namespaces.
 //!
 //! Multipath: every namespace belongs to an ANA group ([`NamespaceConfig::ana_group`]);
 //! each listener holds a state per group ([`Target::set_ana_state`],
@@ -44,6 +50,7 @@ mod media_health;
 mod namespace;
 mod ns_manager;
 mod pool;
+pub mod qos;
 pub mod reservation;
 mod resv_api;
 mod stats;
@@ -69,13 +76,16 @@ pub use kv_mem::MemKvBackend;
 pub use media_health::{AvailableSpare, MediaHealth, MediaHealthSource};
 pub use namespace::{Attachment, NamespaceInfo};
 pub use ns_manager::{CreateKvNamespace, CreateNamespace, NamespaceManager};
+pub use qos::{
+    ManualClock, MonotonicClock, QosCapStats, QosClock, QosKey, QosLimitStats, QosLimits, QosStats,
+};
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};
 pub use resv_api::{HostRef, NoReservations, Reservations, ResvEffects};
 pub use stats::{
     AdmissionStats, ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US,
     NamespaceStats, NsStatsSnapshot, PersistentHealth, TargetStats,
 };
-pub use target::{ListenerHandle, ListenerOptions, SubsystemAccess, Target};
+pub use target::{ListenerHandle, ListenerOptions, QOS_CONTROL_PERIOD, SubsystemAccess, Target};
 
 /// The well-known discovery subsystem NQN.
 pub use nvme_proto::fabrics::DISCOVERY_NQN;

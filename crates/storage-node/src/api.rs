@@ -210,3 +210,103 @@ pub struct HealthReport {
 
 /// Body of every error response.
 pub use httpapi::ErrorBody;
+
+/// One QoS limit: its key (a subsystem; one namespace of it or all; one host or all),
+/// its limits and what it did (`docs/qos.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QosEntry {
+    pub subsystem_nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_nqn: Option<String>,
+    #[serde(flatten)]
+    pub limits: nvmf_target::QosLimits,
+    /// What the limit did since the node started (in answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QosEntryStats>,
+}
+
+/// Commands through one limit and those it made wait.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QosEntryStats {
+    pub commands: u64,
+    pub bytes: u64,
+    pub throttled_commands: u64,
+    pub throttled_seconds: f64,
+}
+
+/// A namespace the contention controller caps now, so that minimums elsewhere are met.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QosCapView {
+    pub subsystem_nqn: String,
+    pub nsid: u32,
+    pub cap_iops: Option<u64>,
+    pub cap_bytes_per_s: Option<u64>,
+    pub measured_iops: f64,
+    pub measured_bytes_per_s: f64,
+    pub throttled_commands: u64,
+    pub throttled_seconds: f64,
+}
+
+/// `GET /api/v1/qos`: every limit, and the caps in force.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QosList {
+    pub limits: Vec<QosEntry>,
+    #[serde(default)]
+    pub caps: Vec<QosCapView>,
+}
+
+/// QoS limits as a request sets them (`PUT` of a node's or a volume's limits): every limit
+/// of the key, absent ones not limited (`{}` clears the key). Unknown fields are refused:
+/// a misspelt limit must not silently clear one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QosLimitsRequest {
+    /// Most commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iops: Option<u64>,
+    /// Most data bytes per second (reads and writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_s: Option<u64>,
+    /// Commands let through at once after an idle spell (default: a tenth of `max_iops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_ios: Option<u64>,
+    /// Bytes let through at once after an idle spell (default: a tenth of
+    /// `max_bytes_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_bytes: Option<u64>,
+    /// Commands per second guaranteed when the node is saturated (a namespace or volume
+    /// as a whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_iops: Option<u64>,
+    /// Bytes per second guaranteed when the node is saturated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bytes_per_s: Option<u64>,
+}
+
+impl From<QosLimitsRequest> for nvmf_target::QosLimits {
+    fn from(r: QosLimitsRequest) -> Self {
+        nvmf_target::QosLimits {
+            max_iops: r.max_iops,
+            max_bytes_per_s: r.max_bytes_per_s,
+            burst_ios: r.burst_ios,
+            burst_bytes: r.burst_bytes,
+            min_iops: r.min_iops,
+            min_bytes_per_s: r.min_bytes_per_s,
+        }
+    }
+}
+
+impl From<nvmf_target::QosLimits> for QosLimitsRequest {
+    fn from(l: nvmf_target::QosLimits) -> Self {
+        QosLimitsRequest {
+            max_iops: l.max_iops,
+            max_bytes_per_s: l.max_bytes_per_s,
+            burst_ios: l.burst_ios,
+            burst_bytes: l.burst_bytes,
+            min_iops: l.min_iops,
+            min_bytes_per_s: l.min_bytes_per_s,
+        }
+    }
+}

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::extent::{EXTENT_UNIT_BYTES, ExtentAllocator, ExtentError};
 use crate::naming::{self, NamespaceIds, NamingError};
 use crate::state::{
-    Attachment, DriveRecord, LoadSource, NamespaceKind, NamespaceRecord, NodeState,
+    Attachment, DriveRecord, LoadSource, NamespaceKind, NamespaceRecord, NodeState, QosRecord,
     ReservationState, StateError, StateFile, StateStore, SubsystemRecord,
 };
 
@@ -378,8 +378,48 @@ impl Catalog {
                 nsid,
             })?;
         let record = next.namespaces.remove(pos);
+        // Its QoS limits go with it: a namespace created later with its NSID starts free.
+        next.qos
+            .retain(|q| !(q.subsystem_nqn == nqn && q.nsid == Some(nsid)));
         self.commit(next)?;
         Ok(record)
+    }
+
+    /// Sets the QoS limits of `record`'s key (replacing what it had); returns the record it
+    /// replaced. An empty record clears the key.
+    pub fn set_qos(&mut self, record: QosRecord) -> Result<Option<QosRecord>, CatalogError> {
+        if self.state.subsystem(&record.subsystem_nqn).is_none() {
+            return Err(CatalogError::NoSuchSubsystem(record.subsystem_nqn));
+        }
+        if let Some(nsid) = record.nsid
+            && self.state.namespace(&record.subsystem_nqn, nsid).is_none()
+        {
+            return Err(CatalogError::NoSuchNamespace {
+                nqn: record.subsystem_nqn,
+                nsid,
+            });
+        }
+        let mut next = self.state.clone();
+        let old = next
+            .qos
+            .iter()
+            .position(|q| q.same_key(&record))
+            .map(|i| next.qos.remove(i));
+        if !record.is_empty() {
+            next.qos.push(record);
+            next.qos.sort_by(|a, b| {
+                (&a.subsystem_nqn, a.nsid, &a.host_nqn).cmp(&(
+                    &b.subsystem_nqn,
+                    b.nsid,
+                    &b.host_nqn,
+                ))
+            });
+        }
+        if old.is_none() && next.qos == self.state.qos {
+            return Ok(None);
+        }
+        self.commit(next)?;
+        Ok(old)
     }
 
     pub fn set_attachment(

@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 use super::{API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces};
 use crate::error::ControlError;
 use crate::provision::{CreateVolume, VolumeView};
-use crate::records::{NodeRecord, VolumeRecord, VolumeStatusRecord};
+use crate::records::{NodeRecord, VolumeQos, VolumeRecord, VolumeStatusRecord};
+use nvmf_target::QosLimits;
 
 /// Calls the cluster API at `host:port`.
 #[derive(Clone, Debug)]
@@ -169,6 +170,42 @@ impl ApiClient {
     }
 
     /// The Prometheus text of `/metrics`.
+    /// The volume's QoS limits.
+    pub async fn volume_qos(&self, name: &str) -> Result<VolumeQos, ControlError> {
+        self.must("GET", &Self::p(&["volumes", name, "qos"]), None)
+            .await
+    }
+
+    /// Sets the limits of the volume (`host` `None`) or of one host on it.
+    pub async fn set_volume_qos(
+        &self,
+        name: &str,
+        host: Option<&str>,
+        limits: QosLimits,
+    ) -> Result<VolumeQos, ControlError> {
+        let body = Self::json(&limits)?;
+        self.must(
+            "PUT",
+            &Self::p(&["volumes", name, "qos", host.unwrap_or("all")]),
+            body,
+        )
+        .await
+    }
+
+    /// Removes the limits of the volume (`host` `None`) or of one host on it.
+    pub async fn clear_volume_qos(
+        &self,
+        name: &str,
+        host: Option<&str>,
+    ) -> Result<QosLimits, ControlError> {
+        self.must(
+            "DELETE",
+            &Self::p(&["volumes", name, "qos", host.unwrap_or("all")]),
+            None,
+        )
+        .await
+    }
+
     pub async fn metrics(&self) -> Result<String, ControlError> {
         self.http
             .text("/metrics")

@@ -11,7 +11,7 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::routes::{events, nodes, system, volumes};
+use super::routes::{events, nodes, qos, system, volumes};
 use super::server::ApiState;
 
 #[derive(utoipa::OpenApi)]
@@ -29,6 +29,7 @@ use super::server::ApiState;
         (name = "nodes", description = "Storage and processor nodes, and the drives, namespaces and access lists of storage nodes"),
         (name = "volumes", description = "Erasure-coded volumes: create, move, delete, status"),
         (name = "events", description = "The cluster's event log"),
+        (name = "qos", description = "QoS limits of volumes and of hosts on them (docs/qos.md)"),
     )
 )]
 struct ClusterApiDoc;
@@ -52,6 +53,8 @@ pub(crate) fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(volumes::get_volume, volumes::delete_volume))
         .routes(routes!(volumes::volume_status))
         .routes(routes!(volumes::move_volume))
+        .routes(routes!(qos::get_volume_qos))
+        .routes(routes!(qos::put_volume_qos, qos::delete_volume_qos))
         .routes(routes!(events::list_events))
 }
 

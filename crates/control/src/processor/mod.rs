@@ -27,6 +27,7 @@ mod handoff;
 mod members;
 mod monitor;
 mod node;
+mod qos_events;
 mod status;
 mod takeover;
 mod volume_task;
@@ -81,6 +82,9 @@ pub struct ProcessorConfig {
     pub poll_ms: u64,
     /// Longest wait for in-flight I/O at a handoff (default 5000 ms).
     pub drain_timeout_ms: u64,
+    /// How often a `qos_throttling` event may be written per owned volume (default
+    /// 60 000 ms).
+    pub qos_event_interval_ms: u64,
     /// Test seam: act as if cut off from the store (ignore the lease and the owner
     /// record); only fencing by the members stops this node. Never set in production.
     #[doc(hidden)]
@@ -108,6 +112,7 @@ impl ProcessorConfig {
             standby_grace_ms: 1000,
             poll_ms: 200,
             drain_timeout_ms: 5000,
+            qos_event_interval_ms: 60_000,
             ignore_ownership_loss: false,
             prediction: telemetry::PredictionConfig::default(),
             proactive: crate::health::ProactivePolicy::default(),
@@ -149,6 +154,8 @@ pub(crate) struct Ctx {
     pub shutting_down: watch::Sender<bool>,
     /// The owned volumes' members: telemetry, grades, proactive copies.
     pub health: Arc<crate::health::HealthMonitor>,
+    /// The QoS generation of each volume record applied to the target.
+    pub qos_applied: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Ctx {
@@ -173,6 +180,10 @@ impl Ctx {
     pub fn failures_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    pub fn qos_applied_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.qos_applied.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A running processor node.
@@ -184,6 +195,7 @@ pub struct Processor {
     volumes: Arc<volumes::Volumes>,
     volumes_task: JoinHandle<()>,
     health_task: JoinHandle<()>,
+    qos_events_task: JoinHandle<()>,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: watch::Sender<bool>,
 }
@@ -258,7 +270,12 @@ impl Processor {
                                 .map_err(|e| ProcessorError::Config(e.to_string()))?,
                         },
                         node_name: cfg.name.clone(),
-                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), health.clone())),
+                        metrics: Some(metrics_fn(
+                            cfg.name.clone(),
+                            owned.clone(),
+                            health.clone(),
+                            target.clone(),
+                        )),
                     },
                 )
                 .await?,
@@ -295,6 +312,7 @@ impl Processor {
             owned,
             failures: Mutex::default(),
             shutting_down: watch::Sender::new(false),
+            qos_applied: Mutex::default(),
         });
         let (lease_stop, stop_rx) = watch::channel(false);
         let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, feed, stop_rx));
@@ -316,6 +334,7 @@ impl Processor {
                 }
             }
         });
+        let qos_events_task = tokio::spawn(qos_events::run(ctx.clone()));
         tracing::info!(
             node = %ctx.name,
             slot,
@@ -330,6 +349,7 @@ impl Processor {
             volumes,
             volumes_task,
             health_task,
+            qos_events_task,
             lease_task: Some(lease_task),
             lease_stop,
         })
@@ -378,6 +398,12 @@ impl Processor {
         self.ctx.failures_lock().get(volume).cloned()
     }
 
+    /// The generation of `volume`'s QoS limits (its record's `qos.generation`) in force
+    /// on this node's target, once the volume is exported.
+    pub fn qos_generation(&self, volume: &str) -> Option<u64> {
+        self.ctx.qos_applied_lock().get(volume).copied()
+    }
+
     /// The node's current lease, if it holds one.
     pub fn lease_id(&self) -> Option<LeaseId> {
         self.ctx.lease.borrow().as_ref().map(|l| l.id)
@@ -404,6 +430,7 @@ impl Processor {
         self.ctx.shutting_down.send_replace(true);
         self.volumes_task.abort();
         self.health_task.abort();
+        self.qos_events_task.abort();
         volumes::stop_all(&self.ctx, &self.volumes).await;
         self.lease_stop.send_replace(true);
         if let Some(t) = self.lease_task.take() {
@@ -426,6 +453,7 @@ impl Processor {
     fn kill_now(&mut self) {
         self.volumes_task.abort();
         self.health_task.abort();
+        self.qos_events_task.abort();
         volumes::abort_all(&self.ctx, &self.volumes);
         if let Some(t) = self.lease_task.take() {
             t.abort();
@@ -517,9 +545,11 @@ fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
     health: Arc<crate::health::HealthMonitor>,
+    target: Target,
 ) -> crate::api::MetricsFn {
     Arc::new(move |page: &mut httpapi::metrics::Page| {
         health.add_metrics(page, &node);
+        storage_node::http::qos_metrics::add_qos_families(page, &node, &target.qos_stats());
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

@@ -90,11 +90,15 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
                 Some(true) => entries.remove(&name),
                 Some(false) => {
                     if let Some(e) = entries.get(&name) {
+                        let qos_changed = e.record.borrow().qos != rec.qos;
                         e.record.send_if_modified(|r| {
                             let changed = *r != rec;
                             *r = rec.clone();
                             changed
                         });
+                        if qos_changed {
+                            apply_qos(ctx, &rec);
+                        }
                     }
                     None
                 }
@@ -181,6 +185,7 @@ fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
         let _ = ctx.target.remove_subsystem(&nqn);
         return Err(e.to_string());
     }
+    apply_qos(ctx, rec);
     let (record_tx, record_rx) = watch::channel(rec.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let task = tokio::spawn(volume_task::run(
@@ -199,6 +204,32 @@ fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
     })
 }
 
+/// Makes the target's QoS limits of the volume's subsystem what its record says (every
+/// processor node does, owner or not: a takeover finds them in force).
+fn apply_qos(ctx: &Ctx, rec: &VolumeRecord) {
+    let nqn = volume_nqn(&rec.name);
+    let want = rec.qos.target_limits(&nqn);
+    for (key, _) in ctx.target.qos_limits() {
+        if key.subsystem_nqn == nqn && !want.iter().any(|(k, _)| *k == key) {
+            ctx.target.clear_qos(&key);
+        }
+    }
+    let mut applied = true;
+    for (key, limits) in want {
+        if let Err(e) = ctx.target.set_qos(key.clone(), limits) {
+            applied = false;
+            tracing::warn!(node = %ctx.name, volume = %rec.name, %key, "processor: QoS limits not applied: {e}");
+        }
+    }
+    if applied {
+        ctx.qos_applied_lock()
+            .insert(rec.name.clone(), rec.qos.generation);
+        if rec.qos.generation > 0 {
+            tracing::info!(node = %ctx.name, volume = %rec.name, generation = rec.qos.generation, "processor: volume QoS applied");
+        }
+    }
+}
+
 /// Stops a volume's task (an owner stops the volume clean and releases it) and removes
 /// its subsystem.
 async fn retire(ctx: &Ctx, name: &str, entry: Entry) {
@@ -213,6 +244,7 @@ async fn retire(ctx: &Ctx, name: &str, entry: Entry) {
         }
     }
     let _ = ctx.target.remove_subsystem(&volume_nqn(name));
+    ctx.qos_applied_lock().remove(name);
 }
 
 /// Shutdown: every task stops (owners hand over or stop clean), all at once.

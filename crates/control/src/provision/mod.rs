@@ -326,6 +326,7 @@ async fn format_and_record(
         ana_group: 0,
         preferred_owner: req.preferred_owner.clone(),
         created_unix_ms: now_unix_ms(),
+        qos: Default::default(),
     };
     commit_record(store, &mut record).await?;
     tracing::info!(volume = %record.name, uuid = %record.uuid, ana_group = record.ana_group, "volume created");
@@ -626,6 +627,7 @@ mod tests {
             ana_group: 0,
             preferred_owner: None,
             created_unix_ms: 1,
+            qos: Default::default(),
         }
     }
 

@@ -158,6 +158,7 @@ async fn create_volume(store: &Arc<dyn MetaStore>, urls: &[String]) -> VolumeRec
         ana_group: GROUP,
         preferred_owner: Some("p1".to_string()),
         created_unix_ms: 0,
+        qos: Default::default(),
     };
     put_json(store.as_ref(), &volume_key(VOLUME).unwrap(), &rec, None)
         .await

@@ -70,12 +70,14 @@ impl QueueContext {
     }
 
     /// Runs a command: Fabrics commands on any queue, admin commands on queue 0, I/O
-    /// commands on the others; nothing but Fabrics before Connect.
+    /// commands on the others; nothing but Fabrics before Connect. `qos_released`: an I/O
+    /// command that waited in the throttle queue and is not charged again.
     pub(crate) fn execute(
         &mut self,
         cmd: &Command,
         data: Option<IoBuf>,
         xfer_len: u32,
+        qos_released: bool,
     ) -> Dispatch {
         if cmd.opcode() == admin::FABRICS {
             return self.exec_fabrics(cmd, data);
@@ -83,7 +85,7 @@ impl QueueContext {
         match &self.queue {
             None => Dispatch::Now(Outcome::status(Status::COMMAND_SEQUENCE_ERROR)),
             Some(q) if q.qid == 0 => self.exec_admin(cmd, data, xfer_len),
-            Some(_) => self.exec_io(cmd, data, xfer_len),
+            Some(_) => self.exec_io(cmd, data, xfer_len, qos_released),
         }
     }
 }

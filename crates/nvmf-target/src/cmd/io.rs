@@ -2,6 +2,10 @@
 //! ANA state on this port is checked, and the command goes to the namespace's I/O command
 //! set, which decides what the opcode means (`nvm` or `kv`: the Key Value command set
 //! reuses NVM's opcode numbers for other commands, e.g. 01h is Write or Store).
+//!
+//! QoS: a namespace with limits for this host (or caps) has a gate in the cache entry; a
+//! command over a limit is handed back as [`Dispatch::Throttled`] before anything else
+//! happens to it (reservation check, device I/O) and runs again when its turn comes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,15 +17,18 @@ use nvme_proto::{Command, Status};
 use crate::cmd::context::QueueContext;
 use crate::cmd::{Dispatch, Outcome, kv, nvm};
 use crate::namespace::{CommandSet, Namespace};
+use crate::qos::gate::QosGate;
 
 /// NSIDs up to this are cached in a vector; larger ones are looked up every time.
 const NS_CACHE_SLOTS: usize = 1024;
 
-/// An active namespace with this connection's host's in-flight counter on it.
+/// An active namespace with this connection's host's in-flight counter on it and the QoS
+/// gate its commands pass (`None`: no limit applies, nothing to do per command).
 #[derive(Clone)]
 pub(crate) struct ActiveNs {
     pub ns: Arc<Namespace>,
     pub inflight: Arc<AtomicU64>,
+    pub qos: Option<Arc<QosGate>>,
 }
 
 /// Per-connection cache of active namespaces, invalidated by the subsystem's generation.
@@ -59,6 +66,7 @@ impl QueueContext {
             .filter(|ns| q.ctrl.is_active(ns))
             .map(|ns| ActiveNs {
                 inflight: ns.inflight.counter(&q.ctrl.hostid),
+                qos: self.target.qos.gate(&subsys.nqn, nsid, &q.ctrl.hostnqn),
                 ns,
             });
         if idx < NS_CACHE_SLOTS {
@@ -70,11 +78,13 @@ impl QueueContext {
         found
     }
 
+    /// Runs an I/O command; `qos_released`: it already waited its turn (not charged again).
     pub(crate) fn exec_io(
         &mut self,
         cmd: &Command,
         data: Option<IoBuf>,
         xfer_len: u32,
+        qos_released: bool,
     ) -> Dispatch {
         let nsid = cmd.nsid();
         let op = cmd.opcode();
@@ -107,6 +117,20 @@ impl QueueContext {
                 ..Outcome::status(st).with_loc(0)
             });
         }
+        if !qos_released
+            && let Some(gate) = &active.qos
+            && charged(op)
+        {
+            let a = gate.admit(u64::from(xfer_len));
+            if a.waits() {
+                gate.queued(&a);
+                return Dispatch::Throttled {
+                    data,
+                    start_ns: a.start_ns,
+                    gate: gate.clone(),
+                };
+            }
+        }
         match &active.ns.command_set {
             CommandSet::Nvm(blk) => {
                 let blk = blk.clone();
@@ -118,4 +142,16 @@ impl QueueContext {
             }
         }
     }
+}
+
+/// Whether QoS limits count a command: every I/O command but the reservation commands
+/// (control, not load: a new owner's preempt must not wait behind a throttled queue).
+fn charged(op: u8) -> bool {
+    !matches!(
+        op,
+        io::RESERVATION_REGISTER
+            | io::RESERVATION_ACQUIRE
+            | io::RESERVATION_RELEASE
+            | io::RESERVATION_REPORT
+    )
 }

@@ -101,6 +101,13 @@ pub(crate) enum Dispatch {
     AbortOnThisQueue {
         cid: u16,
     },
+    /// Over a QoS limit: wait in the connection's throttle queue until `start_ns` (QoS
+    /// clock), then run again without being charged again. Nothing was done yet.
+    Throttled {
+        data: Option<IoBuf>,
+        start_ns: u64,
+        gate: std::sync::Arc<crate::qos::gate::QosGate>,
+    },
 }
 
 impl From<Outcome> for Dispatch {

@@ -31,7 +31,7 @@ impl QueueContext {
     ) -> Dispatch {
         let nsid = cmd.nsid();
         let op = cmd.opcode();
-        let ActiveNs { ns, inflight } = active;
+        let ActiveNs { ns, inflight, .. } = active;
         let Some(q) = &self.queue else {
             return Status::COMMAND_SEQUENCE_ERROR.into();
         };

@@ -89,6 +89,9 @@ impl Target {
     /// connection tasks to end.
     pub async fn shutdown(&self, timeout: Duration) {
         self.inner.shutting_down.store(true, Ordering::Release);
+        if let Some(t) = lock(&self.inner.qos_controller).take() {
+            t.abort();
+        }
         let ls: Vec<_> = lock(&self.inner.listeners).drain(..).collect();
         for l in ls {
             l.stopped.store(true, Ordering::Release);

@@ -10,6 +10,7 @@
 //! - `referrals`: discovery referrals and the discovery log generation
 //! - `discovery`: entries from a [`crate::DiscoveryLogSource`], change notifications
 //! - `health`: SMART counters and the metrics snapshot
+//! - `qos`: QoS limits, the QoS clock and statistics, the contention controller's task
 
 mod accept;
 mod admission;
@@ -18,6 +19,7 @@ mod discovery;
 mod health;
 mod listener;
 mod namespaces;
+mod qos;
 mod referrals;
 mod subsystems;
 
@@ -44,6 +46,7 @@ use admission::Admission;
 use connections::ConnRegistry;
 pub(crate) use listener::ListenerInfo;
 pub use listener::{ListenerHandle, ListenerOptions};
+pub use qos::QOS_CONTROL_PERIOD;
 pub use subsystems::SubsystemAccess;
 
 pub(crate) struct TargetInner {
@@ -73,6 +76,10 @@ pub(crate) struct TargetInner {
     pub started: Instant,
     pub shutting_down: AtomicBool,
     pub subsystem_serial_seq: AtomicU64,
+    /// QoS limits, contention caps and the QoS clock.
+    pub qos: crate::qos::registry::QosRegistry,
+    /// The contention controller, while any minimum is configured.
+    pub qos_controller: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl TargetInner {
@@ -197,6 +204,8 @@ impl Target {
                 started: Instant::now(),
                 shutting_down: AtomicBool::new(false),
                 subsystem_serial_seq: AtomicU64::new(1),
+                qos: Default::default(),
+                qos_controller: Mutex::new(None),
             }),
         })
     }

@@ -215,6 +215,7 @@ impl Target {
                 nsid,
             })?;
         s.bump_ns_generation();
+        self.inner.qos_forget_namespace(nqn, nsid);
         self.account_removed(&ns);
         for c in s.live_controllers() {
             if ns.is_attached_to(&c.hostnqn) {

@@ -73,6 +73,7 @@ impl Target {
         for ns in s.namespaces() {
             self.account_removed(&ns);
         }
+        self.inner.qos_forget_subsystem(nqn);
         self.inner.discovery_log_changed();
         Ok(())
     }

@@ -22,6 +22,11 @@ pub(crate) struct Incoming {
 pub(crate) enum SlotState {
     Free,
     AwaitData(Incoming),
+    /// Over a QoS limit: waiting in the throttle queue with its data (entry `seq`).
+    Throttled {
+        data: Option<IoBuf>,
+        seq: u64,
+    },
     Running,
     /// An Asynchronous Event Request the host gave up on: it sent a new command with the
     /// same CID (SPDK cancels its AERs locally at detach and reuses their CIDs for the
@@ -48,6 +53,8 @@ pub(crate) enum Freed {
         cmd: Command,
         xfer_len: u32,
         incoming: Option<Incoming>,
+        /// Write data of a command that was still in the throttle queue.
+        throttled_data: Option<IoBuf>,
     },
 }
 
@@ -85,6 +92,10 @@ pub(crate) struct CommandTable {
     outstanding: u32,
     /// Asynchronous Event Requests among the running commands.
     aers_running: usize,
+}
+
+fn not_started(state: &SlotState) -> bool {
+    matches!(state, SlotState::AwaitData(_) | SlotState::Throttled { .. })
 }
 
 pub(crate) fn is_aer(cmd: &Command) -> bool {
@@ -168,9 +179,10 @@ impl CommandTable {
             self.free_slots.push(slot);
             return Some(Freed::Retired);
         }
-        let incoming = match std::mem::replace(&mut s.state, SlotState::Free) {
-            SlotState::AwaitData(inc) => Some(inc),
-            _ => None,
+        let (incoming, throttled_data) = match std::mem::replace(&mut s.state, SlotState::Free) {
+            SlotState::AwaitData(inc) => (Some(inc), None),
+            SlotState::Throttled { data, .. } => (None, data),
+            _ => (None, None),
         };
         let (cmd, xfer_len) = (s.cmd, s.xfer_len);
         self.free_slots.push(slot);
@@ -180,6 +192,7 @@ impl CommandTable {
             cmd,
             xfer_len,
             incoming,
+            throttled_data,
         })
     }
 
@@ -214,25 +227,40 @@ impl CommandTable {
         true
     }
 
-    /// Slots of commands on namespace `nsid` still waiting for their data.
-    pub fn waiting_for_data_on(&self, nsid: u32) -> Vec<u16> {
+    /// Slots of commands on namespace `nsid` that have not started: waiting for their
+    /// data or in the throttle queue.
+    pub fn not_started_on(&self, nsid: u32) -> Vec<u16> {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| matches!(s.state, SlotState::AwaitData(_)) && s.cmd.nsid() == nsid)
+            .filter(|(_, s)| not_started(&s.state) && s.cmd.nsid() == nsid)
             .map(|(i, _)| i as u16)
             .collect()
     }
 
-    /// The slot of command `cid` if it is still waiting for its data.
-    pub fn waiting_for_data_with_cid(&self, cid: u16) -> Option<u16> {
+    /// The slot of command `cid` if it has not started (see [`CommandTable::not_started_on`]).
+    pub fn not_started_with_cid(&self, cid: u16) -> Option<u16> {
         if !self.cid_in_use(cid) {
             return None;
         }
         self.slots
             .iter()
-            .position(|s| s.cmd.cid() == cid && matches!(s.state, SlotState::AwaitData(_)))
+            .position(|s| s.cmd.cid() == cid && not_started(&s.state))
             .map(|i| i as u16)
+    }
+
+    /// Takes the data of the throttled command in `slot` if entry `seq` is still its own
+    /// (a command aborted meanwhile leaves a stale entry behind); it is running from now.
+    pub fn release_throttled(&mut self, slot: u16, seq: u64) -> Option<Option<IoBuf>> {
+        let s = self.slots.get_mut(usize::from(slot))?;
+        match &s.state {
+            SlotState::Throttled { seq: own, .. } if *own == seq => {}
+            _ => return None,
+        }
+        match std::mem::replace(&mut s.state, SlotState::Running) {
+            SlotState::Throttled { data, .. } => Some(data),
+            _ => None,
+        }
     }
 }
 

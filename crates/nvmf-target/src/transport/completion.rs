@@ -64,7 +64,13 @@ impl Session {
                 cmd,
                 xfer_len,
                 incoming,
-            }) => (cmd, xfer_len as usize, incoming),
+                throttled_data,
+            }) => {
+                if let Some(b) = throttled_data {
+                    self.ctx.pool.put(b);
+                }
+                (cmd, xfer_len as usize, incoming)
+            }
         };
         if let Some(inc) = incoming {
             // Completed before its data arrived (cannot happen today; keep the budget right).

@@ -116,6 +116,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // Before reading more PDUs: data that arrives next must find aborted commands
             // already marked.
             let mut progress = s.serve_requests();
+            progress |= s.release_throttled(cx);
             while let Poll::Ready(Some((slot, out))) = Pin::new(&mut s.inflight).poll_next(cx) {
                 s.commands.future_done(slot);
                 s.complete(slot, out);
@@ -162,7 +163,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     RunEnd::Closed
                 });
             }
-            // After end of stream only AERs (which may wait forever) may be left running.
+            // After end of stream only AERs (which may wait forever) may be left running;
+            // commands still in the throttle queue have not started and never will.
             if s.peer_eof && s.tx.is_empty() && s.inflight.len() <= s.commands.aers_running() {
                 return Poll::Ready(RunEnd::PeerClosed);
             }

@@ -6,6 +6,7 @@
 //! - `capsule`: command capsules admitted, their data located.
 //! - `commands`: the outstanding commands (CIDs, slots, queue depth).
 //! - `r2t`: solicited write data (R2T budget, H2CData).
+//! - `throttle`: commands waiting for their turn under a QoS limit.
 //! - `completion`: completions, C2HData, per-connection counters, error log.
 //! - `handle`, `rx`, `tx`: the connection's handle for other tasks, receive and send buffers.
 
@@ -18,4 +19,5 @@ pub(crate) mod r2t;
 pub(crate) mod receive;
 pub(crate) mod rx;
 pub(crate) mod session;
+pub(crate) mod throttle;
 pub(crate) mod tx;

@@ -25,6 +25,7 @@ use crate::transport::completion::BusyClock;
 use crate::transport::handle::{ConnHandle, ConnRequest};
 use crate::transport::r2t::R2tFlow;
 use crate::transport::receive::Phase;
+use crate::transport::throttle::ThrottleQueue;
 use crate::transport::tx::TxQueue;
 
 /// A command future tagged with its slot, so completions find their command.
@@ -52,6 +53,8 @@ pub(crate) struct Session {
     /// Futures of the commands that run on the device or wait (AERs, reservations).
     pub(super) inflight: FuturesUnordered<Tagged>,
     pub(super) r2t: R2tFlow,
+    /// Commands over a QoS limit, waiting for their turn.
+    pub(super) throttle: ThrottleQueue,
     pub(super) tx: TxQueue,
     pub(super) sq_head: u16,
     pub(super) busy: BusyClock,
@@ -77,6 +80,7 @@ impl Session {
             commands: CommandTable::new(),
             inflight: FuturesUnordered::new(),
             r2t: R2tFlow::default(),
+            throttle: ThrottleQueue::default(),
             tx: TxQueue::new(),
             sq_head: 0,
             busy: BusyClock::default(),
@@ -87,12 +91,44 @@ impl Session {
 
     /// Executes the command in `slot` with its host data (if any).
     pub(crate) fn run(&mut self, slot: u16, data: Option<IoBuf>) {
+        self.run_admitted(slot, data, false);
+    }
+
+    /// Runs the commands of the throttle queue whose turn has come; true if any.
+    pub(crate) fn release_throttled(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut any = false;
+        while let Some(due) = self.throttle.poll_due(cx) {
+            any = true;
+            // None: aborted while it waited (its entry was stale).
+            if let Some(data) = self.commands.release_throttled(due.slot, due.seq) {
+                self.run_admitted(due.slot, data, true);
+            }
+        }
+        any
+    }
+
+    fn run_admitted(&mut self, slot: u16, data: Option<IoBuf>, qos_released: bool) {
         let (cmd, xfer_len) = match self.commands.get(slot) {
             Some(s) => (s.cmd, s.xfer_len),
             None => return,
         };
-        match self.ctx.execute(&cmd, data, xfer_len) {
+        match self.ctx.execute(&cmd, data, xfer_len, qos_released) {
             Dispatch::Now(o) => self.complete(slot, o),
+            Dispatch::Throttled {
+                data,
+                start_ns,
+                gate,
+            } => {
+                let depth = self
+                    .ctx
+                    .queue
+                    .as_ref()
+                    .map_or(1, |q| usize::from(q.sqsize) + 1);
+                let seq = self.throttle.push(slot, start_ns, gate, depth);
+                if let Some(s) = self.commands.get_mut(slot) {
+                    s.state = SlotState::Throttled { data, seq };
+                }
+            }
             Dispatch::Later(mut fut) => {
                 if is_aer(&cmd) {
                     self.commands.aer_started();
@@ -130,7 +166,7 @@ impl Session {
                     if !io_queue {
                         continue;
                     }
-                    let waiting = self.commands.waiting_for_data_on(nsid);
+                    let waiting = self.commands.not_started_on(nsid);
                     if !waiting.is_empty() {
                         tracing::debug!(conn = self.ctx.handle.id, nsid, count = waiting.len(),
                             %status, "aborting commands that had not started");
@@ -149,19 +185,24 @@ impl Session {
 
     /// Aborts command `cid` if it has not started executing; true if it was aborted.
     fn abort_cid(&mut self, cid: u16, status: Status) -> bool {
-        match self.commands.waiting_for_data_with_cid(cid) {
+        match self.commands.not_started_with_cid(cid) {
             Some(slot) => self.abort_waiting(slot, status),
             None => false,
         }
     }
 
-    /// Aborts a command waiting for its data. Without an R2T sent it completes now;
-    /// with one, the host is already sending: the data is received and discarded, and the
-    /// command completes with `status` instead of executing.
+    /// Aborts a command that has not started. One in the throttle queue completes now
+    /// (its queue entry goes stale). One waiting for its data without an R2T sent
+    /// completes now; with one, the host is already sending: the data is received and
+    /// discarded, and the command completes with `status` instead of executing.
     fn abort_waiting(&mut self, slot: u16, status: Status) -> bool {
         let Some(s) = self.commands.get_mut(slot) else {
             return false;
         };
+        if matches!(s.state, SlotState::Throttled { .. }) {
+            self.complete(slot, Outcome::status(status));
+            return true;
+        }
         let SlotState::AwaitData(inc) = &mut s.state else {
             return false;
         };
@@ -198,6 +239,7 @@ impl Session {
     /// an I/O queue leaves it.
     pub(crate) fn teardown(&mut self) {
         self.busy.mark_idle(&self.ctx.handle);
+        self.throttle.clear();
         let Some(q) = self.ctx.queue.take() else {
             return;
         };

@@ -6,9 +6,11 @@ use std::time::Duration;
 use httpapi::client::path as api_path;
 use httpapi::{ClientError, HttpClient};
 
+use nvmf_target::{QosKey, QosLimits};
+
 use crate::api::{
     API_PREFIX, AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport,
-    HostRequest, NamespaceView, NodeInfo, SubsystemView,
+    HostRequest, NamespaceView, NodeInfo, QosEntry, QosList, SubsystemView,
 };
 
 /// Calls a node's control API at `host:port`.
@@ -19,6 +21,15 @@ pub struct NodeClient {
 
 fn path(parts: &[&str]) -> String {
     api_path(API_PREFIX, parts)
+}
+
+/// `/api/v1/qos/{nqn}/{nsid|all}/{host|all}`.
+fn qos_path(key: &QosKey) -> String {
+    let nsid = key
+        .nsid
+        .map_or_else(|| "all".to_string(), |n| n.to_string());
+    let host = key.host_nqn.as_deref().unwrap_or("all");
+    path(&["qos", &key.subsystem_nqn, &nsid, host])
 }
 
 impl NodeClient {
@@ -156,6 +167,21 @@ impl NodeClient {
         self.http
             .call_json("PUT", &path(&["subsystems", nqn, "allow_any_host"]), &req)
             .await
+    }
+
+    /// Every QoS limit with its statistics, and the contention caps in force.
+    pub async fn qos_list(&self) -> Result<QosList, ClientError> {
+        self.http.call("GET", &path(&["qos"]), None).await
+    }
+
+    /// Sets the limits of `key` (they replace what it had; empty limits clear it).
+    pub async fn set_qos(&self, key: &QosKey, limits: &QosLimits) -> Result<QosEntry, ClientError> {
+        self.http.call_json("PUT", &qos_path(key), limits).await
+    }
+
+    /// Removes the limits of `key`; the limits it had.
+    pub async fn clear_qos(&self, key: &QosKey) -> Result<QosLimits, ClientError> {
+        self.http.call("DELETE", &qos_path(key), None).await
     }
 
     pub async fn health(&self) -> Result<HealthReport, ClientError> {

@@ -32,8 +32,9 @@ pub fn render_stats(
     stats: &TargetStats,
     drives: &[DriveSample],
     kv: &[KvSample],
+    qos: &nvmf_target::QosStats,
 ) -> String {
-    stats_page(node_name, stats, drives, kv).render()
+    stats_page(node_name, stats, drives, kv, qos).render()
 }
 
 /// The families of [`render_stats`], to add more before rendering.
@@ -42,6 +43,7 @@ pub fn stats_page(
     stats: &TargetStats,
     drives: &[DriveSample],
     kv: &[KvSample],
+    qos: &nvmf_target::QosStats,
 ) -> Page {
     let mut page = Page::new();
     let node = node_name;
@@ -290,6 +292,7 @@ pub fn stats_page(
         }
     }
     render_kv(&mut page, node, kv);
+    super::qos_metrics::add_qos_families(&mut page, node, qos);
     page
 }
 
@@ -404,7 +407,13 @@ pub fn render(node: &StorageNode) -> String {
     let stats = node.target().stats();
     let drives = node.drive_samples();
     let kv = node.kv_samples();
-    let mut page = stats_page(node.name(), &stats, &drives, &kv);
+    let mut page = stats_page(
+        node.name(),
+        &stats,
+        &drives,
+        &kv,
+        &node.target().qos_stats(),
+    );
     node.telemetry().add_metrics(&mut page);
     page.render()
 }
@@ -472,7 +481,7 @@ mod tests {
                 ..Default::default()
             },
         }];
-        let text = render_stats("n1", &stats, &drives, &kv);
+        let text = render_stats("n1", &stats, &drives, &kv, &Default::default());
         let l = "node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"1\"";
         for want in [
             format!("ferrobay_namespace_read_ops_total{{{l}}} 7"),

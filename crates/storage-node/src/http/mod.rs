@@ -4,6 +4,8 @@
 
 pub mod client;
 pub mod metrics;
+pub mod qos_metrics;
+mod qos_routes;
 mod routes;
 
 pub use client::NodeClient;

@@ -28,7 +28,7 @@ use crate::node::{ErrorKind, NodeError, StorageNode};
 #[openapi(
     info(
         title = "Ferrobay storage node API",
-        description = "Node-local operations of one storage node: its namespaces, subsystems and allowed hosts, health. Errors are `{\"error\": \"...\"}`; every call but /metrics, /healthz and this document needs the bearer token (docs/api.md, docs/node-api.md).",
+        description = "Node-local operations of one storage node: its namespaces, subsystems and allowed hosts, QoS limits, health. Errors are `{\"error\": \"...\"}`; every call but /metrics, /healthz and this document needs the bearer token (docs/api.md, docs/node-api.md).",
         license(name = "Apache-2.0"),
         version = "1"
     ),
@@ -38,6 +38,7 @@ use crate::node::{ErrorKind, NodeError, StorageNode};
         (name = "node", description = "The node, its health and metrics"),
         (name = "namespaces", description = "Namespaces carved from the node's drives"),
         (name = "subsystems", description = "Subsystems and the hosts allowed to connect"),
+        (name = "qos", description = "QoS limits per namespace and host, and the caps that keep minimums (docs/qos.md)"),
     )
 )]
 struct NodeApiDoc;
@@ -57,6 +58,12 @@ fn api_routes() -> OpenApiRouter<StorageNode> {
         .routes(routes!(allow_host))
         .routes(routes!(deny_host))
         .routes(routes!(allow_any_host))
+        .routes(routes!(super::qos_routes::list_qos))
+        .routes(routes!(
+            super::qos_routes::get_qos,
+            super::qos_routes::put_qos,
+            super::qos_routes::delete_qos
+        ))
 }
 
 /// The node API's OpenAPI document (what `/api/v1/openapi.json` serves).
@@ -91,7 +98,7 @@ fn status_of(e: &NodeError) -> u16 {
     }
 }
 
-fn err(e: NodeError) -> ApiError {
+pub(super) fn err(e: NodeError) -> ApiError {
     ApiError::new(status_of(&e), e.to_string())
 }
 

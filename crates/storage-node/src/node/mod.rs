@@ -7,6 +7,7 @@ mod kv;
 mod media;
 mod nsmgr;
 mod ops;
+mod qos;
 mod resv;
 
 pub use kv::DEFAULT_KV_MAX_VALUE_BYTES;
@@ -750,7 +751,7 @@ fn bring_up(
             )?;
         }
     }
-    Ok(())
+    qos::bring_up(target, &state.qos)
 }
 
 /// The target's configuration of a persisted namespace.

@@ -98,7 +98,7 @@ pub(crate) fn namespace_view(
 }
 
 /// Runs blocking work (state fsyncs, device zeroing) off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, NodeError> + Send + 'static,
 ) -> Result<T, NodeError> {
     tokio::task::spawn_blocking(f)

@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0      8   magic "FBNODEST"
-//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 and 2 are read)
+//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 to 3 are read)
 //! 12      4   reserved, zero
 //! 16      8   generation, u64 LE (1 for the first save, +1 per save)
 //! 24      4   body length in bytes, u32 LE
@@ -15,10 +15,11 @@ use super::NodeState;
 
 pub const MAGIC: [u8; 8] = *b"FBNODEST";
 /// The version this program writes. 2 added namespace kinds (Key Value namespaces):
-/// a version 1 program must not read a KV namespace's store as blocks.
-pub const FORMAT_VERSION: u32 = 2;
+/// a version 1 program must not read a KV namespace's store as blocks. 3 added QoS
+/// limits: a version 2 program would drop them silently and destroy them at its next save.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version this program reads (every version since 1: a v1 body is a v2 body
-/// whose namespaces are all NVM).
+/// whose namespaces are all NVM, a v2 body a v3 body without QoS limits).
 pub const OLDEST_READ_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 32;
 /// A body above this is refused on both save and load (the state is small: kilobytes).
@@ -133,6 +134,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
         return Err(DecodeError::Body(
             "a version 1 state names a Key Value namespace".into(),
         ));
+    }
+    if version < 3 && !state.qos.is_empty() {
+        return Err(DecodeError::Body(format!(
+            "a version {version} state holds QoS limits"
+        )));
     }
     Ok(Decoded { generation, state })
 }

@@ -17,5 +17,5 @@ pub use store::{
 };
 pub use types::{
     Attachment, DriveRecord, Extent, KvParams, NamespaceKind, NamespaceRecord, NodeState,
-    Registrant, ReservationState, SmartCounters, SubsystemRecord,
+    QosRecord, Registrant, ReservationState, SmartCounters, SubsystemRecord,
 };

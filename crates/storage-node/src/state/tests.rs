@@ -68,6 +68,7 @@ pub(crate) fn sample_state() -> NodeState {
             unsafe_shutdowns: 1,
             clean_shutdown: false,
         },
+        qos: Vec::new(),
     }
 }
 
@@ -93,6 +94,41 @@ pub(crate) fn sample_state_v2() -> NodeState {
         segment_bytes: 5 << 20,
     });
     s.namespaces.push(kv);
+    s
+}
+
+/// The v2 sample plus QoS limits: per namespace with a minimum, per host on a namespace
+/// with bursts, per host on the whole subsystem (the fixed v3 vector).
+pub(crate) fn sample_state_v3() -> NodeState {
+    let mut s = sample_state_v2();
+    let nqn = s.subsystems[0].nqn.clone();
+    let host = "nqn.2014-08.org.nvmexpress:uuid:host-a".to_string();
+    s.qos = vec![
+        QosRecord {
+            subsystem_nqn: nqn.clone(),
+            nsid: Some(1),
+            max_iops: Some(20_000),
+            min_iops: Some(5_000),
+            min_bytes_per_s: Some(100 << 20),
+            ..QosRecord::default()
+        },
+        QosRecord {
+            subsystem_nqn: nqn.clone(),
+            nsid: Some(2),
+            host_nqn: Some(host.clone()),
+            max_iops: Some(1000),
+            max_bytes_per_s: Some(50 << 20),
+            burst_ios: Some(10),
+            burst_bytes: Some(1 << 20),
+            ..QosRecord::default()
+        },
+        QosRecord {
+            subsystem_nqn: nqn,
+            host_nqn: Some(host),
+            max_bytes_per_s: Some(200 << 20),
+            ..QosRecord::default()
+        },
+    ];
     s
 }
 
@@ -136,29 +172,85 @@ fn fixed_vector_v1() {
     assert_eq!(&vector[..8], b"FBNODEST");
 }
 
-/// The committed v2 vector (with a Key Value namespace) must decode forever, and the
-/// encoder must keep writing exactly it. Regenerate after a deliberate format change
-/// with `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v2`.
+/// The committed v2 vector (with a Key Value namespace, written by the version 2 program)
+/// must decode forever: no QoS limits.
 #[test]
 fn fixed_vector_v2() {
+    let vector = include_bytes!("../../tests/data/node-state-v2.bin");
+    assert_eq!(&vector[8..12], &2u32.to_le_bytes(), "a version 2 file");
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(!body.contains("\"qos\""), "version 2 knew no QoS");
+    let d = codec::decode(vector).expect("v2 vector decodes");
+    assert_eq!(d.generation, 7);
+    assert_eq!(d.state, sample_state_v2());
+    assert!(d.state.qos.is_empty());
+}
+
+/// The committed v3 vector (with QoS limits) must decode forever, and the encoder must
+/// keep writing exactly it. Regenerate after a deliberate format change with
+/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v3`.
+#[test]
+fn fixed_vector_v3() {
     let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v2.bin");
-    let encoded = codec::encode(&sample_state_v2(), 7).unwrap();
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v3.bin");
+    let encoded = codec::encode(&sample_state_v3(), 7).unwrap();
     if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
         std::fs::write(&path, &encoded).unwrap();
     }
     let vector = std::fs::read(&path).unwrap();
-    assert_eq!(&vector[8..12], &2u32.to_le_bytes(), "a version 2 file");
-    let d = codec::decode(&vector).expect("v2 vector decodes");
+    assert_eq!(&vector[8..12], &3u32.to_le_bytes(), "a version 3 file");
+    let d = codec::decode(&vector).expect("v3 vector decodes");
     assert_eq!(d.generation, 7);
-    assert_eq!(d.state, sample_state_v2());
+    assert_eq!(d.state, sample_state_v3());
     let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
     assert!(body.contains("\"kind\": \"nvm\""), "{body}");
-    assert!(
-        body.contains("\"kind\": {\n        \"kv\": {\n          \"max_value_bytes\": 2097152"),
-        "{body}"
-    );
+    assert!(body.contains("\"min_iops\": 5000"), "{body}");
+    assert!(body.contains("\"nsid\": null"), "{body}");
     assert_eq!(encoded, vector, "encoder drifted");
+}
+
+/// A version 2 file cannot hold QoS limits (a v2 program would drop them).
+#[test]
+fn version_2_with_qos_limits_is_corrupt() {
+    let bytes = reseal_with_version(codec::encode(&sample_state_v3(), 1).unwrap(), 2);
+    match codec::decode(&bytes) {
+        Err(DecodeError::Body(why)) => assert_eq!(why, "a version 2 state holds QoS limits"),
+        other => panic!("{other:?}"),
+    }
+    let bytes = reseal_with_version(codec::encode(&sample_state_v2(), 1).unwrap(), 2);
+    assert!(
+        codec::decode(&bytes).is_ok(),
+        "the same body without limits is fine"
+    );
+}
+
+/// QoS records must name what exists, limit something, and not repeat a key.
+#[test]
+fn inconsistent_qos_records_are_corrupt() {
+    let broken = |f: &dyn Fn(&mut NodeState)| {
+        let mut s = sample_state_v3();
+        f(&mut s);
+        s.validate().unwrap_err()
+    };
+    assert!(broken(&|s| s.qos[0].subsystem_nqn = "nqn.x:y".into()).contains("unknown subsystem"));
+    assert!(broken(&|s| s.qos[0].nsid = Some(9)).contains("unknown namespace"));
+    assert!(
+        broken(&|s| {
+            s.qos[2] = QosRecord {
+                subsystem_nqn: s.qos[2].subsystem_nqn.clone(),
+                ..QosRecord::default()
+            }
+        })
+        .contains("no limit")
+    );
+    assert!(
+        broken(&|s| {
+            let dup = s.qos[1].clone();
+            s.qos.push(dup)
+        })
+        .contains("appear twice")
+    );
+    sample_state_v3().validate().unwrap();
 }
 
 /// A version 1 file cannot name a KV namespace (v1 programs would read it as blocks).
@@ -205,12 +297,12 @@ fn every_single_bit_flip_and_truncation_is_refused() {
 
 #[test]
 fn newer_version_is_refused_clearly() {
-    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 3);
+    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 4);
     let err = codec::decode(&bytes).unwrap_err();
     assert!(err.is_newer());
     assert_eq!(
         err.to_string(),
-        "format version 3 is newer than this program supports (2); upgrade ferrobay"
+        "format version 4 is newer than this program supports (3); upgrade ferrobay"
     );
     let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 0);
     assert_eq!(

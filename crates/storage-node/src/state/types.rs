@@ -19,6 +19,49 @@ pub struct NodeState {
     pub subsystems: Vec<SubsystemRecord>,
     pub namespaces: Vec<NamespaceRecord>,
     pub smart: SmartCounters,
+    /// QoS limits (version 3; absent in older files: none).
+    #[serde(default)]
+    pub qos: Vec<QosRecord>,
+}
+
+/// QoS limits of one key: a subsystem, optionally one namespace of it, optionally one
+/// host (`docs/qos.md`). Absent limits do not limit; rates are per second.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosRecord {
+    pub subsystem_nqn: String,
+    /// One namespace, or all of the subsystem's together (`None`).
+    pub nsid: Option<u32>,
+    /// One host, or all hosts together (`None`).
+    pub host_nqn: Option<String>,
+    pub max_iops: Option<u64>,
+    pub max_bytes_per_s: Option<u64>,
+    pub burst_ios: Option<u64>,
+    pub burst_bytes: Option<u64>,
+    pub min_iops: Option<u64>,
+    pub min_bytes_per_s: Option<u64>,
+}
+
+impl QosRecord {
+    /// Whether `other` limits the same key.
+    pub fn same_key(&self, other: &QosRecord) -> bool {
+        self.subsystem_nqn == other.subsystem_nqn
+            && self.nsid == other.nsid
+            && self.host_nqn == other.host_nqn
+    }
+
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        [
+            self.max_iops,
+            self.max_bytes_per_s,
+            self.burst_ios,
+            self.burst_bytes,
+            self.min_iops,
+            self.min_bytes_per_s,
+        ]
+        .iter()
+        .all(Option::is_none)
+    }
 }
 
 /// One drive the node exports, in the order first given.
@@ -196,6 +239,7 @@ impl NodeState {
                 clean_shutdown: true,
                 ..SmartCounters::default()
             },
+            qos: Vec::new(),
         }
     }
 
@@ -298,6 +342,26 @@ impl NodeState {
                 && (p.max_value_bytes == 0 || p.segment_bytes == 0 || p.max_keys == 0)
             {
                 return Err(format!("{where_}: KV parameters {p:?}"));
+            }
+        }
+        for (i, q) in self.qos.iter().enumerate() {
+            let where_ = format!(
+                "QoS limits of {} namespace {:?} host {:?}",
+                q.subsystem_nqn, q.nsid, q.host_nqn
+            );
+            if self.subsystem(&q.subsystem_nqn).is_none() {
+                return Err(format!("{where_}: unknown subsystem"));
+            }
+            if let Some(nsid) = q.nsid
+                && self.namespace(&q.subsystem_nqn, nsid).is_none()
+            {
+                return Err(format!("{where_}: unknown namespace"));
+            }
+            if q.is_empty() {
+                return Err(format!("{where_}: no limit"));
+            }
+            if self.qos[..i].iter().any(|o| o.same_key(q)) {
+                return Err(format!("{where_} appear twice"));
             }
         }
         Ok(())

@@ -2,6 +2,7 @@
 
 pub(crate) mod events;
 pub(crate) mod nodes;
+pub(crate) mod qos;
 pub(crate) mod system;
 pub(crate) mod volumes;
 
