@@ -7,11 +7,13 @@
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
 //! - [`api`]: the processor node's HTTP API and its client.
+//! - [`dashboard`]: the web dashboard the API port serves at `/ui/`.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
 
 pub mod api;
+pub mod dashboard;
 pub mod devcluster;
 pub mod error;
 pub mod metaurl;

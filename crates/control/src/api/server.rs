@@ -69,6 +69,7 @@ fn router(cfg: ApiConfig) -> Router {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .nest(API_PREFIX, api)
+        .merge(crate::dashboard::router())
         .with_state(Arc::new(cfg));
     httpapi::server::finish(app)
 }
