@@ -384,7 +384,10 @@ async fn http_api_end_to_end() {
         ApiConfig {
             store: c.store.clone(),
             host: provisioner(),
-            metrics: Some(Arc::new(|| "ferrobay_test_extra 1\n".to_string())),
+            metrics: Some(Arc::new(|page: &mut httpapi::metrics::Page| {
+                page.gauge("ferrobay_test_extra", "A family the test adds.")
+                    .add(&[], 1);
+            })),
         },
     )
     .await

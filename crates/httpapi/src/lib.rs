@@ -6,11 +6,13 @@
 //!   JSON 404/405 answers and the body limit;
 //! - [`error`]: [`ApiError`] → `{"error": "<one line>"}` with its status; [`error::json`];
 //! - [`extract`]: `Json`, `Path`, `Query` extractors that reject with [`ApiError`];
-//! - [`client`]: [`HttpClient`], pooled, with a timeout per call and the bearer token.
+//! - [`client`]: [`HttpClient`], pooled, with a timeout per call and the bearer token;
+//! - [`metrics`]: [`metrics::Page`], `/metrics` through prometheus-client.
 
 pub mod client;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod server;
 
 pub use client::{ClientError, HttpClient};

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use httpapi::error::{json, ok};
 use httpapi::extract::{Json, Path, Query};
+use httpapi::metrics::Page;
 use httpapi::{ApiError, HttpServer};
 use meta::MetaStore;
 use nvmf_host::HostIdentity;
@@ -21,8 +22,8 @@ use crate::provision::{self, CreateVolume};
 use crate::records::NodeRole;
 use crate::registration::list_nodes;
 
-/// Extra Prometheus text appended to `/metrics` (the processor node's own counters).
-pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
+/// Adds the processor node's own families to a `/metrics` page.
+pub type MetricsFn = Arc<dyn Fn(&mut Page) + Send + Sync>;
 
 /// What the API serves from.
 #[derive(Clone)]
@@ -154,7 +155,7 @@ async fn metrics(State(cfg): Cfg) -> Result<Response, ApiError> {
     let mut r = text.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(httpapi::metrics::CONTENT_TYPE),
     );
     Ok(r)
 }
@@ -163,31 +164,30 @@ async fn render_metrics(cfg: &ApiConfig) -> Result<String, ControlError> {
     let store = cfg.store.as_ref();
     let volumes = provision::list_volumes(store).await?;
     let nodes = list_nodes(store).await?;
-    let mut out = String::new();
-    out.push_str("# HELP ferrobay_cluster_volumes Volumes in the cluster.\n");
-    out.push_str("# TYPE ferrobay_cluster_volumes gauge\n");
-    out.push_str(&format!("ferrobay_cluster_volumes {}\n", volumes.len()));
-    out.push_str("# HELP ferrobay_cluster_nodes Live nodes by role.\n");
-    out.push_str("# TYPE ferrobay_cluster_nodes gauge\n");
+    let mut page = Page::new();
+    page.gauge("ferrobay_cluster_volumes", "Volumes in the cluster.")
+        .add(&[], volumes.len() as u64);
+    let by_role = page.gauge("ferrobay_cluster_nodes", "Live nodes by role.");
     for (role, name) in [
         (NodeRole::Storage, "storage"),
         (NodeRole::Processor, "processor"),
     ] {
         let n = nodes.iter().filter(|n| n.role == role).count();
-        out.push_str(&format!("ferrobay_cluster_nodes{{role=\"{name}\"}} {n}\n"));
+        by_role.add(&[("role", name)], n as u64);
     }
-    out.push_str("# HELP ferrobay_volume_owned Whether a processor node owns the volume.\n");
-    out.push_str("# TYPE ferrobay_volume_owned gauge\n");
+    let mut owned = Vec::with_capacity(volumes.len());
     for v in &volumes {
-        let owned = meta::schema::current_owner(store, &v.name).await?.is_some();
-        out.push_str(&format!(
-            "ferrobay_volume_owned{{volume=\"{}\"}} {}\n",
-            v.name,
-            u8::from(owned)
-        ));
+        owned.push(meta::schema::current_owner(store, &v.name).await?.is_some());
     }
-    if let Some(f) = &cfg.metrics {
-        out.push_str(&f());
+    let f = page.gauge(
+        "ferrobay_volume_owned",
+        "Whether a processor node owns the volume (1) or not (0).",
+    );
+    for (v, owned) in volumes.iter().zip(owned) {
+        f.add(&[("volume", &v.name)], u64::from(owned));
     }
-    Ok(out)
+    if let Some(extra) = &cfg.metrics {
+        extra(&mut page);
+    }
+    Ok(page.render())
 }

@@ -437,37 +437,36 @@ async fn lease_loop(
     }
 }
 
-/// The node's own lines of `/metrics`.
+/// The node's own families of `/metrics`.
 fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
 ) -> crate::api::MetricsFn {
-    Arc::new(move || {
-        use std::fmt::Write as _;
+    Arc::new(move |page: &mut httpapi::metrics::Page| {
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# TYPE ferrobay_processor_owned_volumes gauge\nferrobay_processor_owned_volumes{{node=\"{node}\"}} {}",
-            owned.len()
+        page.gauge(
+            "ferrobay_processor_owned_volumes",
+            "Volumes this processor node owns now.",
+        )
+        .add(&[("node", &node)], owned.len() as u64);
+        let took = page.gauge(
+            "ferrobay_processor_takeover_seconds",
+            "How long the takeover of an owned volume took, from ownership acquired to ANA optimized.",
         );
-        let _ = writeln!(out, "# TYPE ferrobay_processor_takeover_ms gauge");
         for (v, r) in owned.iter() {
-            let _ = writeln!(
-                out,
-                "ferrobay_processor_takeover_ms{{node=\"{node}\",volume=\"{v}\",epoch=\"{}\"}} {}",
-                r.epoch, r.took_ms
+            let epoch = r.epoch.to_string();
+            took.add_f64(
+                &[("node", &node), ("volume", v), ("epoch", &epoch)],
+                r.took_ms as f64 / 1000.0,
             );
         }
-        let _ = writeln!(out, "# TYPE ferrobay_processor_takeover_resync_bytes gauge");
+        let resync = page.gauge(
+            "ferrobay_processor_takeover_resync_bytes",
+            "Volume bytes in the dirty regions the takeover of an owned volume resynced.",
+        );
         for (v, r) in owned.iter() {
-            let _ = writeln!(
-                out,
-                "ferrobay_processor_takeover_resync_bytes{{node=\"{node}\",volume=\"{v}\"}} {}",
-                r.resync_bytes
-            );
+            resync.add(&[("node", &node), ("volume", v)], r.resync_bytes);
         }
-        out
     })
 }
 

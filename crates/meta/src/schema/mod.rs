@@ -2,10 +2,15 @@
 //! ownership. The records themselves (nodes, drives, volumes) belong to the control plane;
 //! this module only fixes where they live and how they are read and swapped.
 
+mod events;
 mod keys;
 mod ownership;
 mod typed;
 
+pub use events::{
+    EVENT_LOG, EVENTS, Event, EventPage, EventQuery, MAX_PAGE, NewEvent, Retention, Severity,
+    Subject, SubjectKind, append_event, event_key, list_events,
+};
 pub use keys::{
     DRIVES, NODES, OWNER_EPOCHS, OWNERS, ROOT, VOLUMES, drive_key, drives_of_node, name_in,
     node_key, owner_epoch_key, owner_key, validate_name, volume_key,

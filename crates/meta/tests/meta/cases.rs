@@ -706,3 +706,114 @@ pub async fn ownership_race_has_one_winner(env: Env) {
         Err(schema::SchemaError::Decode { .. })
     ));
 }
+
+/// The event log: concurrent writers get dense unique ids, pages come newest first across
+/// key buckets, and retention drops by count and by age.
+pub async fn event_log_pages_and_trims(env: Env) {
+    use meta::schema::{
+        EventQuery, NewEvent, Retention, Severity, Subject, SubjectKind, append_event, list_events,
+    };
+    let ev = |i: u64, time_unix_ms: u64| NewEvent {
+        kind: "member_failed".into(),
+        time_unix_ms,
+        severity: Severity::Warning,
+        subject: Subject {
+            kind: SubjectKind::Volume,
+            name: format!("v{i}"),
+        },
+        message: format!("event {i}"),
+        fields: [("member".to_string(), serde_json::json!(i))].into(),
+    };
+    let keep = Retention {
+        max_events: 100,
+        max_age_ms: 3_600_000,
+    };
+    let now = 10_000_000u64;
+    // Three writers, 100 events each.
+    let mut writers = Vec::new();
+    for w in 0..3u64 {
+        let store = env.client().await;
+        writers.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..100u64 {
+                let e = append_event(store.as_ref(), ev(w * 1000 + i, now), keep, now)
+                    .await
+                    .expect("append");
+                ids.push(e.id);
+            }
+            ids
+        }));
+    }
+    let mut ids: Vec<u64> = Vec::new();
+    for w in writers {
+        ids.extend(w.await.expect("writer"));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=300).collect::<Vec<_>>(), "dense, unique ids");
+
+    // Newest first, 40 a page, across the bucket boundary at 256; count bound: 201..=300.
+    let store = env.store.as_ref();
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = list_events(
+            store,
+            EventQuery {
+                since: 0,
+                before,
+                limit: 40,
+            },
+        )
+        .await
+        .expect("list");
+        assert_eq!(page.last_id, 300);
+        seen.extend(page.events.iter().map(|e| e.id));
+        match page.next_before {
+            Some(b) => before = Some(b),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (201..=300).rev().collect::<Vec<_>>());
+    let since = list_events(
+        store,
+        EventQuery {
+            since: 295,
+            before: None,
+            limit: 0,
+        },
+    )
+    .await
+    .expect("since");
+    assert_eq!(
+        since.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![300, 299, 298, 297, 296]
+    );
+    assert_eq!(
+        since.events[0].event.fields["member"],
+        serde_json::json!(
+            since.events[0].event.subject.name[1..]
+                .parse::<u64>()
+                .expect("n")
+        )
+    );
+
+    // Age bound: an event two hours later drops the old ones (at most 32 per append).
+    let later = now + 2 * 3_600_000;
+    for i in 0..4 {
+        append_event(store, ev(9000 + i, later), keep, later)
+            .await
+            .expect("append later");
+    }
+    let page = list_events(store, EventQuery::default())
+        .await
+        .expect("list");
+    let kept: Vec<u64> = page.events.iter().map(|e| e.id).collect();
+    assert_eq!(kept, vec![304, 303, 302, 301], "old events dropped by age");
+    assert!(
+        store
+            .get(&schema::event_key(201))
+            .await
+            .expect("get")
+            .is_none()
+    );
+}

@@ -49,4 +49,5 @@ conformance!(
     keeper_reports_loss_before_expiry,
     ownership_handover,
     ownership_race_has_one_winner,
+    event_log_pages_and_trims,
 );

@@ -1,37 +1,15 @@
-//! `/metrics` in the Prometheus text exposition format (version 0.0.4).
-
-use std::fmt::Write;
+//! The node's `/metrics` page, rendered by [`httpapi::metrics::Page`] (prometheus-client)
+//! from a snapshot of the target, drive and KV store counters. Names and labels:
+//! `docs/node-api.md`.
 
 use blockdev::DeviceStats;
+use httpapi::metrics::Page;
 use nvmf_target::LATENCY_BUCKETS_US;
 use nvmf_target::TargetStats;
 
 use crate::node::StorageNode;
 
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Escapes a label value: backslash, double quote and newline.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Writes `# HELP`/`# TYPE` and one sample per item.
-fn family<T>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    items: &[T],
-    sample: impl Fn(&T) -> (String, String),
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    for it in items {
-        let (labels, value) = sample(it);
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-}
+pub use httpapi::metrics::CONTENT_TYPE;
 
 /// A drive as `/metrics` reports it.
 pub struct DriveSample {
@@ -55,16 +33,9 @@ pub fn render_stats(
     drives: &[DriveSample],
     kv: &[KvSample],
 ) -> String {
-    let mut out = String::with_capacity(4096);
-    let node = esc(node_name);
+    let mut page = Page::new();
+    let node = node_name;
     let ns = &stats.namespaces;
-    let nsl = |n: &nvmf_target::NamespaceStats| {
-        format!(
-            "node=\"{node}\",subsystem=\"{}\",nsid=\"{}\"",
-            esc(&n.subsystem),
-            n.nsid
-        )
-    };
     type NsField = fn(&nvmf_target::NsStatsSnapshot) -> u64;
     let counters: [(&str, &str, NsField); 7] = [
         (
@@ -104,186 +75,168 @@ pub fn render_stats(
         ),
     ];
     for (name, help, field) in counters {
-        family(&mut out, name, "counter", help, ns, |n| {
-            (nsl(n), field(&n.stats).to_string())
-        });
+        let f = page.counter(name, help);
+        for n in ns {
+            let nsid = n.nsid.to_string();
+            f.add(
+                &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+                field(&n.stats),
+            );
+        }
     }
-    family(
-        &mut out,
+    let depth = page.gauge(
         "ferrobay_namespace_queue_depth",
-        "gauge",
         "I/O commands executing now.",
-        ns,
-        |n| (nsl(n), n.stats.in_flight.max(0).to_string()),
-    );
-    family(
-        &mut out,
-        "ferrobay_namespace_size_bytes",
-        "gauge",
-        "Namespace size.",
-        ns,
-        |n| (nsl(n), n.size_bytes.to_string()),
-    );
-    let h = "ferrobay_namespace_latency_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {h} Latency of successful I/O commands.\n# TYPE {h} histogram"
     );
     for n in ns {
-        let labels = nsl(n);
-        let mut cumulative = 0u64;
-        for (i, count) in n.stats.latency_buckets.iter().enumerate() {
-            cumulative += count;
-            let le = match LATENCY_BUCKETS_US.get(i) {
-                Some(us) => format!("{}", *us as f64 / 1e6),
-                None => "+Inf".to_string(),
-            };
-            let _ = writeln!(out, "{h}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-        }
-        let _ = writeln!(
-            out,
-            "{h}_sum{{{labels}}} {}",
-            n.stats.latency_sum_us as f64 / 1e6
+        let nsid = n.nsid.to_string();
+        depth.add(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            u64::try_from(n.stats.in_flight.max(0)).unwrap_or(0),
         );
-        let _ = writeln!(out, "{h}_count{{{labels}}} {cumulative}");
+    }
+    let size = page.gauge("ferrobay_namespace_size_bytes", "Namespace size.");
+    for n in ns {
+        let nsid = n.nsid.to_string();
+        size.add(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            n.size_bytes,
+        );
+    }
+    let bounds: Vec<f64> = LATENCY_BUCKETS_US
+        .iter()
+        .map(|us| *us as f64 / 1e6)
+        .collect();
+    let latency = page.histogram(
+        "ferrobay_namespace_latency_seconds",
+        "Latency of successful I/O commands.",
+    );
+    for n in ns {
+        let nsid = n.nsid.to_string();
+        latency.add_histogram(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            n.stats.latency_sum_us as f64 / 1e6,
+            &bounds,
+            &n.stats.latency_buckets,
+        );
     }
 
     let conns = &stats.connections;
-    let _ = writeln!(
-        out,
-        "# HELP ferrobay_connections Open NVMe/TCP connections (one per queue).\n# TYPE ferrobay_connections gauge\nferrobay_connections{{node=\"{node}\"}} {}",
-        conns.len()
-    );
-    let cl = |c: &nvmf_target::ConnStatsSnapshot| {
-        format!(
-            "node=\"{node}\",conn=\"{}\",peer=\"{}\",subsystem=\"{}\",host=\"{}\",cntlid=\"{}\",qid=\"{}\"",
-            c.id,
-            esc(&c.peer),
-            esc(&c.subsystem),
-            esc(&c.host_nqn),
-            c.cntlid,
-            c.qid
-        )
-    };
+    page.gauge(
+        "ferrobay_connections",
+        "Open NVMe/TCP connections (one per queue).",
+    )
+    .add(&[("node", node)], conns.len() as u64);
     type ConnField = fn(&nvmf_target::ConnStatsSnapshot) -> u64;
-    let conn_counters: [(&str, &str, ConnField); 6] = [
+    let conn_metrics: [(&str, &str, ConnField, bool); 7] = [
         (
             "ferrobay_connection_commands_total",
             "Commands received on the connection.",
             |c| c.commands,
+            true,
         ),
         (
             "ferrobay_connection_read_ops_total",
             "Reads on the connection.",
             |c| c.read_ops,
+            true,
         ),
         (
             "ferrobay_connection_write_ops_total",
             "Writes on the connection.",
             |c| c.write_ops,
+            true,
         ),
         (
             "ferrobay_connection_read_bytes_total",
             "Bytes read on the connection.",
             |c| c.read_bytes,
+            true,
         ),
         (
             "ferrobay_connection_write_bytes_total",
             "Bytes written on the connection.",
             |c| c.write_bytes,
+            true,
         ),
         (
             "ferrobay_connection_errors_total",
             "Commands failed on the connection.",
             |c| c.errors,
+            true,
+        ),
+        (
+            "ferrobay_connection_queue_depth",
+            "Commands in flight on the connection.",
+            |c| c.in_flight,
+            false,
         ),
     ];
-    for (name, help, field) in conn_counters {
-        family(&mut out, name, "counter", help, conns, |c| {
-            (cl(c), field(c).to_string())
-        });
+    for (name, help, field, counter) in conn_metrics {
+        let f = if counter {
+            page.counter(name, help)
+        } else {
+            page.gauge(name, help)
+        };
+        for c in conns {
+            let (id, cntlid, qid) = (c.id.to_string(), c.cntlid.to_string(), c.qid.to_string());
+            f.add(
+                &[
+                    ("node", node),
+                    ("conn", &id),
+                    ("peer", &c.peer),
+                    ("subsystem", &c.subsystem),
+                    ("host", &c.host_nqn),
+                    ("cntlid", &cntlid),
+                    ("qid", &qid),
+                ],
+                field(c),
+            );
+        }
     }
-    family(
-        &mut out,
-        "ferrobay_connection_queue_depth",
-        "gauge",
-        "Commands in flight on the connection.",
-        conns,
-        |c| (cl(c), c.in_flight.to_string()),
-    );
     let adm = &stats.admission;
-    family(
-        &mut out,
+    page.counter(
         "ferrobay_connections_refused_total",
-        "counter",
         "NVMe/TCP connections closed at accept by a connection limit (listener: max_connections_per_listener, host: max_connections_per_host).",
-        &[
-            ("listener", adm.refused_listener_limit),
-            ("host", adm.refused_host_limit),
-        ],
-        |(limit, n)| (format!("node=\"{node}\",limit=\"{limit}\""), n.to_string()),
-    );
-    family(
-        &mut out,
+    )
+    .add(&[("node", node), ("limit", "listener")], adm.refused_listener_limit)
+    .add(&[("node", node), ("limit", "host")], adm.refused_host_limit);
+    page.counter(
         "ferrobay_connection_handshake_timeouts_total",
-        "counter",
         "NVMe/TCP connections closed for not completing ICReq and Connect within handshake_timeout_ms.",
-        &[adm.handshake_timeouts],
-        |n| (format!("node=\"{node}\""), n.to_string()),
-    );
+    )
+    .add(&[("node", node)], adm.handshake_timeouts);
 
     let hs = &stats.health;
-    let one = [()];
-    let nl = |_: &()| format!("node=\"{node}\"");
-    let health: [(&str, &str, &str, u64); 6] = [
-        (
-            "ferrobay_node_power_cycles_total",
-            "counter",
-            "Starts of this node.",
-            hs.power_cycles,
-        ),
-        (
-            "ferrobay_node_power_on_hours",
-            "gauge",
-            "Hours this node has run.",
-            hs.power_on_hours,
-        ),
-        (
-            "ferrobay_node_unsafe_shutdowns_total",
-            "counter",
-            "Starts after a run that did not shut down cleanly.",
-            hs.unsafe_shutdowns,
-        ),
-        (
-            "ferrobay_node_controller_busy_minutes_total",
-            "counter",
-            "SMART controller busy time.",
-            hs.controller_busy_minutes,
-        ),
-        (
-            "ferrobay_node_media_errors_total",
-            "counter",
-            "SMART media and data integrity errors.",
-            hs.media_errors,
-        ),
-        (
-            "ferrobay_node_error_log_entries_total",
-            "counter",
-            "SMART error log entries.",
-            hs.error_log_entries,
-        ),
-    ];
-    for (name, kind, help, v) in health {
-        family(&mut out, name, kind, help, &one, |u| (nl(u), v.to_string()));
-    }
+    let nl = [("node", node)];
+    page.counter("ferrobay_node_power_cycles_total", "Starts of this node.")
+        .add(&nl, hs.power_cycles);
+    page.gauge(
+        "ferrobay_node_power_on_seconds",
+        "Time this node has run (SMART power-on hours, whole hours).",
+    )
+    .add(&nl, hs.power_on_hours.saturating_mul(3600));
+    page.counter(
+        "ferrobay_node_unsafe_shutdowns_total",
+        "Starts after a run that did not shut down cleanly.",
+    )
+    .add(&nl, hs.unsafe_shutdowns);
+    page.counter(
+        "ferrobay_node_controller_busy_seconds_total",
+        "SMART controller busy time (whole minutes).",
+    )
+    .add(&nl, hs.controller_busy_minutes.saturating_mul(60));
+    page.counter(
+        "ferrobay_node_media_errors_total",
+        "SMART media and data integrity errors.",
+    )
+    .add(&nl, hs.media_errors);
+    page.counter(
+        "ferrobay_node_error_log_entries_total",
+        "SMART error log entries.",
+    )
+    .add(&nl, hs.error_log_entries);
 
-    let dl = |d: &DriveSample| {
-        format!(
-            "node=\"{node}\",drive=\"{}\",spec=\"{}\"",
-            esc(&d.name),
-            esc(&d.spec)
-        )
-    };
     type DriveField = fn(&DeviceStats) -> u64;
     let drive_counters: [(&str, &str, DriveField); 6] = [
         (
@@ -318,23 +271,20 @@ pub fn render_stats(
         ),
     ];
     for (name, help, field) in drive_counters {
-        family(&mut out, name, "counter", help, drives, |d| {
-            (dl(d), field(&d.stats).to_string())
-        });
+        let f = page.counter(name, help);
+        for d in drives {
+            f.add(
+                &[("node", node), ("drive", &d.name), ("spec", &d.spec)],
+                field(&d.stats),
+            );
+        }
     }
-    render_kv(&mut out, &node, kv);
-    out
+    render_kv(&mut page, node, kv);
+    page.render()
 }
 
 /// Per-namespace figures of the KV stores: usage gauges and operation counters.
-fn render_kv(out: &mut String, node: &str, kv: &[KvSample]) {
-    let kl = |k: &KvSample| {
-        format!(
-            "node=\"{node}\",subsystem=\"{}\",nsid=\"{}\"",
-            esc(&k.subsystem),
-            k.nsid
-        )
-    };
+fn render_kv(page: &mut Page, node: &str, kv: &[KvSample]) {
     type UsageField = fn(&kv::Usage) -> u64;
     let gauges: [(&str, &str, UsageField); 5] = [
         ("ferrobay_kv_keys", "Keys stored.", |u| u.key_count),
@@ -360,9 +310,14 @@ fn render_kv(out: &mut String, node: &str, kv: &[KvSample]) {
         ),
     ];
     for (name, help, field) in gauges {
-        family(out, name, "gauge", help, kv, |k| {
-            (kl(k), field(&k.usage).to_string())
-        });
+        let f = page.gauge(name, help);
+        for k in kv {
+            let nsid = k.nsid.to_string();
+            f.add(
+                &[("node", node), ("subsystem", &k.subsystem), ("nsid", &nsid)],
+                field(&k.usage),
+            );
+        }
     }
     type StatsField = fn(&kv::Stats) -> u64;
     let counters: [(&str, &str, StatsField); 15] = [
@@ -423,9 +378,14 @@ fn render_kv(out: &mut String, node: &str, kv: &[KvSample]) {
         ),
     ];
     for (name, help, field) in counters {
-        family(out, name, "counter", help, kv, |k| {
-            (kl(k), field(&k.stats).to_string())
-        });
+        let f = page.counter(name, help);
+        for k in kv {
+            let nsid = k.nsid.to_string();
+            f.add(
+                &[("node", node), ("subsystem", &k.subsystem), ("nsid", &nsid)],
+                field(&k.stats),
+            );
+        }
     }
 }
 
@@ -506,8 +466,8 @@ mod tests {
             format!("ferrobay_namespace_read_ops_total{{{l}}} 7"),
             format!("ferrobay_namespace_write_bytes_total{{{l}}} 4096"),
             format!("ferrobay_namespace_queue_depth{{{l}}} 3"),
-            format!("ferrobay_namespace_latency_seconds_bucket{{{l},le=\"0.000008\"}} 2"),
-            format!("ferrobay_namespace_latency_seconds_bucket{{{l},le=\"0.000064\"}} 7"),
+            format!("ferrobay_namespace_latency_seconds_bucket{{{l},le=\"8e-06\"}} 2"),
+            format!("ferrobay_namespace_latency_seconds_bucket{{{l},le=\"6.4e-05\"}} 7"),
             format!("ferrobay_namespace_latency_seconds_bucket{{{l},le=\"+Inf\"}} 8"),
             format!("ferrobay_namespace_latency_seconds_count{{{l}}} 8"),
             format!("ferrobay_namespace_latency_seconds_sum{{{l}}} 0.0015"),
@@ -522,14 +482,23 @@ mod tests {
             "ferrobay_kv_used_bytes{node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"2\"} 4096".to_string(),
             "ferrobay_kv_stores_total{node=\"n1\",subsystem=\"nqn.2026-01.io.ferrobay:n1:d0\",nsid=\"2\"} 14".to_string(),
             "# TYPE ferrobay_kv_keys gauge".to_string(),
+            "# HELP ferrobay_node_power_on_seconds ".to_string(),
+            "# TYPE ferrobay_node_controller_busy_seconds_total counter".to_string(),
         ] {
             assert!(text.contains(&want), "missing {want} in\n{text}");
         }
-        // Every sample line is `name{labels} number`.
+        // Every sample line is `name{labels} number`, and every family has HELP text.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
             assert!(line.contains('{') && line.contains("} "), "{line}");
         }
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        let helps = text
+            .lines()
+            .filter(|l| l.starts_with("# HELP ") && l.split(' ').count() > 3)
+            .count();
+        assert_eq!(types, helps, "{text}");
+        assert!(types > 40, "{types} families");
     }
 }
