@@ -64,6 +64,11 @@ fn print_ready(c: &DevCluster) {
     let _ = writeln!(out, "API: http://{api}");
     let _ = writeln!(
         out,
+        "Dashboard: http://{api}{}",
+        control::dashboard::UI_PATH
+    );
+    let _ = writeln!(
+        out,
         "Status: ferrobay volume status {} --api {api}",
         c.volume()
     );

@@ -96,7 +96,10 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(|| async { Redirect::to(UI_PATH) }))
         .route("/ui", get(|| async { Redirect::to(UI_PATH) }))
-        .route("/ui/", get(|h: HeaderMap| async move { serve("index.html", &h) }))
+        .route(
+            "/ui/",
+            get(|h: HeaderMap| async move { serve("index.html", &h) }),
+        )
         .route(
             "/ui/{file}",
             get(|Path(file): Path<String>, h: HeaderMap| async move { serve(&file, &h) }),
@@ -124,14 +127,20 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
         (StatusCode::OK, a.body).into_response()
     };
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(a.content_type));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(a.content_type),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::ETAG, HeaderValue::from_static(a.etag));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     if a.name == "index.html" {
         h.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -163,14 +172,21 @@ mod tests {
         // page fails to load in the browser.
         for a in ASSETS.iter().filter(|a| a.name.ends_with(".js")) {
             let text = std::str::from_utf8(a.body).expect("UTF-8");
-            for line in text.lines().filter(|l| l.trim_start().starts_with("import ")) {
+            for line in text
+                .lines()
+                .filter(|l| l.trim_start().starts_with("import "))
+            {
                 let Some(start) = line.find("'./") else {
                     continue;
                 };
                 let rest = &line[start + 3..];
                 let end = rest.find('\'').expect("closing quote");
                 let file = &rest[..end];
-                assert!(find(file).is_some(), "{} imports {file}, not embedded", a.name);
+                assert!(
+                    find(file).is_some(),
+                    "{} imports {file}, not embedded",
+                    a.name
+                );
             }
         }
         let index = std::str::from_utf8(find("index.html").expect("index").body).expect("UTF-8");

@@ -228,7 +228,7 @@ impl Processor {
                     ApiConfig {
                         store: store.clone(),
                         host: host.clone(),
-                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone())),
+                        metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), target.clone())),
                     },
                 )
                 .await?,
@@ -441,8 +441,12 @@ async fn lease_loop(
 fn metrics_fn(
     node: String,
     owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>>,
+    target: Target,
 ) -> crate::api::MetricsFn {
     Arc::new(move |page: &mut httpapi::metrics::Page| {
+        // The volumes as hosts see them through this node (throughput, latency: what the
+        // dashboard charts), named like a storage node's namespaces.
+        storage_node::http::metrics::namespace_families(page, &node, &target.stats().namespaces);
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

@@ -1,5 +1,5 @@
-// The event log panel: the cluster's events (`GET /events`), newest first, kept up to
-// date by polling for the ones after the newest seen.
+// The event log panel: the cluster's events (`GET /events`, an `EventPage`), newest
+// first, kept up to date by asking for the ones after the newest id seen (`since`).
 
 import { call } from './api.js';
 import * as fmt from './format.js';
@@ -10,7 +10,7 @@ const KEEP = 200;
 
 /** The colour of an event kind. */
 function eventTone(e) {
-  if (e.severity === 'error' || e.severity === 'critical') return 'bad';
+  if (e.severity === 'error') return 'bad';
   if (e.severity === 'warning') return 'warn';
   const k = e.kind || '';
   if (/fail|lost|fenced|failing/.test(k)) return 'bad';
@@ -28,13 +28,10 @@ export class EventLog {
 
   /** Fetches what is new (everything on the first call). */
   async poll() {
-    const q = this.newest === null ? `?limit=${KEEP}` : `?after=${this.newest}`;
-    const got = await call('GET', `/events${q}`);
-    const items = Array.isArray(got) ? got : (got && got.events) || [];
-    for (const e of items) {
-      this.events.set(e.id, e);
-      if (this.newest === null || e.id > this.newest) this.newest = e.id;
-    }
+    const page = await call('GET', `/events?since=${this.newest ?? 0}&limit=${KEEP}`);
+    const items = page.events || [];
+    for (const e of items) this.events.set(e.id, e);
+    this.newest = Math.max(this.newest ?? 0, page.last_id || 0, ...items.map((e) => e.id));
     const ids = [...this.events.keys()].sort((a, b) => b - a);
     for (const id of ids.slice(KEEP)) this.events.delete(id);
     return items.length;
@@ -44,9 +41,9 @@ export class EventLog {
     const ids = [...this.events.keys()].sort((a, b) => b - a);
     const lis = ids.map((id) => {
       const e = this.events.get(id);
-      const subject = [e.volume && `volume ${e.volume}`, e.node && `node ${e.node}`].filter(Boolean).join(', ');
+      const subject = e.subject ? `${e.subject.kind} ${e.subject.name}` : '';
       return h('li', { class: `event ${eventTone(e)}`, 'data-kind': e.kind, 'data-id': e.id },
-        h('time', { datetime: new Date(e.unix_ms).toISOString(), title: fmt.ago(e.unix_ms, nowMs) }, fmt.clock(e.unix_ms)),
+        h('time', { datetime: new Date(e.time_unix_ms).toISOString(), title: fmt.ago(e.time_unix_ms, nowMs) }, fmt.clock(e.time_unix_ms)),
         h('span', { class: `badge ${eventTone(e)}` }, e.kind),
         subject ? h('span', { class: 'subject' }, subject) : '',
         h('span', { class: 'message' }, e.message || ''));
