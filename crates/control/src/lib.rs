@@ -6,7 +6,9 @@
 //! - [`registration`]: live nodes under leases, processor slots.
 //! - [`provision`]: creating volumes across storage nodes (Namespace Management over the
 //!   fabric), deleting, listing, moving them.
-//! - [`api`]: the processor node's HTTP API and its client.
+//! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
+//!   client.
+//! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`dashboard`]: the web dashboard the API port serves at `/ui/`.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
@@ -16,6 +18,7 @@ pub mod api;
 pub mod dashboard;
 pub mod devcluster;
 pub mod error;
+pub mod events;
 pub mod metaurl;
 pub mod processor;
 pub mod provision;

@@ -171,6 +171,53 @@ async fn a_storage_node_that_comes_back_gets_a_partial_rebuild() {
         assert!(r.partial, "{r:?}");
         assert!(r.bytes_total < MEMBER_BYTES / 2, "{r:?}");
     }
+    // The event log tells the story: taken over, member 2 failed, back, rebuilt.
+    let t0 = Instant::now();
+    let kinds = loop {
+        let page = meta::schema::list_events(c.store.as_ref(), Default::default())
+            .await
+            .unwrap();
+        let kinds: Vec<(String, Option<u64>)> = page
+            .events
+            .iter()
+            .rev()
+            .map(|e| {
+                (
+                    e.event.kind.clone(),
+                    e.event.fields.get("member").and_then(|v| v.as_u64()),
+                )
+            })
+            .collect();
+        let want = [
+            ("takeover", None),
+            ("member_failed", Some(2)),
+            ("member_returned", Some(2)),
+            ("rebuild_started", Some(2)),
+            ("rebuild_done", Some(2)),
+        ];
+        let mut rest = kinds.iter();
+        if want
+            .iter()
+            .all(|(k, m)| rest.any(|(kk, mm)| kk == k && (m.is_none() || mm == m)))
+        {
+            break page;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "events: {kinds:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let failed = kinds
+        .events
+        .iter()
+        .find(|e| e.event.kind == "member_failed")
+        .unwrap();
+    assert_eq!(failed.event.severity, meta::schema::Severity::Error);
+    assert_eq!(failed.event.subject.name, VOLUME);
+    assert!(
+        failed.event.message.contains("member 2"),
+        "{}",
+        failed.event.message
+    );
+
     write_round(&host, 64, 3).await;
     // Reads now need member 2 again (it is active): the rebuilt data must be right.
     c.storage[0].down();

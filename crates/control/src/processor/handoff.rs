@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
-use meta::schema::{put_json, release_ownership};
+use meta::schema::{Severity, SubjectKind, put_json, release_ownership};
 use nvmf_target::AnaState;
 
 use super::export_device::ExportDevice;
 use super::node::now_unix_ms;
 use super::takeover::Owned;
 use super::{Ctx, status};
+use crate::events::{self, kind};
 use crate::records::{HandoffRecord, handoff_key};
 
 /// Longest wait for one store call while giving a volume up: the handoff goes on (the
@@ -90,6 +91,19 @@ pub(crate) async fn hand_over(
     ctx.set_ana(owned.group, AnaState::Inaccessible);
     ctx.owned_lock().remove(name);
     tracing::info!(node = %ctx.name, volume = name, to = to.unwrap_or("-"), "processor: volume handed over");
+    let message = match to {
+        Some(to) => format!("{} handed volume {name} over to {to}", ctx.name),
+        None => format!("{} stopped volume {name} clean (no live standby)", ctx.name),
+    };
+    let e = events::new_event(
+        kind::HANDOFF,
+        Severity::Info,
+        SubjectKind::Volume,
+        name,
+        message,
+    );
+    let e = events::with_field(events::with_field(e, "from", ctx.name.as_str()), "to", to);
+    let _ = tokio::time::timeout(STORE_CALL_TIMEOUT, events::emit(ctx.store.as_ref(), e)).await;
     drop(owned);
 }
 
@@ -102,5 +116,16 @@ pub(crate) fn lose(ctx: &Ctx, name: &str, owned: Owned, export: &ExportDevice, w
     export.detach();
     ctx.owned_lock().remove(name);
     tracing::warn!(node = %ctx.name, volume = name, "processor: volume lost ({why}); standby");
+    let e = events::new_event(
+        kind::VOLUME_LOST,
+        Severity::Warning,
+        SubjectKind::Volume,
+        name,
+        format!("{} lost volume {name}: {why}", ctx.name),
+    );
+    events::spawn_emit(
+        ctx.store.clone(),
+        events::with_field(e, "node", ctx.name.as_str()),
+    );
     drop(owned);
 }

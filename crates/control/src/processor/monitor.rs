@@ -66,6 +66,7 @@ pub(crate) fn spawn(
             ns.as_ref().map(|n| n.controller().status().generation)
         };
         let mut seen: Vec<Option<u64>> = lock(&slots).iter().map(generation).collect();
+        let mut watch = EventWatch::new(&ctx, &rec.name, &volume.status());
         loop {
             tokio::time::sleep(PERIOD).await;
             if latch.is_closed() {
@@ -101,6 +102,7 @@ pub(crate) fn spawn(
                 }
             }
             let status = volume.status();
+            watch.observe(&rec, &status);
             // Slot i of the volume is member i of the record (creation order).
             let failed: Vec<usize> = status
                 .members
@@ -121,6 +123,7 @@ pub(crate) fn spawn(
                 match bring_back(&ctx, &volume, &latch, i, &m.url).await {
                     Ok(ns) => {
                         tracing::info!(volume = %rec.name, member = i, url = %m.url, "processor: member back; partial rebuild");
+                        watch.returned(i, &m.url, &volume.status());
                         let g = ns.controller().status().generation;
                         if let Some(s) = lock(&slots).get_mut(i) {
                             *s = Some(ns);
@@ -159,4 +162,171 @@ async fn bring_back(
         .await
         .map_err(|e| e.to_string())?;
     Ok(ns)
+}
+
+/// Turns changes of the volume's status into events: a member that went failed, a
+/// rebuild that started or ended. Seen once a [`PERIOD`]; a member that comes back is
+/// reported by the monitor itself (with the rebuild it starts), so even a rebuild shorter
+/// than a period has its start and its end.
+struct EventWatch {
+    volume: String,
+    /// To the task that writes them, in order (bounded: a store that hangs costs events,
+    /// not memory).
+    tx: tokio::sync::mpsc::Sender<meta::schema::NewEvent>,
+    failed: Vec<bool>,
+    /// The rebuild last seen: (member, still running).
+    rebuild: Option<(usize, bool)>,
+}
+
+impl EventWatch {
+    fn new(ctx: &Arc<Ctx>, volume: &str, st: &volume::VolumeStatus) -> EventWatch {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<meta::schema::NewEvent>(64);
+        let store = ctx.store.clone();
+        // Ends once the watch is dropped and what it queued is written.
+        tokio::spawn(async move {
+            while let Some(e) = rx.recv().await {
+                crate::events::emit(store.as_ref(), e).await;
+            }
+        });
+        EventWatch {
+            volume: volume.to_string(),
+            tx,
+            failed: st
+                .members
+                .iter()
+                .map(|m| m.state == MemberState::Failed)
+                .collect(),
+            rebuild: st
+                .rebuild
+                .as_ref()
+                .map(|r| (r.member, r.phase == volume::TaskPhase::Running)),
+        }
+    }
+
+    fn emit(&self, e: meta::schema::NewEvent) {
+        if let Err(e) = self.tx.try_send(e) {
+            tracing::warn!(volume = %self.volume, "event dropped (the store is not keeping up): {e}");
+        }
+    }
+
+    fn event(
+        &self,
+        kind: &str,
+        severity: meta::schema::Severity,
+        message: String,
+        member: usize,
+    ) -> meta::schema::NewEvent {
+        let e = crate::events::new_event(
+            kind,
+            severity,
+            meta::schema::SubjectKind::Volume,
+            &self.volume,
+            message,
+        );
+        crate::events::with_field(e, "member", member)
+    }
+
+    fn observe(&mut self, rec: &VolumeRecord, st: &volume::VolumeStatus) {
+        use crate::events::{kind, with_field};
+        use meta::schema::Severity;
+        for m in &st.members {
+            let failed = m.state == MemberState::Failed;
+            let was = self.failed.get(m.index).copied().unwrap_or(false);
+            if failed && !was {
+                let url = rec.members.get(m.index).map_or("", |r| r.url.as_str());
+                let why = if m.failed_by_operator {
+                    "by the operator"
+                } else {
+                    "by I/O errors or its target going away"
+                };
+                let e = self.event(
+                    kind::MEMBER_FAILED,
+                    Severity::Error,
+                    format!(
+                        "volume {}: member {} ({url}) failed {why}; the volume is {}",
+                        self.volume,
+                        m.index,
+                        format!("{:?}", st.state).to_lowercase()
+                    ),
+                    m.index,
+                );
+                let e = with_field(e, "url", url);
+                let e = with_field(e, "failed_by_operator", m.failed_by_operator);
+                self.emit(e);
+            }
+            if let Some(f) = self.failed.get_mut(m.index) {
+                *f = failed;
+            }
+        }
+        let now = st
+            .rebuild
+            .as_ref()
+            .map(|r| (r.member, r.phase == volume::TaskPhase::Running));
+        if let Some(r) = &st.rebuild {
+            let running = r.phase == volume::TaskPhase::Running;
+            if running && self.rebuild != Some((r.member, true)) {
+                self.emit(self.rebuild_started(r));
+            }
+            if !running && self.rebuild == Some((r.member, true)) {
+                let outcome = match &r.phase {
+                    volume::TaskPhase::Done => "done",
+                    volume::TaskPhase::Stopped => "stopped",
+                    _ => "failed",
+                };
+                let severity = if outcome == "done" {
+                    Severity::Info
+                } else {
+                    Severity::Warning
+                };
+                let e = self.event(
+                    kind::REBUILD_DONE,
+                    severity,
+                    format!(
+                        "volume {}: rebuild of member {} {outcome} ({} bytes)",
+                        self.volume, r.member, r.bytes_done
+                    ),
+                    r.member,
+                );
+                let e = with_field(e, "outcome", outcome);
+                self.emit(with_field(e, "bytes_done", r.bytes_done));
+            }
+        }
+        self.rebuild = now;
+    }
+
+    fn rebuild_started(&self, r: &volume::RebuildProgress) -> meta::schema::NewEvent {
+        let e = self.event(
+            crate::events::kind::REBUILD_STARTED,
+            meta::schema::Severity::Info,
+            format!(
+                "volume {}: {} rebuild of member {} started ({} bytes)",
+                self.volume,
+                if r.partial { "partial" } else { "full" },
+                r.member,
+                r.bytes_total
+            ),
+            r.member,
+        );
+        let e = crate::events::with_field(e, "partial", r.partial);
+        crate::events::with_field(e, "bytes_total", r.bytes_total)
+    }
+
+    /// Member `i` is back in its slot: report it, and the rebuild it started.
+    fn returned(&mut self, i: usize, url: &str, st: &volume::VolumeStatus) {
+        let e = self.event(
+            crate::events::kind::MEMBER_RETURNED,
+            meta::schema::Severity::Info,
+            format!("volume {}: member {i} ({url}) is back", self.volume),
+            i,
+        );
+        self.emit(crate::events::with_field(e, "url", url));
+        if let Some(r) = st.rebuild.as_ref().filter(|r| r.member == i) {
+            self.emit(self.rebuild_started(r));
+            // Its end is reported by `observe` (even if it is already over).
+            self.rebuild = Some((i, true));
+        }
+        if let Some(f) = self.failed.get_mut(i) {
+            *f = false;
+        }
+    }
 }

@@ -225,6 +225,7 @@ pub(crate) async fn take_over(
         members = format_args!("{}/{}", fenced, rec.members.len()),
         "processor: volume taken over"
     );
+    crate::events::spawn_emit(ctx.store.clone(), takeover_event(&ctx.name, name, &report));
     ctx.owned_lock().insert(name.to_string(), report);
     let slots = Arc::new(Mutex::new(
         reached
@@ -252,4 +253,23 @@ pub(crate) async fn take_over(
         group: rec.ana_group,
         monitor,
     })
+}
+
+fn takeover_event(node: &str, volume: &str, r: &TakeoverReport) -> meta::schema::NewEvent {
+    use crate::events::{kind, new_event, with_field};
+    let e = new_event(
+        kind::TAKEOVER,
+        meta::schema::Severity::Info,
+        meta::schema::SubjectKind::Volume,
+        volume,
+        format!(
+            "{node} took volume {volume} over (epoch {}, {} ms, {} of {} members fenced, {} bytes resynced)",
+            r.epoch, r.took_ms, r.members_fenced, r.members_total, r.resync_bytes
+        ),
+    );
+    let e = with_field(e, "node", node);
+    let e = with_field(e, "epoch", r.epoch);
+    let e = with_field(e, "took_ms", r.took_ms);
+    let e = with_field(e, "members_fenced", r.members_fenced);
+    with_field(e, "resync_bytes", r.resync_bytes)
 }
