@@ -8,7 +8,10 @@
 //! | GET | /v1/volumes/NAME | | `VolumeView` |
 //! | DELETE | /v1/volumes/NAME[?force=true] | | `VolumeRecord` |
 //! | POST | /v1/volumes/NAME/move | `{"to": "p2"}` | 202 `{"volume", "to"}` |
+//! | POST | /v1/volumes/NAME/members/SLOT/replace | `{"storage_node": "n2"}` | 202 `ReplaceRequest` |
 //! | GET | /v1/nodes | | `[NodeRecord]` |
+//! | GET | /v1/drives | | `[DriveView]`: every live storage node's drives |
+//! | GET | /v1/events[?since=&before=&limit=] | | `EventPage`, newest first |
 //! | GET | /metrics | | Prometheus text |
 //!
 //! Errors: `{"error": "one line"}` with 400 (bad request), 404 (no such volume or
@@ -16,6 +19,7 @@
 //! unreachable).
 
 mod client;
+pub mod cluster_views;
 mod server;
 
 pub use client::ApiClient;

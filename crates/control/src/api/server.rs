@@ -66,7 +66,13 @@ fn router(cfg: ApiConfig) -> Router {
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).delete(delete_volume))
         .route("/volumes/{name}/move", post(move_volume))
-        .route("/nodes", get(nodes));
+        .route(
+            "/volumes/{name}/members/{slot}/replace",
+            post(replace_member),
+        )
+        .route("/nodes", get(nodes))
+        .route("/drives", get(drives))
+        .route("/events", get(events));
     let app = Router::new()
         .route("/metrics", get(metrics))
         .nest(API_PREFIX, api)
@@ -146,8 +152,35 @@ async fn move_volume(
     ))
 }
 
+async fn replace_member(
+    State(cfg): Cfg,
+    Path((name, slot)): Path<(String, usize)>,
+    Json(req): Json<provision::replace::ReplaceMember>,
+) -> Result<Response, ApiError> {
+    let accepted =
+        provision::replace::request_replace(cfg.store.as_ref(), &name, slot, &req, &cfg.host)
+            .await
+            .map_err(err)?;
+    Ok(json(StatusCode::ACCEPTED, &accepted))
+}
+
 async fn nodes(State(cfg): Cfg) -> Result<Response, ApiError> {
     Ok(ok(&list_nodes(cfg.store.as_ref()).await.map_err(err)?))
+}
+
+async fn drives(State(cfg): Cfg) -> Result<Response, ApiError> {
+    Ok(ok(&super::cluster_views::drives(cfg.store.as_ref())
+        .await
+        .map_err(err)?))
+}
+
+async fn events(
+    State(cfg): Cfg,
+    Query(q): Query<super::cluster_views::EventsQuery>,
+) -> Result<Response, ApiError> {
+    Ok(ok(&super::cluster_views::events(cfg.store.as_ref(), &q)
+        .await
+        .map_err(err)?))
 }
 
 async fn metrics(State(cfg): Cfg) -> Result<Response, ApiError> {

@@ -24,6 +24,7 @@ mod error;
 mod export_device;
 mod fence;
 mod handoff;
+mod member_ops;
 mod members;
 mod monitor;
 mod node;

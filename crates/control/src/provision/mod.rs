@@ -3,6 +3,7 @@
 //! transaction with the volume's ANA group, so a failed create leaves nothing behind.
 
 mod nsmgmt;
+pub mod replace;
 pub mod sizing;
 
 use std::collections::{BTreeSet, HashSet};
@@ -25,7 +26,7 @@ use crate::records::{
 };
 use crate::registration::get_node;
 
-pub use nsmgmt::{AllocatedNamespace, NS_BLOCK_BYTES, node_subsystems};
+pub use nsmgmt::{AllocatedNamespace, NS_BLOCK_BYTES, delete as delete_namespace, node_subsystems};
 
 /// Rounds of "pick a free ANA group, commit" before giving up (another create took it).
 const ANA_ATTEMPTS: usize = 16;

@@ -51,16 +51,22 @@ impl WebDriverCompatibleCommand for BrowserLog {
         base_url: &url::Url,
         session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
-        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
     }
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        (http::Method::POST, Some(r#"{"type":"browser"}"#.to_string()))
+        (
+            http::Method::POST,
+            Some(r#"{"type":"browser"}"#.to_string()),
+        )
     }
 }
 
 /// A console message.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LogEntry {
     pub level: String,
     pub source: String,
@@ -133,7 +139,11 @@ impl Browser {
 
     /// The console messages since the last call.
     pub async fn console(&self) -> Vec<LogEntry> {
-        let v = self.client.issue_cmd(BrowserLog).await.expect("browser log");
+        let v = self
+            .client
+            .issue_cmd(BrowserLog)
+            .await
+            .expect("browser log");
         v.as_array()
             .map(|a| {
                 a.iter()
@@ -155,7 +165,15 @@ impl Browser {
             .into_iter()
             .filter(|e| e.level == "SEVERE" || e.level == "WARNING")
             .collect();
-        assert!(bad.is_empty(), "{when}: console errors: {bad:#?}");
+        let lines: Vec<String> = bad
+            .iter()
+            .map(|e| format!("{} {}: {}", e.level, e.source, e.message))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{when}: console errors:\n{}",
+            lines.join("\n")
+        );
     }
 
     /// A screenshot of the window, saved as `NN-name.png`, decoded.
@@ -234,7 +252,9 @@ impl Browser {
             .find(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("{css}: {e}"));
-        e.clear().await.unwrap_or_else(|e| panic!("clear {css}: {e}"));
+        e.clear()
+            .await
+            .unwrap_or_else(|e| panic!("clear {css}: {e}"));
         e.send_keys(text)
             .await
             .unwrap_or_else(|e| panic!("type into {css}: {e}"));

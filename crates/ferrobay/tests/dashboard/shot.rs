@@ -9,7 +9,6 @@ pub type Rgb = (u8, u8, u8);
 /// The dashboard's state colours (style.css).
 pub const GOOD: Rgb = (0x1a, 0x7f, 0x37);
 pub const WARN: Rgb = (0xbf, 0x87, 0x00);
-pub const BAD: Rgb = (0xcf, 0x22, 0x2e);
 /// The chart palette's first colours (chart.js): the first two series.
 pub const SERIES: [Rgb; 2] = [(0x2f, 0x81, 0xf7), (0xe1, 0x6f, 0x24)];
 
@@ -71,7 +70,11 @@ impl Shot {
                 hit += 1;
             }
         }
-        if all == 0 { 0.0 } else { hit as f64 / all as f64 }
+        if all == 0 {
+            0.0
+        } else {
+            hit as f64 / all as f64
+        }
     }
 
     /// Pixels of `r` in any of `colours`, and of those how many lie above the bottom
@@ -92,5 +95,7 @@ impl Shot {
 }
 
 fn close(a: Rgb, b: Rgb, tolerance: u8) -> bool {
-    a.0.abs_diff(b.0) <= tolerance && a.1.abs_diff(b.1) <= tolerance && a.2.abs_diff(b.2) <= tolerance
+    a.0.abs_diff(b.0) <= tolerance
+        && a.1.abs_diff(b.1) <= tolerance
+        && a.2.abs_diff(b.2) <= tolerance
 }

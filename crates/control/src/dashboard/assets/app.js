@@ -102,8 +102,9 @@ function sampleLatency(text) {
     if (!prev || !prev.count.has(nqn)) continue;
     const dc = c - prev.count.get(nqn);
     const ds = sum.get(nqn) - prev.sum.get(nqn);
-    if (dc < 0 || ds < 0) continue;
-    latency.add(nqn.slice(VOLUME_NQN.length), now, dc > 0 ? ds / dc : 0);
+    // No command in the interval: no mean to draw (a gap, not a zero).
+    if (dc <= 0 || ds < 0) continue;
+    latency.add(nqn.slice(VOLUME_NQN.length), now, ds / dc);
   }
   $('latency-note').hidden = any;
 }
@@ -183,8 +184,8 @@ function bindToken() {
 
 function main() {
   adoptTokenFromUrl();
-  throughputChart = new LineChart($('throughput-chart'), { format: fmt.rate, windowMs: WINDOW_MS, label: 'throughput' });
-  latencyChart = new LineChart($('latency-chart'), { format: fmt.seconds, windowMs: WINDOW_MS, label: 'mean latency' });
+  throughputChart = new LineChart($('throughput-chart'), { format: fmt.rate, windowMs: WINDOW_MS, label: 'throughput', base: 1024, floor: 1 << 20 });
+  latencyChart = new LineChart($('latency-chart'), { format: fmt.seconds, windowMs: WINDOW_MS, label: 'mean latency', floor: 1e-3 });
   events = new EventLog($('events'));
   actions = new Actions(() => loop());
   for (const b of document.querySelectorAll('[data-by]')) {

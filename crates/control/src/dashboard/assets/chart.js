@@ -15,12 +15,16 @@ function el(name, attrs = {}) {
   return e;
 }
 
-/** 1, 2 or 5 times a power of ten, at least `v`. */
-export function niceCeil(v) {
-  if (!(v > 0)) return 1;
-  const p = 10 ** Math.floor(Math.log10(v));
-  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
+/**
+ * The axis top for a maximum `v`: 1, 2 or 5 times a power of `base` (10, or 1024 for
+ * bytes so that ticks read 256 KiB, 512 KiB...), and never below `floor`.
+ */
+export function niceCeil(v, base = 10, floor = 0) {
+  const x = Math.max(v, floor);
+  if (!(x > 0)) return 1;
+  const p = base ** Math.floor(Math.log(x) / Math.log(base));
+  for (const m of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]) if (m * p >= x) return m * p;
+  return base * p;
 }
 
 /** Samples by series name, each at most `windowMs` old. */
@@ -55,8 +59,10 @@ export class LineChart {
    * `host`: an element the chart fills; `format(v)` writes an axis value;
    * `windowMs`: the time the x axis spans, ending now.
    */
-  constructor(host, { format, windowMs, label }) {
+  constructor(host, { format, windowMs, label, base = 10, floor = 0 }) {
     this.format = format;
+    this.base = base;
+    this.floor = floor;
     this.windowMs = windowMs;
     this.colors = new Map();
     this.svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': label, class: 'chart-svg' });
@@ -77,7 +83,7 @@ export class LineChart {
     const plotH = H - PAD.top - PAD.bottom;
     let max = 0;
     for (const pts of history.series.values()) for (const p of pts) max = Math.max(max, p.v);
-    const top = niceCeil(max);
+    const top = niceCeil(max, this.base, this.floor);
     const x = (t) => PAD.left + (plotW * (t - x0)) / this.windowMs;
     const y = (v) => PAD.top + plotH - (plotH * v) / top;
 
@@ -114,7 +120,7 @@ export class LineChart {
     }
     if (!items.length) {
       const t = el('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' });
-      t.textContent = 'waiting for samples';
+      t.textContent = 'no samples yet';
       parts.push(t);
     }
     this.svg.replaceChildren(...parts);

@@ -3,20 +3,16 @@
 
 import { call } from './api.js';
 import * as fmt from './format.js';
-import { h, tone } from './views.js';
+import { h } from './views.js';
 
 /** How many events the panel keeps. */
 const KEEP = 200;
 
-/** The colour of an event kind. */
+/** The colour of an event: its severity, and good news in green. */
 function eventTone(e) {
   if (e.severity === 'error') return 'bad';
   if (e.severity === 'warning') return 'warn';
-  const k = e.kind || '';
-  if (/fail|lost|fenced|failing/.test(k)) return 'bad';
-  if (/degrad|rebuild_started|suspect|throttl|takeover/.test(k)) return 'warn';
-  if (/done|healthy|ok|created/.test(k)) return 'good';
-  return tone(k);
+  return /done|returned|created/.test(e.kind || '') ? 'good' : 'neutral';
 }
 
 export class EventLog {

@@ -25,7 +25,7 @@ export function tone(state) {
       return 'good';
     case 'degraded': case 'rebuilding': case 'suspect': case 'starting': case 'resyncing': case 'spare':
       return 'warn';
-    case 'failed': case 'failing': case 'down': case 'fenced': case 'offline': case 'unreachable':
+    case 'failed': case 'failing': case 'down': case 'fenced': case 'offline': case 'unreachable': case 'errors':
       return 'bad';
     default:
       return 'neutral';
@@ -92,10 +92,13 @@ export function grade(d) {
 export function renderDrives(tbody, drives) {
   const trs = drives.map((d) => {
     const g = grade(d);
-    const health = d.status === 'ok' ? 'ok' : d.status ? 'failing' : 'n/a';
+    let health = 'n/a';
+    if (d.status === 'ok') health = 'ok';
+    else if (d.error) health = 'unreachable';
+    else if (d.status) health = 'errors';
     return h('tr', { 'data-drive': `${d.node}/${d.name}` },
       h('td', { class: 'name' }, d.node),
-      h('td', {}, d.name),
+      h('td', {}, d.name || '—'),
       h('td', {}, d.kind || ''),
       h('td', { class: 'num' }, fmt.bytes(d.size_bytes)),
       h('td', { class: 'num' }, fmt.bytes(d.allocated_bytes)),
