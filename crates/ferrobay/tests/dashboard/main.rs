@@ -243,6 +243,13 @@ async fn dashboard_on_ferrobay_up() {
     // Replace member 0 of web1 (on n1) through the dialog. Onto n2 is refused: n2
     // holds member 1 already (one failure domain per member).
     let before = member_url(&api, "web1", 0);
+    const N1_ALLOCATED: &str =
+        "return document.querySelector('tr[data-drive=\"n1/d0\"] td:nth-child(5)').textContent;";
+    let allocated = b
+        .client
+        .execute(N1_ALLOCATED, vec![])
+        .await
+        .expect("n1 allocated");
     b.click("tr[data-volume=\"web1\"] button.replace").await;
     b.client
         .execute(
@@ -277,8 +284,10 @@ async fn dashboard_on_ferrobay_up() {
         .expect("pick n1");
     b.click("#replace-dialog button[type=submit]").await;
     b.wait_js(
-        "member_replaced in the event log",
-        "return !!document.querySelector('#events li[data-kind=\"member_replaced\"]');",
+        "member_replaced, then rebuild_done in the event log",
+        "const ids = (k) => [...document.querySelectorAll(`#events li[data-kind=\"${k}\"]`)].map(l => Number(l.dataset.id)); \
+         const r = ids('member_replaced'); \
+         return r.length === 1 && ids('rebuild_done').some(d => d > r[0]);",
         PAGE_TIMEOUT,
     )
     .await;
@@ -286,6 +295,13 @@ async fn dashboard_on_ferrobay_up() {
     let after = member_url(&api, "web1", 0);
     assert_ne!(before, after, "member 0 of web1 was not replaced");
     assert!(after.contains(":n1:"), "the new member is on n1: {after}");
+    // The old member's namespace is deleted: n1 holds as much as before.
+    b.wait_js(
+        "n1's allocation back to its size before the replacement",
+        &format!("const a = (() => {{ {N1_ALLOCATED} }})(); return a === {allocated};"),
+        PAGE_TIMEOUT,
+    )
+    .await;
     b.assert_no_console_errors("after replacing a member").await;
     b.scroll_top().await;
     b.screenshot("web1-member-replaced").await;
