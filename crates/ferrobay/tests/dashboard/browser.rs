@@ -206,7 +206,18 @@ impl Browser {
                 return v;
             }
             if Instant::now() > deadline {
-                panic!("{what}: not seen within {timeout:?} (last: {v})");
+                let page = self
+                    .client
+                    .execute(
+                        "return location.href + '\\n' + document.body.innerText.slice(0, 2000);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap_or_default();
+                panic!(
+                    "{what}: not seen within {timeout:?} (last: {v}); the page:\n{}",
+                    page.as_str().unwrap_or_default()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -224,15 +235,24 @@ impl Browser {
     }
 
     /// The rectangle (x, y, width, height) of the first element `css` finds, in page
-    /// pixels (= screenshot pixels at scale 1, the page not scrolled).
+    /// pixels (= screenshot pixels at scale 1, the page not scrolled). Read in one script
+    /// call: the page redraws its tables every 2 s, which would stale a found element.
     pub async fn rect(&self, css: &str) -> (f64, f64, f64, f64) {
-        self.client
-            .find(Locator::Css(css))
+        let script = format!(
+            "const e = document.querySelector({}); if (!e) return null; \
+             const r = e.getBoundingClientRect(); return [r.x, r.y, r.width, r.height];",
+            Value::String(css.to_string())
+        );
+        let v = self
+            .client
+            .execute(&script, vec![])
             .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .rectangle()
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        let n = |i: usize| {
+            v[i].as_f64()
+                .unwrap_or_else(|| panic!("{css}: no element ({v})"))
+        };
+        (n(0), n(1), n(2), n(3))
     }
 
     pub async fn click(&self, css: &str) {

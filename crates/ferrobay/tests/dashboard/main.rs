@@ -433,8 +433,12 @@ async fn dashboard_on_processor_nodes_moves_and_shows_failures() {
         .goto(&format!("http://{}/", apis[0]))
         .await
         .expect("open the dashboard");
-    let here = b.client.current_url().await.expect("url");
-    assert_eq!(here.path(), "/ui/");
+    b.wait_js(
+        "the redirect to /ui/",
+        "return location.pathname === '/ui/';",
+        PAGE_TIMEOUT,
+    )
+    .await;
     wait_volume_state(&b, "vol1", "healthy").await;
     assert_eq!(
         b.text("tr[data-volume=\"vol1\"] td.owner").await,
