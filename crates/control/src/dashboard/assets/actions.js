@@ -50,6 +50,8 @@ export class Actions {
   constructor(refresh) {
     this.refresh = refresh;
     this.nodes = [];
+    /** The node choices the create form shows now. */
+    this.choices = '';
     this.createForm = document.getElementById('create-form');
     this.moveDialog = document.getElementById('move-dialog');
     this.replaceDialog = document.getElementById('replace-dialog');
@@ -65,13 +67,17 @@ export class Actions {
   setNodes(nodes) {
     this.nodes = nodes;
     const storage = nodes.filter((n) => n.role === 'storage' && n.state === 'up').map((n) => n.name);
+    const procs = nodes.filter((n) => n.role === 'processor' && n.state === 'up').map((n) => [n.name, n.name]);
+    // Redrawn only when the choices change: a redraw would drop a user's focus.
+    const key = JSON.stringify([storage, procs]);
+    if (key === this.choices) return;
+    this.choices = key;
     const box = this.createForm.querySelector('.storage-nodes');
     const checked = new Set([...box.querySelectorAll('input:checked')].map((i) => i.value));
     const first = box.dataset.filled !== 'yes';
     box.replaceChildren(...storage.map((name) => h('label', {},
       h('input', { type: 'checkbox', name: 'storage_node', value: name, checked: first || checked.has(name) }), ` ${name}`)));
     if (storage.length) box.dataset.filled = 'yes';
-    const procs = nodes.filter((n) => n.role === 'processor' && n.state === 'up').map((n) => [n.name, n.name]);
     options(this.createForm.elements.preferred_owner, [['', 'any'], ...procs], true);
   }
 

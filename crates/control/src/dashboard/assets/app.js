@@ -30,6 +30,9 @@ const state = {
   rates: new Map(),
   lastMetrics: null,
   timer: null,
+  /** A refresh is running; another was asked for meanwhile. */
+  running: false,
+  again: false,
   stopped: false,
 };
 
@@ -58,7 +61,6 @@ function needToken(message) {
 /** Rates from the owners' published I/O counters (every volume, any processor node). */
 function sampleVolumeIo(views_) {
   const byNode = new Map();
-  let t = 0;
   for (const v of views_) {
     const st = v.status;
     if (!st) continue;
@@ -75,7 +77,6 @@ function sampleVolumeIo(views_) {
         throughput.volume.add(`${name} write`, now.t, write);
         const n = byNode.get(now.owner) || { read: 0, write: 0, t: 0 };
         byNode.set(now.owner, { read: n.read + read, write: n.write + write, t: Math.max(n.t, now.t) });
-        t = Math.max(t, now.t);
       }
     }
     if (!before || now.t !== before.t) state.lastIo.set(name, now);
@@ -84,7 +85,6 @@ function sampleVolumeIo(views_) {
     throughput.node.add(`${node} read`, r.t, r.read);
     throughput.node.add(`${node} write`, r.t, r.write);
   }
-  return t;
 }
 
 /** Mean command latency per volume from the processor's namespace histograms. */
@@ -151,15 +151,29 @@ async function refresh() {
   document.body.dataset.loaded = 'yes';
 }
 
+/** One refresh now (or right after the one running), then every POLL_MS. */
 async function loop() {
   clearTimeout(state.timer);
   if (state.stopped) return;
+  if (state.running) {
+    state.again = true;
+    return;
+  }
+  state.running = true;
   try {
     await refresh();
   } catch (e) {
     $('updated').textContent = `refresh failed: ${e.message}`;
+  } finally {
+    state.running = false;
   }
-  if (!state.stopped) state.timer = setTimeout(loop, POLL_MS);
+  if (state.stopped) return;
+  if (state.again) {
+    state.again = false;
+    loop();
+  } else {
+    state.timer = setTimeout(loop, POLL_MS);
+  }
 }
 
 function bindToken() {
