@@ -107,8 +107,10 @@ async fn a_member_is_replaced_through_the_owner() {
                 && e.event.fields["member"] == 0
                 && replaced.is_some_and(|r| e.id > r.id)
         });
-        if v.record.members[0].url == req.member && pending.is_none() && rebuilt.is_some() {
-            let rebuilt = rebuilt.unwrap();
+        if let Some(rebuilt) = rebuilt
+            && v.record.members[0].url == req.member
+            && pending.is_none()
+        {
             assert_eq!(rebuilt.event.fields["outcome"], "done", "{rebuilt:#?}");
             let m = &v.record.members[0];
             assert_eq!(m.storage_node.as_deref(), Some("n1"));
