@@ -18,6 +18,7 @@ use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
 use crate::records::{NodeRecord, NodeRole, volume_nqn};
 use crate::registration::{Registration, register_node};
+use httpapi::auth::Token;
 
 /// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -109,7 +110,13 @@ pub struct DevCluster {
     created: bool,
     nvme_addr: SocketAddr,
     api_addr: Option<SocketAddr>,
+    /// The cluster's API token, also in `api_token_path` (0600).
+    api_token: Token,
+    api_token_path: PathBuf,
 }
+
+/// Name of the file in the data dir that holds the cluster's API token.
+pub const API_TOKEN_FILE: &str = httpapi::auth::TOKEN_FILE;
 
 struct RunningNode {
     node: StorageNode,
@@ -147,6 +154,13 @@ impl DevCluster {
             meta_dir.display()
         ));
         let store = open_embedded(&data_dir, &meta_dir).await?;
+        let api_token = crate::auth::cluster_token(store.as_ref())
+            .await
+            .map_err(|e| step("the API token")(&e))?;
+        let api_token_path = data_dir.join(API_TOKEN_FILE);
+        api_token
+            .write(&api_token_path)
+            .map_err(|e| step("the API token")(&e))?;
 
         let mut cluster = DevCluster {
             store,
@@ -157,6 +171,8 @@ impl DevCluster {
             created: false,
             nvme_addr,
             api_addr: None,
+            api_token,
+            api_token_path,
         };
         match cluster.bring_up(&cfg, &data_dir, progress).await {
             Ok(()) => Ok(cluster),
@@ -180,7 +196,14 @@ impl DevCluster {
         let drive_bytes = member_share_bytes(cfg.volume_size_bytes) + DRIVE_HEADROOM_BYTES;
         for name in STORAGE_NODES {
             progress(&format!("starting storage node {name}"));
-            let node = start_storage_node(name, data_dir, loopback(cfg.addr), drive_bytes).await?;
+            let node = start_storage_node(
+                name,
+                data_dir,
+                loopback(cfg.addr),
+                drive_bytes,
+                &self.api_token,
+            )
+            .await?;
             let record = NodeRecord {
                 name: name.to_string(),
                 role: NodeRole::Storage,
@@ -222,7 +245,12 @@ impl DevCluster {
         self.api_addr = processor.api_addr();
         self.processor = Some(processor);
         if self.api_addr.is_none() {
-            let api = start_api(self.store.clone(), SocketAddr::new(cfg.addr, 0)).await?;
+            let api = start_api(
+                self.store.clone(),
+                SocketAddr::new(cfg.addr, 0),
+                self.api_token.clone(),
+            )
+            .await?;
             self.api_addr = Some(api.local_addr());
             self.api = Some(api);
         }
@@ -305,6 +333,16 @@ impl DevCluster {
     }
 
     /// The processor's HTTP API (`ferrobay volume ... --api ADDR`).
+    /// The cluster's API token (every API call but /metrics and /healthz needs it).
+    pub fn api_token(&self) -> &Token {
+        &self.api_token
+    }
+
+    /// Where the API token is kept (0600), for people and scripts.
+    pub fn api_token_path(&self) -> &Path {
+        &self.api_token_path
+    }
+
     pub fn api_addr(&self) -> Option<SocketAddr> {
         self.api_addr
     }
@@ -395,12 +433,15 @@ pub async fn run(
 pub async fn start_api(
     store: Arc<dyn MetaStore>,
     addr: SocketAddr,
+    token: Token,
 ) -> Result<ApiServer, DevClusterError> {
     let host = nvmf_host::HostIdentity::from_hostnqn(&crate::records::processor_hostnqn(PROCESSOR))
         .map_err(|e| step("host identity")(&e))?;
     let cfg = ApiConfig {
         store,
         host,
+        token,
+        node_name: PROCESSOR.to_string(),
         metrics: None,
     };
     ApiServer::start(addr, cfg)
@@ -536,6 +577,7 @@ async fn start_storage_node(
     data_dir: &Path,
     ip: IpAddr,
     drive_bytes: u64,
+    token: &Token,
 ) -> Result<StorageNode, DevClusterError> {
     let dir = data_dir.join(name);
     let drive_path = dir.join("d0.img");
@@ -562,6 +604,7 @@ async fn start_storage_node(
     // Not the default 8009: three nodes share one address.
     cfg.discovery_listen = Some(SocketAddr::new(ip, 0));
     cfg.http_listen = Some(SocketAddr::new(ip, 0));
+    cfg.api_token = Some(token.clone());
     // The drive stays whole and free for the volume's namespaces (Namespace Management
     // over the fabric), as for any storage node in a cluster.
     cfg.default_namespace = false;

@@ -8,6 +8,7 @@
 //!   fabric), deleting, listing, moving them.
 //! - [`api`]: the cluster REST API (served by processor nodes and `ferrobay up`) and its
 //!   client.
+//! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
 //! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
 //! - [`dashboard`]: the web dashboard the API port serves at `/ui/`.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
@@ -15,6 +16,7 @@
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
 
 pub mod api;
+pub mod auth;
 pub mod dashboard;
 pub mod devcluster;
 pub mod error;

@@ -82,7 +82,7 @@ pub fn processor_slot_key(node: &str) -> Result<String, SchemaError> {
     Ok(format!("{PROCESSOR_SLOTS}{node}"))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeRole {
     Storage,
@@ -90,13 +90,15 @@ pub enum NodeRole {
 }
 
 /// `/ferrobay/nodes/<name>`, under the node's lease: a live node and how to reach it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeRecord {
     pub name: String,
     pub role: NodeRole,
     /// NVMe/TCP listeners (I/O and discovery).
+    #[schema(value_type = Vec<String>, example = json!(["10.0.0.1:4420"]))]
     pub nvme_addrs: Vec<SocketAddr>,
     /// HTTP control API, if any.
+    #[schema(value_type = Option<String>)]
     pub api_addr: Option<SocketAddr>,
     /// Processor nodes: the slot that fixes their cntlid range.
     pub slot: Option<u16>,
@@ -105,7 +107,7 @@ pub struct NodeRecord {
 }
 
 /// One member of a volume: where it is and which failure domain it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberRecord {
     /// `nvme+tcp://ADDR:PORT[,ADDR:PORT]/SUBNQN/NSID`.
     pub url: String,
@@ -116,7 +118,7 @@ pub struct MemberRecord {
 }
 
 /// `/ferrobay/volumes/<name>` (no lease): a volume, its layout and its members.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeRecord {
     pub name: String,
     pub uuid: Uuid,
@@ -143,7 +145,7 @@ impl VolumeRecord {
 }
 
 /// `/ferrobay/volume-status/<name>`, under the owner's lease: what the owner sees.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeStatusRecord {
     pub owner: String,
     pub epoch: u64,
@@ -155,7 +157,7 @@ pub struct VolumeStatusRecord {
 }
 
 /// How a takeover went (also in the log).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TakeoverReport {
     /// Ownership epoch (fencing generation in the metadata store).
     pub epoch: u64,

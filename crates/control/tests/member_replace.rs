@@ -15,7 +15,6 @@ use control::provision::volume_view;
 use control::registration::get_node;
 use meta::schema::{EventQuery, list_events};
 use nvmf_host::HostIdentity;
-use storage_node::NodeClient;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -41,7 +40,9 @@ async fn namespaces(store: &dyn meta::MetaStore, node: &str) -> Vec<(String, u32
         .await
         .unwrap()
         .expect("node registered");
-    NodeClient::new(rec.api_addr.expect("http").to_string())
+    control::auth::node_client(store, &rec)
+        .await
+        .unwrap()
         .list_namespaces()
         .await
         .unwrap()

@@ -63,10 +63,12 @@ impl Cluster {
             ),
         };
         let mut nodes = Vec::new();
+        let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
         for (i, mib) in drive_mib.iter().enumerate() {
             let name = format!("n{i}");
-            let node = start_node(&name, &dir.path().join(&name), *mib).await;
-            let c = NodeClient::new(node.http_addr().unwrap().to_string());
+            let node = start_node(&name, &dir.path().join(&name), *mib, &token).await;
+            let c = NodeClient::new(node.http_addr().unwrap().to_string())
+                .with_token(Some(token.as_str().to_string()));
             c.delete_namespace(&format!("nqn.2026-01.io.ferrobay:{name}:d0"), 1)
                 .await
                 .unwrap();
@@ -93,7 +95,9 @@ impl Cluster {
     }
 
     fn client(&self, i: usize) -> NodeClient {
-        NodeClient::new(self.nodes[i].node.http_addr().unwrap().to_string())
+        let node = &self.nodes[i].node;
+        NodeClient::new(node.http_addr().unwrap().to_string())
+            .with_token(Some(node.api_token().as_str().to_string()))
     }
 
     async fn namespaces(&self, i: usize) -> Vec<NamespaceView> {
@@ -118,8 +122,14 @@ impl Cluster {
     }
 }
 
-async fn start_node(name: &str, dir: &Path, drive_mib: u64) -> StorageNode {
+async fn start_node(
+    name: &str,
+    dir: &Path,
+    drive_mib: u64,
+    token: &httpapi::auth::Token,
+) -> StorageNode {
     let mut cfg = NodeConfig::new(name, dir.join("data"));
+    cfg.api_token = Some(token.clone());
     cfg.listen = vec![local0()];
     cfg.discovery_listen = Some(local0());
     cfg.http_listen = Some(local0());
@@ -384,6 +394,10 @@ async fn http_api_end_to_end() {
         ApiConfig {
             store: c.store.clone(),
             host: provisioner(),
+            token: control::auth::cluster_token(c.store.as_ref())
+                .await
+                .unwrap(),
+            node_name: "p1".into(),
             metrics: Some(Arc::new(|page: &mut httpapi::metrics::Page| {
                 page.gauge("ferrobay_test_extra", "A family the test adds.")
                     .add(&[], 1);
@@ -393,8 +407,11 @@ async fn http_api_end_to_end() {
     .await
     .unwrap();
     let addr = server.local_addr().to_string();
-    let api = ApiClient::new(addr.clone());
-    let raw = NodeClient::new(addr);
+    let token = control::auth::cluster_token(c.store.as_ref())
+        .await
+        .unwrap();
+    let api = ApiClient::new(addr.clone()).with_token(Some(token.as_str().to_string()));
+    let raw = api.http().clone();
 
     let record = api
         .create_volume(&raid5("web", 16 * MIB, &["n0", "n1", "n2"]))
@@ -430,13 +447,13 @@ async fn http_api_end_to_end() {
         other => panic!("{other:?}"),
     }
     let (status, body) = raw
-        .request("POST", "/v1/volumes", Some(b"{".to_vec()))
+        .request("POST", "/api/v1/volumes", Some(b"{".to_vec()))
         .await
         .unwrap();
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
-    let (status, _) = raw.request("GET", "/v1/nothing", None).await.unwrap();
+    let (status, _) = raw.request("GET", "/api/v1/nothing", None).await.unwrap();
     assert_eq!(status, 404);
-    let (status, _) = raw.request("PUT", "/v1/volumes", None).await.unwrap();
+    let (status, _) = raw.request("PUT", "/api/v1/volumes", None).await.unwrap();
     assert_eq!(status, 405);
     match api.move_volume("web", "p1").await {
         Err(ControlError::Api {

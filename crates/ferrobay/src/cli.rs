@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bench_cmd, discover_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd, volume_cmd};
+use crate::{
+    bench_cmd, discover_cmd, events_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd, volume_cmd,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,6 +38,9 @@ pub enum Command {
     /// A whole cluster on this machine: metadata store, three storage nodes on file
     /// drives, one processor node and a sample RAID-5 volume, until Ctrl-C.
     Up(up_cmd::UpArgs),
+    /// The cluster's event log (member failed, rebuild, takeover, handoff...), newest last;
+    /// --follow keeps printing new ones.
+    Events(events_cmd::EventsArgs),
     /// Read the discovery log of an NVMe/TCP target and print it like `nvme discover`.
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
@@ -61,6 +66,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Volume(a) => volume_cmd::run(a).await,
         Command::S3(a) => s3_cmd::run(a).await,
         Command::Up(a) => up_cmd::run(a).await,
+        Command::Events(a) => events_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
     }

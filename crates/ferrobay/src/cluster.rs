@@ -112,3 +112,39 @@ mod tests {
         assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("raid7"));
     }
 }
+
+/// Where the `ferrobay up` of this directory keeps the cluster's API token.
+pub const UP_TOKEN_FILE: &str = "ferrobay-data/api-token";
+
+/// The API token a client command sends: `--api-token-file`, else `$FERROBAY_API_TOKEN`,
+/// else the first of `defaults` that exists (none: no token, and the API answers 401
+/// saying so).
+pub fn client_token(file: Option<&Path>, defaults: &[&Path]) -> anyhow::Result<Option<String>> {
+    use httpapi::auth::Token;
+    if let Some(f) = file {
+        return Ok(Some(Token::read(f)?.as_str().to_string()));
+    }
+    if let Some(t) = Token::from_env()? {
+        return Ok(Some(t.as_str().to_string()));
+    }
+    for d in defaults {
+        if d.exists() {
+            return Ok(Some(Token::read(d)?.as_str().to_string()));
+        }
+    }
+    Ok(None)
+}
+
+/// The token a daemon requires: `--api-token-file` (read; made 0600 with a new token if it
+/// does not exist), else `$FERROBAY_API_TOKEN`, else `None` (the daemon's default).
+pub fn daemon_token(file: Option<&Path>) -> anyhow::Result<Option<httpapi::auth::Token>> {
+    use httpapi::auth::Token;
+    if let Some(f) = file {
+        let (t, created) = Token::load_or_create(f)?;
+        if created {
+            tracing::info!(file = %f.display(), "new API token written");
+        }
+        return Ok(Some(t));
+    }
+    Ok(Token::from_env()?)
+}

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cli;
 mod cluster;
 mod discover_cmd;
+mod events_cmd;
 mod node_cmd;
 mod processor_cmd;
 mod s3_cmd;

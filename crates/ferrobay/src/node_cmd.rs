@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// /var/lib/ferrobay/volumes).
     #[arg(long)]
     pub volumes_dir: Option<PathBuf>,
+    /// File with the bearer token the HTTP API requires (made 0600 with a new token if
+    /// missing). Default: $FERROBAY_API_TOKEN, else with --meta the cluster's token, else
+    /// DATA_DIR/api-token (made on first start). The node keeps its token in
+    /// DATA_DIR/api-token either way.
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
     /// Controller IDs this node hands out, MIN-MAX (disjoint per node exporting one NQN).
     #[arg(long, default_value = "1-32767")]
     pub cntlid_range: String,
@@ -119,9 +125,14 @@ pub struct ApiArgs {
     /// The node's HTTP address (ADDR:PORT).
     #[arg(long, conflicts_with = "data_dir")]
     pub api: Option<String>,
-    /// The node's data dir: its HTTP address is read from DATA_DIR/endpoints.json.
+    /// The node's data dir: its HTTP address is read from DATA_DIR/endpoints.json, its
+    /// API token from DATA_DIR/api-token.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// File with the node's API token (default: $FERROBAY_API_TOKEN, else
+    /// DATA_DIR/api-token).
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -282,6 +293,16 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
         Some(url) => Some(crate::cluster::open_store(url).await?),
         None => None,
     };
+    // The API token: given, else the cluster's (in a cluster, processor nodes call this
+    // node with it), else the one in the data dir (made on first start).
+    cfg.api_token = match (
+        crate::cluster::daemon_token(a.api_token_file.as_deref())?,
+        &store,
+    ) {
+        (Some(t), _) => Some(t),
+        (None, Some(store)) => Some(control::auth::cluster_token(store.as_ref()).await?),
+        (None, None) => None,
+    };
 
     let node = StorageNode::start(cfg).await?;
     let registration = match &store {
@@ -370,7 +391,15 @@ fn client(a: &ApiArgs) -> anyhow::Result<NodeClient> {
         }
         (None, None) => format!("127.0.0.1:{DEFAULT_HTTP_PORT}"),
     };
-    Ok(NodeClient::new(addr))
+    let default_token = a.data_dir.as_ref().map(|d| StorageNode::api_token_path(d));
+    let token = crate::cluster::client_token(
+        a.api_token_file.as_deref(),
+        &default_token
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(NodeClient::new(addr).with_token(token))
 }
 
 fn print<T: serde::Serialize>(

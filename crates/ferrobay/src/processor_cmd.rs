@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// node's volumes are taken over after about this long.
     #[arg(long, default_value_t = 4000)]
     pub lease_ttl_ms: u64,
+    /// File with the bearer token the HTTP API requires (made 0600 with a new token if
+    /// missing). Default: $FERROBAY_API_TOKEN, else the cluster's token in the store.
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
     /// Write `{"name", "nvme": [ADDR:PORT..], "api": ADDR:PORT}` here once serving.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
@@ -69,6 +73,7 @@ async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = ProcessorConfig::new(a.name.clone());
     cfg.listen = a.listen.clone();
     cfg.api_listen = a.api_listen;
+    cfg.api_token = cluster::daemon_token(a.api_token_file.as_deref())?;
     cfg.lease_ttl_ms = a.lease_ttl_ms;
     let processor = Processor::start(store.clone(), cfg)
         .await
@@ -76,7 +81,14 @@ async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     // The HTTP API, unless the processor node serves it itself.
     let mut api = None;
     if let (Some(addr), None) = (a.api_listen, processor.api_addr()) {
-        match start_api(store, &a.name, addr).await {
+        match start_api(
+            store,
+            &a.name,
+            addr,
+            cluster::daemon_token(a.api_token_file.as_deref())?,
+        )
+        .await
+        {
             Ok(s) => api = Some(s),
             Err(e) => {
                 let _ = processor.shutdown().await;
@@ -127,11 +139,18 @@ async fn start_api(
     store: std::sync::Arc<dyn meta::MetaStore>,
     name: &str,
     addr: SocketAddr,
+    token: Option<httpapi::auth::Token>,
 ) -> anyhow::Result<ApiServer> {
     let host = nvmf_host::HostIdentity::from_hostnqn(&control::records::processor_hostnqn(name))?;
+    let token = match token {
+        Some(t) => t,
+        None => control::auth::cluster_token(store.as_ref()).await?,
+    };
     let cfg = ApiConfig {
         store,
         host,
+        token,
+        node_name: name.to_string(),
         metrics: None,
     };
     ApiServer::start(addr, cfg)

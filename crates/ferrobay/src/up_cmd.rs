@@ -61,11 +61,19 @@ fn print_ready(c: &DevCluster) {
     );
     let _ = writeln!(out, "Connect from a Linux host:");
     let _ = writeln!(out, "  {}", c.connect_command());
-    let _ = writeln!(out, "API: http://{api}");
+    let _ = writeln!(out, "API: http://{api}/api/v1 (docs/api.md)");
     let _ = writeln!(
         out,
-        "Dashboard: http://{api}{}",
-        control::dashboard::UI_PATH
+        "API token: {} (send it as `Authorization: Bearer <token>`)",
+        c.api_token_path().display()
+    );
+    // The token rides in the URL's fragment, which the browser never sends: the page
+    // moves it into the tab's sessionStorage and drops it from the address bar.
+    let _ = writeln!(
+        out,
+        "Dashboard: http://{api}{}#token={}",
+        control::dashboard::UI_PATH,
+        c.api_token().as_str()
     );
     let _ = writeln!(
         out,

@@ -27,7 +27,13 @@ impl Backend {
     async fn open(a: &VolumeArgs) -> anyhow::Result<Backend> {
         match (&a.meta, &a.api) {
             (Some(url), _) => Ok(Backend::Meta(cluster::open_store(url).await?)),
-            (None, Some(addr)) => Ok(Backend::Api(ApiClient::new(addr.clone()))),
+            (None, Some(addr)) => {
+                let token = cluster::client_token(
+                    a.api_token_file.as_deref(),
+                    &[std::path::Path::new(cluster::UP_TOKEN_FILE)],
+                )?;
+                Ok(Backend::Api(ApiClient::new(addr.clone()).with_token(token)))
+            }
             (None, None) => Err(usage("cluster volumes need --meta URL or --api ADDR")),
         }
     }

@@ -28,6 +28,10 @@ pub struct VolumeArgs {
     /// Cluster volumes: a processor node's HTTP API, ADDR:PORT.
     #[arg(long, global = true)]
     pub api: Option<String>,
+    /// With --api: file with the API token (default: $FERROBAY_API_TOKEN, else
+    /// ./ferrobay-data/api-token when it exists, as `ferrobay up` leaves it).
+    #[arg(long, global = true, requires = "api")]
+    pub api_token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: VolumeCommand,
 }

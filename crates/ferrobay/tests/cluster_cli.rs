@@ -132,7 +132,17 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         // With --meta a new drive comes up without a namespace, all of it free for
         // provisioning.
         let http = e["http"].as_str().expect("node http addr");
-        let nss = json_of(&["node", "ns", "list", "--api", http, "--json"]);
+        let token = d.join("api-token").display().to_string();
+        let nss = json_of(&[
+            "node",
+            "ns",
+            "list",
+            "--api",
+            http,
+            "--api-token-file",
+            &token,
+            "--json",
+        ]);
         assert_eq!(nss, serde_json::json!([]), "namespaces on {name}");
         nodes.push(n);
     }
@@ -222,7 +232,22 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
 
     let (_, epoch1) = wait_owner(&meta_url, "vol1", "p1", &logs);
     // The same view through a processor node's API, and in the list.
-    let list = json_of(&["volume", "list", "--json", "--api", &apis[1]]);
+    // Storage nodes of a cluster keep the cluster's API token in their data dir.
+    let token = dir
+        .path()
+        .join("n1")
+        .join("api-token")
+        .display()
+        .to_string();
+    let list = json_of(&[
+        "volume",
+        "list",
+        "--json",
+        "--api",
+        &apis[1],
+        "--api-token-file",
+        &token,
+    ]);
     let entry = list
         .as_array()
         .and_then(|l| l.iter().find(|v| v["record"]["name"] == "vol1"))

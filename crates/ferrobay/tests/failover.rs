@@ -488,7 +488,17 @@ impl Cluster {
                     // With --meta a new drive comes up without a namespace: all of it is
                     // free for the namespaces `volume create --storage-nodes` makes.
                     let api = ns.sock(HTTP_PORT);
-                    let out = net.ferrobay(&["node", "ns", "list", "--api", &api, "--json"]);
+                    let token = dir.path().join(n).join("api-token").display().to_string();
+                    let out = net.ferrobay(&[
+                        "node",
+                        "ns",
+                        "list",
+                        "--api",
+                        &api,
+                        "--api-token-file",
+                        &token,
+                        "--json",
+                    ]);
                     assert!(
                         out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "[]",
                         "namespaces on {n}: {out:?}\n{}",

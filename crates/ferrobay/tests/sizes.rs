@@ -500,11 +500,22 @@ fn cli_refuses_impossible_namespace_sizes() {
         &[],
     );
     let api = node.endpoints.http.clone().expect("http endpoint");
+    let token = d.join("node").join("api-token").display().to_string();
     let ns_create = |size: &str, expect: &str| {
         assert_refused(
             d,
             &[
-                "node", "ns", "create", "--api", &api, "--drive", "d0", "--size", size,
+                "node",
+                "ns",
+                "create",
+                "--api",
+                &api,
+                "--api-token-file",
+                &token,
+                "--drive",
+                "d0",
+                "--size",
+                size,
             ],
             expect,
         );
@@ -524,11 +535,30 @@ fn cli_refuses_impossible_namespace_sizes() {
         assert!(out.status.success(), "ferrobay {args:?}: {err}");
         out.stdout
     };
-    let list = ok(&["node", "ns", "list", "--api", &api, "--json"]);
+    let list = ok(&[
+        "node",
+        "ns",
+        "list",
+        "--api",
+        &api,
+        "--api-token-file",
+        &token,
+        "--json",
+    ]);
     let list: serde_json::Value = serde_json::from_slice(&list).expect("json");
     assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
     ok(&[
-        "node", "ns", "create", "--api", &api, "--drive", "d0", "--size", "1T",
+        "node",
+        "ns",
+        "create",
+        "--api",
+        &api,
+        "--api-token-file",
+        &token,
+        "--drive",
+        "d0",
+        "--size",
+        "1T",
     ]);
     node.stop();
 }

@@ -7,12 +7,19 @@
 //! - [`error`]: [`ApiError`] → `{"error": "<one line>"}` with its status; [`error::json`];
 //! - [`extract`]: `Json`, `Path`, `Query` extractors that reject with [`ApiError`];
 //! - [`client`]: [`HttpClient`], pooled, with a timeout per call and the bearer token;
-//! - [`metrics`]: [`metrics::Page`], `/metrics` through prometheus-client.
+//! - [`metrics`]: [`metrics::Page`], `/metrics` through prometheus-client;
+//! - [`auth`]: the bearer [`auth::Token`] (generated, kept 0600, compared in constant time)
+//!   and [`auth::require_token`], the middleware that answers 401;
+//! - [`openapi`]: the `bearer` security scheme and serving the generated documents;
+//! - [`probe`]: the public paths (`/metrics`, `/healthz`, the OpenAPI document).
 
+pub mod auth;
 pub mod client;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod openapi;
+pub mod probe;
 pub mod server;
 
 pub use client::{ClientError, HttpClient};

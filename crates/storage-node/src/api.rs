@@ -2,6 +2,7 @@
 //! `ferrobay node ...` commands use. Sizes are bytes; identifiers are lower-case hex.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::state::Extent;
 
@@ -13,7 +14,7 @@ pub const DEFAULT_HTTP_PORT: u16 = 9420;
 pub const API_PREFIX: &str = "/api/v1";
 
 /// The node itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NodeInfo {
     pub name: String,
     pub uuid: String,
@@ -26,7 +27,7 @@ pub struct NodeInfo {
 }
 
 /// Which hosts see a namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AttachmentView {
     /// Every host, present and future.
     pub all: bool,
@@ -35,7 +36,7 @@ pub struct AttachmentView {
     pub hosts: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NamespaceView {
     pub subsystem_nqn: String,
     pub nsid: u32,
@@ -62,7 +63,7 @@ fn nvm_kind() -> String {
 }
 
 /// A Key Value namespace: how its store was formatted and what it holds now.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct KvNamespaceView {
     /// Largest value, bytes.
     pub max_value_bytes: u32,
@@ -81,7 +82,8 @@ pub struct KvNamespaceView {
 }
 
 /// `POST /api/v1/namespaces`. Give the subsystem or the drive (its default subsystem).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateNamespaceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subsystem_nqn: Option<String>,
@@ -104,7 +106,8 @@ pub struct CreateNamespaceRequest {
 }
 
 /// Format parameters of a new Key Value namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct KvCreateOptions {
     /// Largest value, bytes: 1 to the node's MDTS (4 MiB); default 2 MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,7 +118,8 @@ pub struct KvCreateOptions {
 }
 
 /// `POST .../attach` and `POST .../detach`: every host (`all`) or the listed host NQNs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AttachRequest {
     #[serde(default)]
     pub all: bool,
@@ -123,7 +127,7 @@ pub struct AttachRequest {
     pub hosts: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SubsystemView {
     pub nqn: String,
     pub serial: String,
@@ -133,23 +137,26 @@ pub struct SubsystemView {
     pub allowed_hosts: Vec<String>,
     pub namespaces: Vec<u32>,
     /// Controllers connected now: (cntlid, host NQN).
+    #[schema(value_type = Vec<Vec<Object>>)]
     pub controllers: Vec<(u16, String)>,
 }
 
 /// `POST /api/v1/subsystems/{nqn}/hosts`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HostRequest {
     pub host_nqn: String,
 }
 
 /// `PUT /api/v1/subsystems/{nqn}/allow_any_host`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AllowAnyHostRequest {
     pub allow_any_host: bool,
 }
 
 /// SMART-like summary of one drive.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DriveHealth {
     pub name: String,
     pub spec: String,
@@ -188,7 +195,7 @@ pub struct DriveHealth {
 }
 
 /// `GET /api/v1/health`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HealthReport {
     pub node_name: String,
     pub uptime_seconds: u64,

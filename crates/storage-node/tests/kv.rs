@@ -44,6 +44,7 @@ fn config(dir: &Path) -> NodeConfig {
 
 fn client(node: &StorageNode) -> NodeClient {
     NodeClient::new(node.http_addr().unwrap().to_string())
+        .with_token(Some(node.api_token().as_str().to_string()))
 }
 
 fn key(k: &[u8]) -> KvKey {

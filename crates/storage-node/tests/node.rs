@@ -35,6 +35,7 @@ fn drives(dir: &Path) -> Vec<String> {
 
 fn client(node: &StorageNode) -> NodeClient {
     NodeClient::new(node.http_addr().unwrap().to_string())
+        .with_token(Some(node.api_token().as_str().to_string()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

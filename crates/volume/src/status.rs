@@ -8,6 +8,7 @@ use crate::layout::LayoutParams;
 
 /// Overall state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum VolumeState {
     /// Every slot active.
@@ -26,6 +27,7 @@ pub enum VolumeState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberStatus {
     /// Slot index (spares: position in the spare list).
     pub index: usize,
@@ -52,6 +54,7 @@ pub struct MemberStatus {
 
 /// Phase of a background task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TaskPhase {
     Running,
@@ -62,6 +65,7 @@ pub enum TaskPhase {
 
 /// Rebuild progress, published on a watch channel.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RebuildProgress {
     pub member: usize,
     /// Only regions dirty in the bitmap are copied.
@@ -79,6 +83,7 @@ pub struct RebuildProgress {
 
 /// Result of a scrub pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScrubReport {
     /// Rows (rotating) or chunks (near) compared.
     pub stripes_checked: u64,
@@ -99,6 +104,7 @@ pub struct ScrubReport {
 
 /// Progress of a running scrub (or where the last one ended), like [`RebuildProgress`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScrubProgress {
     /// Member bytes read and verified so far.
     pub bytes_done: u64,
@@ -115,6 +121,7 @@ pub struct ScrubProgress {
 /// What the resync after assembly did (dirty bitmap regions only; what a node taking
 /// over a volume publishes as "bytes resynced after takeover").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResyncReport {
     /// Dirty bitmap regions resynced.
     pub regions: u64,
@@ -134,6 +141,7 @@ pub struct ResyncReport {
 /// A background resync after assembly (`EngineOptions::background_resync`), published
 /// after every batch.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResyncProgress {
     /// Dirty regions to resync, and how many of them are still pending (the sweeper
     /// keeps them dirty until their resync is done).
@@ -147,6 +155,7 @@ pub struct ResyncProgress {
 
 /// Everything `volume status` shows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VolumeStatus {
     pub name: String,
     pub uuid: Uuid,

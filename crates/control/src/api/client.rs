@@ -1,17 +1,19 @@
-//! [`ApiClient`]: the processor node's API as functions, for `ferrobay volume ... --api`.
+//! [`ApiClient`]: the cluster API as functions, for `ferrobay volume ... --api`,
+//! `ferrobay events --api` and tests.
 
 use std::time::Duration;
 
-use httpapi::client::encode_segment;
+use httpapi::client::path;
 use httpapi::{ClientError, HttpClient};
+use meta::schema::EventPage;
 use serde::de::DeserializeOwned;
 
-use super::{API_PREFIX, MoveRequest};
+use super::{API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces};
 use crate::error::ControlError;
 use crate::provision::{CreateVolume, VolumeView};
-use crate::records::{NodeRecord, VolumeRecord};
+use crate::records::{NodeRecord, VolumeRecord, VolumeStatusRecord};
 
-/// Calls a processor node's API at `host:port`.
+/// Calls the cluster API at `host:port`.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
     http: HttpClient,
@@ -39,6 +41,11 @@ impl ApiClient {
 
     pub fn addr(&self) -> &str {
         self.http.addr()
+    }
+
+    /// The underlying HTTP client (raw requests).
+    pub fn http(&self) -> &HttpClient {
+        &self.http
     }
 
     fn transport(&self, e: ClientError) -> ControlError {
@@ -83,22 +90,28 @@ impl ApiClient {
             .map_err(|e| ControlError::Invalid(format!("request does not encode: {e}")))
     }
 
-    fn volume_path(name: &str) -> String {
-        format!("{API_PREFIX}/volumes/{}", encode_segment(name))
+    fn p(parts: &[&str]) -> String {
+        path(API_PREFIX, parts)
     }
 
     pub async fn list_volumes(&self) -> Result<Vec<VolumeView>, ControlError> {
-        self.must("GET", &format!("{API_PREFIX}/volumes"), None)
-            .await
+        self.must("GET", &Self::p(&["volumes"]), None).await
     }
 
     /// `None` when there is no such volume.
     pub async fn volume(&self, name: &str) -> Result<Option<VolumeView>, ControlError> {
-        self.call("GET", &Self::volume_path(name), None, true).await
+        self.call("GET", &Self::p(&["volumes", name]), None, true)
+            .await
+    }
+
+    /// The owner's live status of a volume (404 when no processor node owns it).
+    pub async fn volume_status(&self, name: &str) -> Result<VolumeStatusRecord, ControlError> {
+        self.must("GET", &Self::p(&["volumes", name, "status"]), None)
+            .await
     }
 
     pub async fn create_volume(&self, req: &CreateVolume) -> Result<VolumeRecord, ControlError> {
-        self.must("POST", &format!("{API_PREFIX}/volumes"), Self::json(req)?)
+        self.must("POST", &Self::p(&["volumes"]), Self::json(req)?)
             .await
     }
 
@@ -107,7 +120,7 @@ impl ApiClient {
         name: &str,
         force: bool,
     ) -> Result<VolumeRecord, ControlError> {
-        let mut path = Self::volume_path(name);
+        let mut path = Self::p(&["volumes", name]);
         if force {
             path.push_str("?force=true");
         }
@@ -117,13 +130,42 @@ impl ApiClient {
     pub async fn move_volume(&self, name: &str, to: &str) -> Result<(), ControlError> {
         let body = Self::json(&MoveRequest { to: to.to_string() })?;
         let _: serde_json::Value = self
-            .must("POST", &format!("{}/move", Self::volume_path(name)), body)
+            .must("POST", &Self::p(&["volumes", name, "move"]), body)
             .await?;
         Ok(())
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeRecord>, ControlError> {
-        self.must("GET", &format!("{API_PREFIX}/nodes"), None).await
+        self.must("GET", &Self::p(&["nodes"]), None).await
+    }
+
+    /// The drives of every storage node.
+    pub async fn drives(&self) -> Result<Vec<NodeDrives>, ControlError> {
+        self.must("GET", &Self::p(&["drives"]), None).await
+    }
+
+    /// The namespaces of every storage node.
+    pub async fn namespaces(&self) -> Result<Vec<NodeNamespaces>, ControlError> {
+        self.must("GET", &Self::p(&["namespaces"]), None).await
+    }
+
+    /// The access lists of every storage node.
+    pub async fn hosts(&self) -> Result<Vec<NodeHosts>, ControlError> {
+        self.must("GET", &Self::p(&["hosts"]), None).await
+    }
+
+    /// A page of events, newest first (`since`, `before`: ids; `limit`: 1..=1000).
+    pub async fn events(
+        &self,
+        since: u64,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<EventPage, ControlError> {
+        let mut path = format!("{}?since={since}&limit={limit}", Self::p(&["events"]));
+        if let Some(b) = before {
+            path.push_str(&format!("&before={b}"));
+        }
+        self.must("GET", &path, None).await
     }
 
     /// The Prometheus text of `/metrics`.

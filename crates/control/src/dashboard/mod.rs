@@ -154,6 +154,86 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One raw HTTP/1.1 exchange: (status line, lower-case headers, body).
+    async fn get(
+        addr: std::net::SocketAddr,
+        path: &str,
+        extra: &str,
+    ) -> (String, Vec<(String, String)>, Vec<u8>) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().to_string();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        (status, headers, raw[split + 4..].to_vec())
+    }
+
+    fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    #[tokio::test]
+    async fn files_are_served_with_their_type_and_validators() {
+        let server = httpapi::HttpServer::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            httpapi::server::finish(router()),
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+
+        let (status, h, _) = get(addr, "/", "").await;
+        assert!(status.contains(" 303 "), "{status}");
+        assert_eq!(header(&h, "location"), Some("/ui/"));
+
+        let (status, h, body) = get(addr, "/ui/", "").await;
+        assert!(status.contains(" 200 "), "{status}");
+        assert_eq!(header(&h, "content-type"), Some("text/html; charset=utf-8"));
+        assert_eq!(header(&h, "cache-control"), Some("no-cache"));
+        assert_eq!(header(&h, "x-content-type-options"), Some("nosniff"));
+        assert!(
+            header(&h, "content-security-policy").is_some_and(|c| c.contains("script-src 'self'"))
+        );
+        assert_eq!(body, find("index.html").unwrap().body);
+
+        let (status, h, body) = get(addr, "/ui/app.js", "").await;
+        assert!(status.contains(" 200 "), "{status}");
+        assert_eq!(
+            header(&h, "content-type"),
+            Some("text/javascript; charset=utf-8")
+        );
+        let etag = header(&h, "etag").unwrap().to_string();
+        assert_eq!(body, find("app.js").unwrap().body);
+        // The browser's copy is current: 304, no body; an old copy gets the file.
+        let (status, _, body) =
+            get(addr, "/ui/app.js", &format!("If-None-Match: {etag}\r\n")).await;
+        assert!(status.contains(" 304 "), "{status}");
+        assert!(body.is_empty());
+        let (status, _, _) = get(addr, "/ui/app.js", "If-None-Match: \"0000\"\r\n").await;
+        assert!(status.contains(" 200 "), "{status}");
+
+        let (status, h, body) = get(addr, "/ui/style.css", "").await;
+        assert!(status.contains(" 200 "), "{status}");
+        assert_eq!(header(&h, "content-type"), Some("text/css; charset=utf-8"));
+        assert!(header(&h, "content-security-policy").is_none());
+        assert!(!body.is_empty());
+
+        let (status, h, body) = get(addr, "/ui/..%2Fmod.rs", "").await;
+        assert!(status.contains(" 404 "), "{status}");
+        assert_eq!(header(&h, "content-type"), Some("application/json"));
+        assert!(String::from_utf8_lossy(&body).contains("no dashboard file"));
+        server.stop().await;
+    }
 
     #[test]
     fn etags_are_ascii_and_distinct() {

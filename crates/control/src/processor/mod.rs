@@ -65,6 +65,9 @@ pub struct ProcessorConfig {
     pub listen: Vec<SocketAddr>,
     /// HTTP control API, if any.
     pub api_listen: Option<SocketAddr>,
+    /// The bearer token the API requires; `None`: the cluster's token
+    /// ([`crate::auth::cluster_token`]).
+    pub api_token: Option<httpapi::auth::Token>,
     /// Lease of the registration and of every ownership (default 4000 ms).
     pub lease_ttl_ms: u64,
     /// How the node connects to members (see [`member_connect_defaults`]).
@@ -94,6 +97,7 @@ impl ProcessorConfig {
             name: name.into(),
             listen: Vec::new(),
             api_listen: None,
+            api_token: None,
             lease_ttl_ms: 4000,
             member_connect: member_connect_defaults(),
             engine,
@@ -229,6 +233,13 @@ impl Processor {
                     ApiConfig {
                         store: store.clone(),
                         host: host.clone(),
+                        token: match &cfg.api_token {
+                            Some(t) => t.clone(),
+                            None => crate::auth::cluster_token(store.as_ref())
+                                .await
+                                .map_err(|e| ProcessorError::Config(e.to_string()))?,
+                        },
+                        node_name: cfg.name.clone(),
                         metrics: Some(metrics_fn(cfg.name.clone(), owned.clone(), target.clone())),
                     },
                 )

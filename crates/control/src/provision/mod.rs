@@ -33,9 +33,10 @@ const ANA_ATTEMPTS: usize = 16;
 /// Longest NQN (NVMe Base: 223 bytes).
 const MAX_NQN_BYTES: usize = 223;
 
-/// `POST /v1/volumes` and `ferrobay volume create`. Exactly one of `storage_nodes`
+/// `POST /api/v1/volumes` and `ferrobay volume create`. Exactly one of `storage_nodes`
 /// (one new namespace on each) and `members` (existing namespaces) is given.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateVolume {
     pub name: String,
     /// `raid5`, `raid6`, `raid10`, `4+2`, ... ([`volume::LevelSpec`]).
@@ -96,7 +97,7 @@ impl CreateVolume {
 }
 
 /// A volume as `ferrobay volume status` shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeView {
     pub record: VolumeRecord,
     /// The processor node that owns it now, if any.
@@ -243,7 +244,7 @@ pub async fn create_volume(
             let mut allocated: Vec<(NodeRecord, AllocatedNamespace)> = Vec::new();
             let mut result = Ok(());
             for node in &nodes {
-                match nsmgmt::allocate(node, member_bytes, host).await {
+                match nsmgmt::allocate(store, node, member_bytes, host).await {
                     Ok(ns) => allocated.push((node.clone(), ns)),
                     Err(e) => {
                         result = Err(e);

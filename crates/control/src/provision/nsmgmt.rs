@@ -10,7 +10,6 @@ use nvme_proto::Status;
 use nvme_proto::identify::{CtrlList, NsAttachCommand, NsMgmtCommand, NsMgmtCreate};
 use nvme_proto::log::discovery::subtype;
 use nvmf_host::{ConnectOptions, Controller, HostIdentity, Payload};
-use storage_node::NodeClient;
 use storage_node::api::AttachRequest;
 use storage_node::naming::NQN_PREFIX;
 
@@ -101,6 +100,7 @@ fn first_addr(node: &NodeRecord) -> Result<SocketAddr, ControlError> {
 /// Creates a namespace of `size_bytes` on the first drive subsystem of `node` with room
 /// for it, attaches it to this host's controller and then to every host.
 pub async fn allocate(
+    store: &dyn meta::MetaStore,
     node: &NodeRecord,
     size_bytes: u64,
     host: &HostIdentity,
@@ -138,7 +138,7 @@ pub async fn allocate(
             nsid,
             size_bytes,
         };
-        if let Err(e) = share_with_every_host(node, &ns).await {
+        if let Err(e) = share_with_every_host(store, node, &ns).await {
             release(node, &ns, host).await;
             return Err(e);
         }
@@ -245,17 +245,12 @@ async fn delete_on(ctrl: &Controller, nsid: u32) -> Result<(), String> {
 /// processor nodes connect later, under their own host NQNs. A Ferrobay storage node
 /// attaches a namespace to every host (present and future) through its HTTP API.
 async fn share_with_every_host(
+    store: &dyn meta::MetaStore,
     node: &NodeRecord,
     ns: &AllocatedNamespace,
 ) -> Result<(), ControlError> {
-    let Some(api) = node.api_addr else {
-        return Err(ControlError::storage(
-            &node.name,
-            "registered without an HTTP API address: cannot attach the namespace to the \
-             processor nodes' hosts (start the node with an HTTP listener)",
-        ));
-    };
-    NodeClient::new(api.to_string())
+    crate::auth::node_client(store, node)
+        .await?
         .attach_namespace(
             &ns.subnqn,
             ns.nsid,

@@ -1,4 +1,4 @@
-//! Replacing a member of a cluster volume (`POST /v1/volumes/NAME/members/SLOT/replace`):
+//! Replacing a member of a cluster volume (`POST /api/v1/volumes/NAME/members/SLOT/replace`):
 //! the API allocates the new namespace on the storage node asked for and records the
 //! request; the owner puts it into the slot (the volume rebuilds onto it), rewrites the
 //! volume record and deletes the old namespace (`processor::member_ops`).
@@ -24,7 +24,7 @@ pub fn member_replace_key(volume: &str) -> Result<String, ControlError> {
 }
 
 /// The request body: where the new member goes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplaceMember {
     /// A storage node with room for one member; it must not hold another member of the
@@ -33,7 +33,7 @@ pub struct ReplaceMember {
 }
 
 /// A pending replacement (the record), also the API's `202` answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReplaceRequest {
     pub volume: String,
     pub slot: usize,
@@ -99,7 +99,7 @@ pub async fn request_replace(
         .params(rec.members.len(), rec.stripe_unit_bytes)
         .map_err(|e| ControlError::Invalid(format!("volume {name}: {e}")))?;
     let member_bytes = sizing::member_bytes_for(&params, rec.size_bytes)?;
-    let ns = nsmgmt::allocate(&node, member_bytes, host).await?;
+    let ns = nsmgmt::allocate(store, &node, member_bytes, host).await?;
     let out = ReplaceRequest {
         volume: name.to_string(),
         slot,

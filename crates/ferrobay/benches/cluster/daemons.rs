@@ -74,7 +74,8 @@ impl BenchDaemon for Daemon {
 pub(crate) struct StorageNode {
     pub(crate) d: Daemon,
     pub(crate) nvme: String,
-    pub(crate) http: String,
+    /// `ferrobay node ... --data-dir` reads the node's address and API token there.
+    pub(crate) data_dir: String,
 }
 
 pub(crate) struct ProcessorNode {
@@ -130,20 +131,16 @@ impl Cluster {
                 .as_str()
                 .context("node endpoints: no nvme_tcp")?
                 .to_string();
-            let http = e["http"]
-                .as_str()
-                .context("node endpoints: no http")?
-                .to_string();
             c.nodes.push(StorageNode {
                 d: daemon,
                 nvme,
-                http,
+                data_dir: d.display().to_string(),
             });
         }
         // With --meta a new drive has no namespace; one that has (a data dir from another
         // run, --default-namespace) would leave provisioning no room: delete it.
         for n in &c.nodes {
-            let nss = c.cli_json(&["node", "ns", "list", "--api", &n.http, "--json"])?;
+            let nss = c.cli_json(&["node", "ns", "list", "--data-dir", &n.data_dir, "--json"])?;
             for ns in nss.as_array().into_iter().flatten() {
                 let nqn = ns["subsystem_nqn"].as_str().unwrap_or_default().to_string();
                 let nsid = ns["nsid"].as_u64().unwrap_or(0).to_string();
@@ -151,7 +148,15 @@ impl Cluster {
                     "cluster bench: deleting namespace {nqn}/{nsid} on {}",
                     n.d.name
                 );
-                c.cli(&["node", "ns", "delete", "--api", &n.http, &nqn, &nsid])?;
+                c.cli(&[
+                    "node",
+                    "ns",
+                    "delete",
+                    "--data-dir",
+                    &n.data_dir,
+                    &nqn,
+                    &nsid,
+                ])?;
             }
         }
         for name in PROCESSORS {

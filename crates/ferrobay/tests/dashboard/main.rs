@@ -115,10 +115,19 @@ async fn assert_badge_colour(b: &Browser, shot: &shot::Shot, volume: &str, colou
 }
 
 /// The URL of member `slot` of `volume`, from `ferrobay volume status --json`.
-fn member_url(api: &str, volume: &str, slot: usize) -> String {
+fn member_url(api: &str, token_file: &str, volume: &str, slot: usize) -> String {
     let out = run_cli(
         Path::new(ferrobay_bin()),
-        &["volume", "status", volume, "--json", "--api", api],
+        &[
+            "volume",
+            "status",
+            volume,
+            "--json",
+            "--api",
+            api,
+            "--api-token-file",
+            token_file,
+        ],
     )
     .expect("volume status");
     let v: Value = serde_json::from_str(&out).expect("JSON");
@@ -147,7 +156,14 @@ async fn dashboard_on_ferrobay_up() {
     let mut up = Up::start(&dir.path().join("data"), port, dir.path().join("up.log"));
     let connect = tokio::task::block_in_place(|| up.wait_connect_line());
     let url = dashboard_url(&up.stdout);
-    assert!(url.ends_with("/ui/"), "{url}");
+    // The token in the fragment: the one in the data dir.
+    let token_file = dir.path().join("data").join("api-token");
+    let token = std::fs::read_to_string(&token_file).expect("token file");
+    assert!(
+        url.ends_with(&format!("/ui/#token={}", token.trim())),
+        "{url}"
+    );
+    let token_file = token_file.display().to_string();
     let api = url
         .trim_start_matches("http://")
         .split('/')
@@ -157,6 +173,15 @@ async fn dashboard_on_ferrobay_up() {
 
     let mut b = Browser::start(browser::shots_dir("ferrobay-up")).await;
     b.client.goto(&url).await.expect("open the dashboard");
+    // The page keeps the token in the tab and drops it from the address bar.
+    let left = b
+        .wait_js(
+            "the token moved out of the URL",
+            "return location.hash === '' && sessionStorage.getItem('ferrobay.api-token') ? location.href : '';",
+            PAGE_TIMEOUT,
+        )
+        .await;
+    assert!(left.as_str().is_some_and(|u| u.ends_with("/ui/")), "{left}");
     b.wait_js(
         "first refresh",
         "return document.body.dataset.loaded === 'yes';",
@@ -225,7 +250,15 @@ async fn dashboard_on_ferrobay_up() {
     assert!(notice.contains("volume web1 created"), "{notice}");
     let listed = run_cli(
         Path::new(ferrobay_bin()),
-        &["volume", "list", "--json", "--api", &api],
+        &[
+            "volume",
+            "list",
+            "--json",
+            "--api",
+            &api,
+            "--api-token-file",
+            &token_file,
+        ],
     )
     .expect("volume list");
     let listed: Value = serde_json::from_str(&listed).expect("JSON");
@@ -242,7 +275,7 @@ async fn dashboard_on_ferrobay_up() {
 
     // Replace member 0 of web1 (on n1) through the dialog. Onto n2 is refused: n2
     // holds member 1 already (one failure domain per member).
-    let before = member_url(&api, "web1", 0);
+    let before = member_url(&api, &token_file, "web1", 0);
     const N1_ALLOCATED: &str =
         "return document.querySelector('tr[data-drive=\"n1/d0\"] td:nth-child(5)').textContent;";
     let allocated = b
@@ -292,7 +325,7 @@ async fn dashboard_on_ferrobay_up() {
     )
     .await;
     wait_volume_state(&b, "web1", "healthy").await;
-    let after = member_url(&api, "web1", 0);
+    let after = member_url(&api, &token_file, "web1", 0);
     assert_ne!(before, after, "member 0 of web1 was not replaced");
     assert!(after.contains(":n1:"), "the new member is on n1: {after}");
     // The old member's namespace is deleted: n1 holds as much as before.
@@ -354,10 +387,72 @@ async fn dashboard_on_ferrobay_up() {
     b.screenshot("move-needs-another-processor").await;
     b.click("#move-dialog button.cancel").await;
 
+    // The page's modules on states this cluster did not pass through (a rebuild, a
+    // resync, a stale owner, Prometheus escapes), run in the page itself.
+    let checks = b
+        .client
+        .execute_async(MODULE_CHECKS, vec![])
+        .await
+        .expect("module checks");
+    assert_eq!(checks, serde_json::json!("ok"), "module checks");
+
     b.close().await;
     let status = tokio::task::block_in_place(|| up.interrupt());
     assert!(status.success(), "ferrobay up: {status}\n{}", up.log());
 }
+
+/// Imports the dashboard's modules and checks what they make of given data; calls back
+/// with "ok" or the first failure.
+const MODULE_CHECKS: &str = r#"
+const done = arguments[arguments.length - 1];
+(async () => {
+  const views = await import('/ui/views.js');
+  const fmt = await import('/ui/format.js');
+  const metrics = await import('/ui/metrics.js');
+  const now = Date.now();
+  const member = (index, state) => ({ index, state, uuid: '', device: null, failure_domain: `n${index + 1}`,
+    rebuild_offset_bytes: 0, valid_bytes: 0 });
+  const view = (name, state, extra = {}) => ({
+    record: { name, level: 'raid5', size_bytes: 1 << 30, members: [0, 1, 2].map((i) => ({ url: `u${i}`, storage_node: `n${i + 1}`, failure_domain: `n${i + 1}` })) },
+    owner: { node: 'p1', epoch: 2 },
+    status: { owner: 'p1', epoch: 2, updated_unix_ms: now, status: { state, members: [member(0, 'active'), member(1, state === 'rebuilding' ? 'rebuilding' : 'active'), member(2, 'active')], read_bytes: 0, write_bytes: 0, ...extra } },
+  });
+  const rebuilding = view('r', 'rebuilding', { rebuild: { member: 1, partial: false, bytes_done: 40, bytes_total: 100, rate_bytes_per_sec: 1, eta_secs: 60, phase: 'running' } });
+  const resyncing = view('s', 'healthy', { resync: { regions: 4, regions_pending: 2, bytes_total: 200, bytes_done: 50, phase: 'running' } });
+  const stale = view('t', 'healthy');
+  stale.status.updated_unix_ms = now - 60000;
+  const unowned = view('u', 'healthy');
+  unowned.owner = null;
+  const tbody = document.createElement('tbody');
+  const noop = { move() {}, replace() {} };
+  views.renderVolumes(tbody, [rebuilding, resyncing, stale, unowned], new Map(), noop, now);
+  const row = (n) => tbody.querySelector(`tr[data-volume="${n}"]`);
+  const want = [
+    [row('r').dataset.state, 'rebuilding'],
+    [row('r').querySelector('.progress-cell').textContent, 'rebuild member 1 40 % (ETA 60 s)'],
+    [row('r').querySelector('.fill').style.width, '40%'],
+    [row('r').querySelector('.chip[data-slot="1"]').dataset.state, 'rebuilding'],
+    [row('s').dataset.state, 'resyncing'],
+    [row('s').querySelector('.progress-cell').textContent, 'resync 25 %'],
+    [row('t').dataset.state, 'stale'],
+    [row('u').dataset.state, 'offline'],
+    [row('u').querySelector('td.owner').textContent, '—'],
+    [fmt.bytes(1536 * 1024), '1.5 MiB'],
+    [fmt.parseSize('64G'), 64 * 2 ** 30],
+    [views.grade({}).grade, 'n/a'],
+    [JSON.stringify(views.driveRows([{ node: 'n1', drives: [{ name: 'd0', status: 'ok' }] }, { node: 'n2', drives: [], error: 'timed out' }])),
+      JSON.stringify([{ name: 'd0', status: 'ok', node: 'n1' }, { node: 'n2', name: '', status: 'unreachable: timed out', error: 'timed out' }])],
+    [views.grade({ prediction: { grade: 'suspect', reason: 'latency' } }).grade, 'suspect'],
+  ];
+  let err = '';
+  try { fmt.parseSize('12MB'); } catch (e) { err = e.message; }
+  want.push([err, 'size "12MB": ambiguous unit "MB" (sizes are binary: use M or MiB)']);
+  const samples = metrics.parse('# HELP x y\nx_total{a="q\\"uote",b="n"} 42\nbad line\ny 1.5e3\n');
+  want.push([JSON.stringify(samples), JSON.stringify([{ name: 'x_total', labels: { a: 'q"uote', b: 'n' }, value: 42 }, { name: 'y', labels: {}, value: 1500 }])]);
+  const bad = want.find(([got, exp]) => got !== exp);
+  done(bad ? `got ${JSON.stringify(bad[0])}, want ${JSON.stringify(bad[1])}` : 'ok');
+})().catch((e) => done(`error: ${e.message}`));
+"#;
 
 /// A daemon of the process cluster, waited for through its endpoints file.
 fn daemon(name: &str, dir: &Path, args: &[String], endpoints: &Path) -> (Daemon, Value) {
@@ -439,7 +534,48 @@ async fn dashboard_on_processor_nodes_moves_and_shows_failures() {
         PAGE_TIMEOUT,
     )
     .await;
+    // No token yet: the page asks for it; a wrong one is refused with the API's word.
+    b.wait_js(
+        "the token dialog",
+        "return document.getElementById('token-dialog').open;",
+        PAGE_TIMEOUT,
+    )
+    .await;
+    b.type_into("#token-dialog input[name=token]", "not-the-cluster-token")
+        .await;
+    b.click("#token-dialog button[type=submit]").await;
+    let refused = b
+        .wait_js(
+            "the wrong token refused",
+            "const d = document.getElementById('token-dialog'); \
+             const t = d.querySelector('.error').textContent; \
+             return d.open && t.includes('wrong') ? t : '';",
+            PAGE_TIMEOUT,
+        )
+        .await;
+    assert!(
+        refused
+            .as_str()
+            .is_some_and(|t| t.contains("wrong bearer token")),
+        "{refused}"
+    );
+    b.screenshot("token-asked").await;
+    // Storage nodes of the cluster keep its token in their data dir.
+    let token =
+        std::fs::read_to_string(dir.path().join("n1").join("api-token")).expect("cluster token");
+    b.type_into("#token-dialog input[name=token]", token.trim())
+        .await;
+    b.click("#token-dialog button[type=submit]").await;
     wait_volume_state(&b, "vol1", "healthy").await;
+    // Before the token: 401 answers, and nothing else.
+    for e in b.console().await {
+        assert!(
+            e.message.contains("401"),
+            "console before the token: {} {}",
+            e.source,
+            e.message
+        );
+    }
     assert_eq!(
         b.text("tr[data-volume=\"vol1\"] td.owner").await,
         "p1 (epoch 1)"
@@ -450,7 +586,7 @@ async fn dashboard_on_processor_nodes_moves_and_shows_failures() {
         PAGE_TIMEOUT,
     )
     .await;
-    b.assert_no_console_errors("after loading").await;
+    b.assert_no_console_errors("after the token").await;
 
     // Move vol1 to p2 through the dialog.
     b.click("tr[data-volume=\"vol1\"] button.move").await;

@@ -23,6 +23,7 @@ const ACQUIRE_ATTEMPTS: usize = 16;
 
 /// Who owns a volume, and the epoch (fencing generation) of that ownership.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnerRecord {
     pub node: String,
     /// 1 for the first owner ever, +1 for each later acquisition.

@@ -8,11 +8,14 @@ mod routes;
 
 pub use client::NodeClient;
 pub use httpapi::{ClientError, HttpServer};
+pub use routes::openapi;
 
-/// Serves the node's metrics and control API on `addr` (port 0 picks a free port).
+/// Serves the node's metrics and control API on `addr` (port 0 picks a free port); every
+/// call but the public ones needs `token`.
 pub async fn serve(
     addr: std::net::SocketAddr,
     node: crate::StorageNode,
+    token: httpapi::auth::Token,
 ) -> std::io::Result<HttpServer> {
-    HttpServer::serve(addr, routes::router(node)).await
+    HttpServer::serve(addr, routes::router(node, token)).await
 }

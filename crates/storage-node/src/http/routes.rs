@@ -1,40 +1,84 @@
-//! The node's HTTP routes: `/metrics` and the JSON control API under `/api/v1`.
+//! The node's HTTP routes: `/metrics`, `/healthz` and the JSON control API under
+//! `/api/v1`, each handler with its OpenAPI entry (`docs/api/node-openapi.json`).
+//!
+//! Adding a route: write the handler with its `#[utoipa::path]`, add it to
+//! [`api_routes`]; the document and the router follow.
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use httpapi::ApiError;
+use httpapi::auth::{Token, require_token};
 use httpapi::error::{json, ok};
 use httpapi::extract::{Json, Path};
+use httpapi::openapi::BearerAuth;
+use httpapi::probe::{Liveness, PUBLIC_PATHS};
+use httpapi::{ApiError, ErrorBody};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::{
-    API_PREFIX, AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HostRequest,
+    AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport, HostRequest,
+    NamespaceView, NodeInfo, SubsystemView,
 };
 use crate::node::{ErrorKind, NodeError, StorageNode};
 
-/// The node's router, ready to serve.
-pub(crate) fn router(node: StorageNode) -> Router {
-    let api = Router::new()
-        .route("/node", get(node_info))
-        .route("/health", get(health))
-        .route("/namespaces", get(list_namespaces).post(create_namespace))
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Ferrobay storage node API",
+        description = "Node-local operations of one storage node: its namespaces, subsystems and allowed hosts, health. Errors are `{\"error\": \"...\"}`; every call but /metrics, /healthz and this document needs the bearer token (docs/api.md, docs/node-api.md).",
+        license(name = "Apache-2.0"),
+        version = "1"
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "node", description = "The node, its health and metrics"),
+        (name = "namespaces", description = "Namespaces carved from the node's drives"),
+        (name = "subsystems", description = "Subsystems and the hosts allowed to connect"),
+    )
+)]
+struct NodeApiDoc;
+
+/// Every route of the node with its OpenAPI entry.
+fn api_routes() -> OpenApiRouter<StorageNode> {
+    OpenApiRouter::with_openapi(NodeApiDoc::openapi())
+        .routes(routes!(metrics))
+        .routes(routes!(healthz))
+        .routes(routes!(node_info))
+        .routes(routes!(health))
+        .routes(routes!(list_namespaces, create_namespace))
+        .routes(routes!(get_namespace, delete_namespace))
+        .routes(routes!(attach))
+        .routes(routes!(detach))
+        .routes(routes!(subsystems))
+        .routes(routes!(allow_host))
+        .routes(routes!(deny_host))
+        .routes(routes!(allow_any_host))
+}
+
+/// The node API's OpenAPI document (what `/api/v1/openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().into_openapi()
+}
+
+/// The node's router, ready to serve: every route but the public ones needs `token`.
+pub(crate) fn router(node: StorageNode, token: Token) -> Router {
+    let (routes, doc) = api_routes().split_for_parts();
+    let doc = std::sync::Arc::new(doc);
+    let app = routes
         .route(
-            "/namespaces/{nqn}/{nsid}",
-            get(get_namespace).delete(delete_namespace),
+            httpapi::probe::OPENAPI_PATH,
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { httpapi::openapi::serve(&doc) }
+            }),
         )
-        .route("/namespaces/{nqn}/{nsid}/attach", post(attach))
-        .route("/namespaces/{nqn}/{nsid}/detach", post(detach))
-        .route("/subsystems", get(subsystems))
-        .route("/subsystems/{nqn}/hosts", post(allow_host))
-        .route("/subsystems/{nqn}/hosts/{host}", delete(deny_host))
-        .route("/subsystems/{nqn}/allow_any_host", put(allow_any_host));
-    let app = Router::new()
-        .route("/metrics", get(metrics))
-        .nest(API_PREFIX, api)
         .with_state(node);
-    httpapi::server::finish(app)
+    // The token guards the 404/405 answers too: without it nothing is revealed.
+    require_token(httpapi::server::finish(app), token, PUBLIC_PATHS)
 }
 
 fn status_of(e: &NodeError) -> u16 {
@@ -56,6 +100,9 @@ fn nsid_of(s: &str) -> Result<u32, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("bad namespace ID {s:?}")))
 }
 
+/// Prometheus text (no token).
+#[utoipa::path(get, path = "/metrics", tag = "node", security(()),
+    responses((status = 200, description = "Prometheus text format 0.0.4 (docs/node-api.md)", content_type = "text/plain")))]
 async fn metrics(State(node): State<StorageNode>) -> Response {
     let mut r = super::metrics::render(&node).into_response();
     r.headers_mut().insert(
@@ -65,18 +112,39 @@ async fn metrics(State(node): State<StorageNode>) -> Response {
     r
 }
 
+/// Liveness probe (no token).
+#[utoipa::path(get, path = "/healthz", tag = "node", security(()),
+    responses((status = 200, body = Liveness)))]
+async fn healthz(State(node): State<StorageNode>) -> Response {
+    ok(&Liveness::ok(node.name(), env!("CARGO_PKG_VERSION")))
+}
+
+/// The node: name, UUID, listeners.
+#[utoipa::path(get, path = "/api/v1/node", tag = "node",
+    responses((status = 200, body = NodeInfo), (status = "default", body = ErrorBody)))]
 async fn node_info(State(node): State<StorageNode>) -> Response {
     ok(&node.info())
 }
 
+/// SMART-like health of the node and each drive.
+#[utoipa::path(get, path = "/api/v1/health", tag = "node",
+    responses((status = 200, body = HealthReport), (status = "default", body = ErrorBody)))]
 async fn health(State(node): State<StorageNode>) -> Response {
     ok(&node.health())
 }
 
+/// Every namespace of the node.
+#[utoipa::path(get, path = "/api/v1/namespaces", tag = "namespaces",
+    responses((status = 200, body = Vec<NamespaceView>), (status = "default", body = ErrorBody)))]
 async fn list_namespaces(State(node): State<StorageNode>) -> Response {
     ok(&node.list_namespaces())
 }
 
+/// Carves a namespace (NVM or Key Value) from a drive.
+#[utoipa::path(post, path = "/api/v1/namespaces", tag = "namespaces",
+    request_body = CreateNamespaceRequest,
+    responses((status = 201, body = NamespaceView),
+        (status = "default", description = "400 bad request, 404 no such drive/subsystem, 409 NSID taken, 507 no room", body = ErrorBody)))]
 async fn create_namespace(
     State(node): State<StorageNode>,
     Json(r): Json<CreateNamespaceRequest>,
@@ -85,6 +153,10 @@ async fn create_namespace(
     Ok(json(StatusCode::CREATED, &v))
 }
 
+/// One namespace.
+#[utoipa::path(get, path = "/api/v1/namespaces/{nqn}/{nsid}", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
 async fn get_namespace(
     State(node): State<StorageNode>,
     Path((nqn, nsid)): Path<(String, String)>,
@@ -92,6 +164,10 @@ async fn get_namespace(
     Ok(ok(&node.namespace(&nqn, nsid_of(&nsid)?).map_err(err)?))
 }
 
+/// Deletes a namespace (its space goes back to the drive).
+#[utoipa::path(delete, path = "/api/v1/namespaces/{nqn}/{nsid}", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    responses((status = 200, description = "`{}`"), (status = "default", body = ErrorBody)))]
 async fn delete_namespace(
     State(node): State<StorageNode>,
     Path((nqn, nsid)): Path<(String, String)>,
@@ -102,6 +178,11 @@ async fn delete_namespace(
     Ok(ok(&serde_json::json!({})))
 }
 
+/// Attaches a namespace to every host or to the listed hosts.
+#[utoipa::path(post, path = "/api/v1/namespaces/{nqn}/{nsid}/attach", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    request_body = AttachRequest,
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
 async fn attach(
     State(node): State<StorageNode>,
     Path((nqn, nsid)): Path<(String, String)>,
@@ -114,6 +195,11 @@ async fn attach(
         .map_err(err)?))
 }
 
+/// Detaches a namespace from every host or from the listed hosts.
+#[utoipa::path(post, path = "/api/v1/namespaces/{nqn}/{nsid}/detach", tag = "namespaces",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("nsid" = u32, Path, description = "Namespace ID")),
+    request_body = AttachRequest,
+    responses((status = 200, body = NamespaceView), (status = "default", body = ErrorBody)))]
 async fn detach(
     State(node): State<StorageNode>,
     Path((nqn, nsid)): Path<(String, String)>,
@@ -126,10 +212,18 @@ async fn detach(
         .map_err(err)?))
 }
 
+/// Every subsystem with its allowed hosts and connected controllers.
+#[utoipa::path(get, path = "/api/v1/subsystems", tag = "subsystems",
+    responses((status = 200, body = Vec<SubsystemView>), (status = "default", body = ErrorBody)))]
 async fn subsystems(State(node): State<StorageNode>) -> Response {
     ok(&node.subsystems())
 }
 
+/// Allows a host (turns any-host off).
+#[utoipa::path(post, path = "/api/v1/subsystems/{nqn}/hosts", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN")),
+    request_body = HostRequest,
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
 async fn allow_host(
     State(node): State<StorageNode>,
     Path(nqn): Path<String>,
@@ -141,6 +235,10 @@ async fn allow_host(
         .map_err(err)?))
 }
 
+/// Removes a host (its controllers are disconnected).
+#[utoipa::path(delete, path = "/api/v1/subsystems/{nqn}/hosts/{host}", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN"), ("host" = String, Path, description = "Host NQN")),
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
 async fn deny_host(
     State(node): State<StorageNode>,
     Path((nqn, host)): Path<(String, String)>,
@@ -148,6 +246,11 @@ async fn deny_host(
     Ok(ok(&node.deny_host(&nqn, &host).await.map_err(err)?))
 }
 
+/// Lets every host connect, or only the allowed ones.
+#[utoipa::path(put, path = "/api/v1/subsystems/{nqn}/allow_any_host", tag = "subsystems",
+    params(("nqn" = String, Path, description = "Subsystem NQN")),
+    request_body = AllowAnyHostRequest,
+    responses((status = 200, body = SubsystemView), (status = "default", body = ErrorBody)))]
 async fn allow_any_host(
     State(node): State<StorageNode>,
     Path(nqn): Path<String>,

@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub discovery_listen: Option<SocketAddr>,
     /// The HTTP port (`/metrics`, control API); `None`: no HTTP port.
     pub http_listen: Option<SocketAddr>,
+    /// The bearer token the control API requires; written to `DATA_DIR/api-token` (0600).
+    /// `None`: the token already in that file, or a new one made there.
+    pub api_token: Option<httpapi::auth::Token>,
     /// Drives as given (`[NAME=]SPEC`); empty: bring up the drives of the state.
     pub drives: Vec<NodeDrive>,
     /// Target tuning, including the controller ID range (`cntlid_min..=cntlid_max`).
@@ -76,6 +79,7 @@ impl NodeConfig {
             listen: Vec::new(),
             discovery_listen: None,
             http_listen: None,
+            api_token: None,
             drives: Vec::new(),
             target: TargetConfig::default(),
             engine: IoEngine::Auto,
@@ -183,6 +187,7 @@ pub(crate) struct NodeInner {
     /// Set once the listeners are open (after the namespace manager is installed).
     listeners: OnceLock<Listeners>,
     http: Mutex<Option<crate::http::HttpServer>>,
+    api_token: httpapi::auth::Token,
     started: Instant,
     /// Up to when power-on time has been added to the state.
     power_on_saved: Mutex<Instant>,
@@ -262,6 +267,12 @@ impl StorageNode {
             ))
         })?;
         let lock = DataDirLock::acquire(&cfg.data_dir)?;
+        let token_path = StorageNode::api_token_path(&cfg.data_dir);
+        let api_token = match &cfg.api_token {
+            Some(t) => t.write(&token_path).map(|()| t.clone()),
+            None => httpapi::auth::Token::load_or_create(&token_path).map(|(t, _)| t),
+        }
+        .map_err(|e| NodeError::Config(e.to_string()))?;
         let rng = Box::new(rand::rngs::StdRng::from_os_rng());
         let (mut catalog, origin) =
             Catalog::open(Box::new(FsStore::new(&cfg.data_dir)), &cfg.name, rng)?;
@@ -360,6 +371,7 @@ impl StorageNode {
             kv: Mutex::new(kv_entries),
             listeners: OnceLock::new(),
             http: Mutex::new(None),
+            api_token,
             started: now,
             power_on_saved: Mutex::new(now),
             ticker: Mutex::new(None),
@@ -386,7 +398,7 @@ impl StorageNode {
         }
         let node = StorageNode { inner };
         if let Some(addr) = cfg.http_listen {
-            match crate::http::serve(addr, node.clone()).await {
+            match crate::http::serve(addr, node.clone(), node.inner.api_token.clone()).await {
                 Ok(server) => {
                     tracing::info!(addr = %server.local_addr(), "HTTP listening");
                     *node.inner.http.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
@@ -450,6 +462,16 @@ impl StorageNode {
             .get()
             .and_then(|l| l.discovery.as_ref())
             .map(|l| l.local_addr())
+    }
+
+    /// The bearer token the control API requires (also in [`StorageNode::api_token_path`]).
+    pub fn api_token(&self) -> &httpapi::auth::Token {
+        &self.inner.api_token
+    }
+
+    /// Where the node keeps its API token (0600).
+    pub fn api_token_path(data_dir: &std::path::Path) -> PathBuf {
+        data_dir.join(httpapi::auth::TOKEN_FILE)
     }
 
     pub fn http_addr(&self) -> Option<SocketAddr> {

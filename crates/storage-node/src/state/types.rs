@@ -50,7 +50,19 @@ pub struct SubsystemRecord {
 }
 
 /// A byte range of a drive. Offsets and lengths are multiples of the allocation unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 pub struct Extent {
     pub offset_bytes: u64,
     pub len_bytes: u64,

@@ -75,6 +75,7 @@ const ENTRY_FLAG_OPERATOR_FAILED: u8 = 1;
 
 /// State of a member table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum MemberState {
     /// In service: holds current data.

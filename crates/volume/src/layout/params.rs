@@ -18,6 +18,7 @@ pub const MAX_STRIPE_UNIT_BYTES: u64 = 16 << 20;
 
 /// RAID level. The on-disk code is [`Level::code`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Raid0,
@@ -103,6 +104,7 @@ pub enum LayoutError {
 /// raid5 k=n-1 m=1; raid6 k=n-2 m=2; erasure k, m (n=k+m), c=1. `m` is always the number
 /// of member failures every byte survives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LayoutParams {
     pub level: Level,
     pub members: usize,

@@ -7,7 +7,7 @@
 // and when the API answers 401, the page asks for it.
 
 /** Prefix of every API call (`docs/api.md`). */
-export const API = '/v1';
+export const API = '/api/v1';
 
 const TOKEN_KEY = 'ferrobay.api-token';
 

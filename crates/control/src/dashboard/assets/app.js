@@ -136,7 +136,7 @@ async function refresh() {
   for (const n of rows) state.seen.set(n.name, n.role);
   views.renderSummary($('summary'), rows, state.volumes, now);
   views.renderNodes($('nodes').tBodies[0], rows, state.volumes, now);
-  if (drives.status === 'fulfilled') views.renderDrives($('drives').tBodies[0], drives.value);
+  if (drives.status === 'fulfilled') views.renderDrives($('drives').tBodies[0], views.driveRows(drives.value));
   sampleVolumeIo(state.volumes);
   views.renderVolumes($('volumes').tBodies[0], state.volumes, state.rates, actions, now);
   actions.setNodes(rows);

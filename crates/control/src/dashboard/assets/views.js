@@ -89,6 +89,16 @@ export function grade(d) {
   return { grade: p.grade || 'n/a', reason: p.reason || '' };
 }
 
+/**
+ * One row per drive from `GET /drives` (`[{node, drives, error}]`); a node that did not
+ * answer is one row saying why.
+ */
+export function driveRows(nodes) {
+  return nodes.flatMap((n) => (n.error
+    ? [{ node: n.node, name: '', status: `unreachable: ${n.error}`, error: n.error }]
+    : n.drives.map((d) => ({ ...d, node: n.node }))));
+}
+
 export function renderDrives(tbody, drives) {
   const trs = drives.map((d) => {
     const g = grade(d);

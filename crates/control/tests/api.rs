@@ -1,0 +1,470 @@
+//! The cluster REST API over real HTTP: three storage nodes in this process (loopback,
+//! sparse-file drives, their own HTTP APIs), the embedded store, the API server. Checks
+//! the token (401 without or with a wrong one, public paths open), every route family,
+//! bad input answered with 4xx JSON, and that the committed OpenAPI documents are current.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::api::{ApiClient, ApiConfig, ApiServer};
+use control::provision::CreateVolume;
+use control::records::{NodeRecord, NodeRole};
+use control::registration::{Registration, register_node};
+use httpapi::auth::Token;
+use httpapi::{ClientError, HttpClient};
+use meta::schema::{Severity, SubjectKind};
+use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
+use nvmf_host::HostIdentity;
+use storage_node::{NodeConfig, StorageNode, parse_node_drive};
+
+const MIB: u64 = 1 << 20;
+const TTL: Duration = Duration::from_secs(10);
+
+fn local0() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+struct Cluster {
+    store: Arc<dyn MetaStore>,
+    nodes: Vec<(StorageNode, Registration)>,
+    token: Token,
+    api: ApiServer,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
+                .await
+                .unwrap(),
+        );
+        let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let name = format!("n{i}");
+            let d = dir.path().join(&name);
+            let mut cfg = NodeConfig::new(&name, d.join("data"));
+            cfg.listen = vec![local0()];
+            cfg.discovery_listen = Some(local0());
+            cfg.http_listen = Some(local0());
+            cfg.api_token = Some(token.clone());
+            cfg.default_namespace = false;
+            let spec = format!("d0=file:{}:64M", d.join("d0.img").display());
+            cfg.drives = vec![parse_node_drive(&spec).unwrap()];
+            let node = StorageNode::start(cfg).await.unwrap();
+            let record = NodeRecord {
+                name: name.clone(),
+                role: NodeRole::Storage,
+                nvme_addrs: node.nvme_addrs(),
+                api_addr: node.http_addr(),
+                slot: None,
+                version: "test".into(),
+                started_unix_ms: 1,
+            };
+            let reg = register_node(store.clone(), record, TTL).await.unwrap();
+            nodes.push((node, reg));
+        }
+        let api = ApiServer::start(
+            local0(),
+            ApiConfig {
+                store: store.clone(),
+                host: HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:api").unwrap(),
+                token: token.clone(),
+                node_name: "p1".into(),
+                metrics: None,
+            },
+        )
+        .await
+        .unwrap();
+        Cluster {
+            store,
+            nodes,
+            token,
+            api,
+            _dir: dir,
+        }
+    }
+
+    fn http(&self, token: Option<&str>) -> HttpClient {
+        HttpClient::new(self.api.local_addr().to_string()).with_token(token.map(str::to_string))
+    }
+
+    fn client(&self) -> ApiClient {
+        ApiClient::new(self.api.local_addr().to_string())
+            .with_token(Some(self.token.as_str().to_string()))
+    }
+
+    async fn stop(self) {
+        self.api.stop().await;
+        for (node, reg) in self.nodes {
+            reg.stop().await;
+            node.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// `(status, error message)` of a call expected to fail.
+async fn refused(c: &HttpClient, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
+    match c
+        .call::<serde_json::Value>(method, path, body.map(<[u8]>::to_vec))
+        .await
+    {
+        Err(ClientError::Api { status, message }) => (status, message),
+        other => panic!("{method} {path}: expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_is_required_except_on_public_paths() {
+    let c = Cluster::start().await;
+    let anon = c.http(None);
+    let wrong = c.http(Some("not-the-token-0123456789"));
+    for (method, path) in [
+        ("GET", "/api/v1/volumes"),
+        ("GET", "/api/v1/nodes"),
+        ("GET", "/api/v1/events"),
+        ("POST", "/api/v1/volumes"),
+        ("DELETE", "/api/v1/volumes/x"),
+        ("POST", "/api/v1/volumes/x/move"),
+    ] {
+        let (status, msg) = refused(&anon, method, path, Some(b"{}")).await;
+        assert_eq!(status, 401, "{method} {path}");
+        assert!(msg.contains("missing bearer token"), "{msg}");
+        let (status, msg) = refused(&wrong, method, path, Some(b"{}")).await;
+        assert_eq!((status, msg.as_str()), (401, "wrong bearer token"));
+    }
+    // The refusal says how to authenticate.
+    let raw = tokio_raw(
+        c.api.local_addr(),
+        "GET /api/v1/volumes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(raw.starts_with("HTTP/1.1 401"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{raw}"
+    );
+    // Public: the probe, the metrics, the document.
+    let live: serde_json::Value = anon.call("GET", "/healthz", None).await.unwrap();
+    assert_eq!(live["status"], "ok");
+    assert_eq!(live["name"], "p1");
+    let text = anon.text("/metrics").await.unwrap();
+    assert!(
+        text.contains("ferrobay_cluster_nodes{role=\"storage\"} 3"),
+        "{text}"
+    );
+    let doc: serde_json::Value = anon
+        .call("GET", "/api/v1/openapi.json", None)
+        .await
+        .unwrap();
+    assert!(
+        doc["paths"]["/api/v1/volumes"]["post"].is_object(),
+        "{doc:#}"
+    );
+    // A public path is public to GET only.
+    assert_eq!(refused(&anon, "POST", "/healthz", None).await.0, 401);
+
+    // A storage node's own API: the same rules.
+    let node = &c.nodes[0].0;
+    let n_anon = HttpClient::new(node.http_addr().unwrap().to_string());
+    assert_eq!(
+        refused(&n_anon, "GET", "/api/v1/namespaces", None).await.0,
+        401
+    );
+    assert_eq!(
+        refused(&n_anon, "POST", "/api/v1/namespaces", Some(b"{}"))
+            .await
+            .0,
+        401
+    );
+    let live: serde_json::Value = n_anon.call("GET", "/healthz", None).await.unwrap();
+    assert_eq!(live["name"], "n0");
+    assert!(
+        n_anon
+            .text("/metrics")
+            .await
+            .unwrap()
+            .contains("ferrobay_drive_read_ops_total")
+    );
+    let doc: serde_json::Value = n_anon
+        .call("GET", "/api/v1/openapi.json", None)
+        .await
+        .unwrap();
+    assert!(doc["paths"]["/api/v1/namespaces"]["post"].is_object());
+    // The node keeps its token 0600 in its data dir.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = c._dir.path().join("n0").join("data");
+    let path = StorageNode::api_token_path(&dir);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap().trim(),
+        c.token.as_str()
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    c.stop().await;
+}
+
+async fn tokio_raw(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_drives_namespaces_hosts_volumes_and_events() {
+    let c = Cluster::start().await;
+    let api = c.client();
+    let http = c.http(Some(c.token.as_str()));
+
+    // Nodes from the records; drives, namespaces and access lists from each node's API.
+    let names: Vec<String> = api
+        .nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    assert_eq!(names, ["n0", "n1", "n2"]);
+    let n1: NodeRecord = http.call("GET", "/api/v1/nodes/n1", None).await.unwrap();
+    assert_eq!(n1.api_addr, c.nodes[1].0.http_addr());
+    assert_eq!(refused(&http, "GET", "/api/v1/nodes/zz", None).await.0, 404);
+    let drives: Vec<storage_node::api::DriveHealth> = http
+        .call("GET", "/api/v1/nodes/n0/drives", None)
+        .await
+        .unwrap();
+    assert_eq!(drives.len(), 1);
+    assert_eq!(
+        (drives[0].name.as_str(), drives[0].size_bytes),
+        ("d0", 64 * MIB)
+    );
+    let all = api.drives().await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert!(
+        all.iter().all(|d| d.error.is_none() && d.drives.len() == 1),
+        "{all:?}"
+    );
+    let nss = api.namespaces().await.unwrap();
+    assert!(nss.iter().all(|n| n.namespaces.is_empty()), "{nss:?}");
+
+    // Access lists: allow a host on n0's subsystem through the cluster API, then deny it.
+    let sub = "nqn.2026-01.io.ferrobay:n0:d0";
+    let host = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";
+    let allowed: storage_node::api::SubsystemView = http
+        .call_json(
+            "POST",
+            &format!("/api/v1/nodes/n0/subsystems/{sub}/hosts"),
+            &serde_json::json!({"host_nqn": host}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(allowed.allowed_hosts, [host]);
+    assert!(!allowed.allow_any_host);
+    let hosts = api.hosts().await.unwrap();
+    let n0 = hosts.iter().find(|h| h.node == "n0").unwrap();
+    assert_eq!(n0.subsystems[0].allowed_hosts, [host]);
+    let denied: storage_node::api::SubsystemView = http
+        .call(
+            "DELETE",
+            &format!("/api/v1/nodes/n0/subsystems/{sub}/hosts/{host}"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(denied.allowed_hosts.is_empty());
+    let open: storage_node::api::SubsystemView = http
+        .call_json(
+            "PUT",
+            &format!("/api/v1/nodes/n0/subsystems/{sub}/allow_any_host"),
+            &serde_json::json!({"allow_any_host": true}),
+        )
+        .await
+        .unwrap();
+    assert!(open.allow_any_host);
+    // The node's refusal comes through with its status.
+    let (status, msg) = refused(
+        &http,
+        "POST",
+        "/api/v1/nodes/n0/subsystems/nqn.nope/hosts",
+        Some(br#"{"host_nqn": "nqn.x"}"#),
+    )
+    .await;
+    assert_eq!(status, 404, "{msg}");
+
+    // Volumes: create, view, status (no owner yet), delete.
+    let create = CreateVolume {
+        name: "web".into(),
+        level: "raid5".into(),
+        size_bytes: 16 * MIB,
+        storage_nodes: vec!["n0".into(), "n1".into(), "n2".into()],
+        ..CreateVolume::default()
+    };
+    let rec = api.create_volume(&create).await.unwrap();
+    assert_eq!(rec.members.len(), 3);
+    let view = api.volume("web").await.unwrap().unwrap();
+    assert_eq!(view.record, rec);
+    let nss = api.namespaces().await.unwrap();
+    assert!(nss.iter().all(|n| n.namespaces.len() == 1), "{nss:?}");
+    let (status, msg) = refused(&http, "GET", "/api/v1/volumes/web/status", None).await;
+    assert_eq!(status, 404);
+    assert!(msg.contains("no processor node owns it"), "{msg}");
+    assert_eq!(
+        refused(&http, "GET", "/api/v1/volumes/nope/status", None)
+            .await
+            .0,
+        404
+    );
+    let gone = api.delete_volume("web", false).await.unwrap();
+    assert_eq!(gone.uuid, rec.uuid);
+
+    // Events: newest first, pages, `since`.
+    for i in 0..5u64 {
+        let e = control::events::new_event(
+            control::events::kind::MEMBER_FAILED,
+            Severity::Error,
+            SubjectKind::Volume,
+            "web",
+            format!("test event {i}"),
+        );
+        control::events::emit(c.store.as_ref(), control::events::with_field(e, "i", i))
+            .await
+            .unwrap();
+    }
+    let page = api.events(0, None, 2).await.unwrap();
+    let ids: Vec<u64> = page.events.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [5, 4]);
+    assert_eq!(page.last_id, 5);
+    assert_eq!(page.next_before, Some(4));
+    let older = api.events(0, page.next_before, 10).await.unwrap();
+    assert_eq!(
+        older.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [3, 2, 1]
+    );
+    assert_eq!(older.next_before, None);
+    let newer = api.events(3, None, 10).await.unwrap();
+    assert_eq!(
+        newer.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [5, 4]
+    );
+    assert_eq!(newer.events[0].event.message, "test event 4");
+    assert_eq!(newer.events[0].event.fields["i"], 4);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_4xx_json() {
+    let c = Cluster::start().await;
+    let http = c.http(Some(c.token.as_str()));
+    let cases: [(&str, &str, Option<&[u8]>, u16, &str); 12] = [
+        ("POST", "/api/v1/volumes", Some(b"{"), 400, "bad JSON body"),
+        ("POST", "/api/v1/volumes", Some(b"[1,2]"), 400, "bad JSON body"),
+        (
+            "POST",
+            "/api/v1/volumes",
+            Some(br#"{"name":"v","level":"raid5","size_bytes":1,"storage_nodes":["n0"],"colour":"red"}"#),
+            400,
+            "unknown field `colour`",
+        ),
+        ("POST", "/api/v1/volumes", None, 400, "empty"),
+        ("POST", "/api/v1/volumes/web/move", Some(br#"{"to": 5}"#), 400, "bad JSON body"),
+        ("GET", "/api/v1/events?limit=0", None, 400, "limit 0"),
+        ("GET", "/api/v1/events?limit=abc", None, 400, "bad query"),
+        ("GET", "/api/v1/events?sinse=3", None, 400, "unknown field `sinse`"),
+        ("DELETE", "/api/v1/volumes/web?force=maybe", None, 400, "bad query"),
+        ("GET", "/api/v1/volumes/%FF", None, 400, "bad path"),
+        ("GET", "/api/v1/nothing", None, 404, "no such path"),
+        ("PUT", "/api/v1/volumes", None, 405, "PUT is not allowed"),
+    ];
+    for (method, path, body, status, text) in cases {
+        let (s, msg) = refused(&http, method, path, body).await;
+        assert_eq!(s, status, "{method} {path}: {msg}");
+        assert!(msg.contains(text), "{method} {path}: {msg}");
+    }
+    // Oversized body: 413 with a JSON error, and the server keeps serving.
+    let big = vec![b' '; httpapi::server::MAX_REQUEST_BODY_BYTES + 1];
+    let (status, body) = http
+        .request("POST", "/api/v1/volumes", Some(big))
+        .await
+        .unwrap();
+    assert_eq!(status, 413);
+    serde_json::from_slice::<httpapi::ErrorBody>(&body).unwrap();
+    // Bad requests to a storage node through the cluster API: a processor-node question.
+    let (s, msg) = refused(&http, "GET", "/api/v1/nodes/zz/drives", None).await;
+    assert_eq!((s, msg.contains("no live node")), (404, true), "{msg}");
+    // A storage node that stopped answering: listed with its error, the others answer.
+    let (node, reg) = c.nodes.last().unwrap();
+    let _ = reg;
+    node.shutdown().await.unwrap();
+    let all = c.client().drives().await.unwrap();
+    let n2 = all.iter().find(|d| d.node == "n2").unwrap();
+    assert!(
+        n2.error.as_deref().is_some_and(|e| !e.is_empty()),
+        "{all:?}"
+    );
+    assert!(
+        all.iter().filter(|d| d.error.is_none()).count() == 2,
+        "{all:?}"
+    );
+    let (s, _) = refused(&http, "GET", "/api/v1/nodes/n2/drives", None).await;
+    assert_eq!(s, 502);
+    let live: serde_json::Value = http.call("GET", "/healthz", None).await.unwrap();
+    assert_eq!(live["status"], "ok");
+    c.api.stop().await;
+}
+
+fn docs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api")
+}
+
+/// The committed documents are what the code generates. To update them:
+/// `FERROBAY_UPDATE_OPENAPI=1 cargo test -p control --test api openapi`.
+#[test]
+fn openapi_documents_are_current() {
+    let docs = [
+        ("openapi.json", control::api::openapi()),
+        ("node-openapi.json", storage_node::http::openapi()),
+    ];
+    let update = std::env::var_os("FERROBAY_UPDATE_OPENAPI").is_some();
+    let mut stale = Vec::new();
+    for (file, doc) in docs {
+        let want = httpapi::openapi::to_json(&doc);
+        let path = docs_dir().join(file);
+        if update {
+            std::fs::create_dir_all(docs_dir()).unwrap();
+            std::fs::write(&path, &want).unwrap();
+            continue;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            stale.push(path.display().to_string());
+        }
+        // Every operation but the public ones is behind the token, and says its errors.
+        let v: serde_json::Value = serde_json::from_str(&want).unwrap();
+        for (p, ops) in v["paths"].as_object().unwrap() {
+            for (m, op) in ops.as_object().unwrap() {
+                let public = ["/metrics", "/healthz"].contains(&p.as_str());
+                assert_eq!(op.get("security").is_some(), public, "{m} {p}: {op:#}");
+                if p.starts_with("/api/") {
+                    assert!(
+                        op["responses"]["default"].is_object(),
+                        "{m} {p} has no error answer"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "stale OpenAPI documents {stale:?}: run FERROBAY_UPDATE_OPENAPI=1 cargo test -p control --test api openapi"
+    );
+}
