@@ -39,6 +39,10 @@ pub mod kind {
     pub const HANDOFF: &str = "handoff";
     /// A processor node lost a volume (lease lost, fenced by a member).
     pub const VOLUME_LOST: &str = "volume_lost";
+    /// A member was replaced by a new namespace (`POST .../members/{slot}/replace`).
+    pub const MEMBER_REPLACED: &str = "member_replaced";
+    /// A requested member replacement could not be carried out.
+    pub const MEMBER_REPLACE_FAILED: &str = "member_replace_failed";
 }
 
 /// Milliseconds since the Unix epoch, now.

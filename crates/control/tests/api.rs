@@ -119,6 +119,9 @@ async fn refused(c: &HttpClient, method: &str, path: &str, body: Option<&[u8]>) 
     }
 }
 
+/// (method, path, body, status, text the error must contain).
+type Case<'a> = (&'a str, &'a str, Option<&'a [u8]>, u16, &'a str);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_is_required_except_on_public_paths() {
     let c = Cluster::start().await;
@@ -365,7 +368,7 @@ async fn nodes_drives_namespaces_hosts_volumes_and_events() {
 async fn bad_input_gets_4xx_json() {
     let c = Cluster::start().await;
     let http = c.http(Some(c.token.as_str()));
-    let cases: [(&str, &str, Option<&[u8]>, u16, &str); 12] = [
+    let cases: [Case; 12] = [
         ("POST", "/api/v1/volumes", Some(b"{"), 400, "bad JSON body"),
         ("POST", "/api/v1/volumes", Some(b"[1,2]"), 400, "bad JSON body"),
         (

@@ -88,31 +88,6 @@ pub fn human_bytes(n: u64) -> String {
     bytesize::ByteSize(n).display().iec().to_string()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_for_people() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1 << 30), "1.0 GiB");
-        assert_eq!(human_bytes(64 << 10), "64.0 KiB");
-        assert_eq!(human_bytes(300 << 20), "300.0 MiB");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-    }
-
-    #[test]
-    fn argument_parsers() {
-        assert_eq!(parse_size_arg("--size", "1G").unwrap(), 1 << 30);
-        let e = parse_size_arg("--size", "1GB").unwrap_err();
-        assert!(e.downcast_ref::<UsageError>().is_some());
-        assert!(e.to_string().starts_with("--size: "), "{e}");
-        assert_eq!(parse_level_arg("raid5").unwrap(), "raid5");
-        let e = parse_level_arg("raid7").unwrap_err();
-        assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("raid7"));
-    }
-}
-
 /// Where the `ferrobay up` of this directory keeps the cluster's API token.
 pub const UP_TOKEN_FILE: &str = "ferrobay-data/api-token";
 
@@ -147,4 +122,29 @@ pub fn daemon_token(file: Option<&Path>) -> anyhow::Result<Option<httpapi::auth:
         return Ok(Some(t));
     }
     Ok(Token::from_env()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1 << 30), "1.0 GiB");
+        assert_eq!(human_bytes(64 << 10), "64.0 KiB");
+        assert_eq!(human_bytes(300 << 20), "300.0 MiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+
+    #[test]
+    fn argument_parsers() {
+        assert_eq!(parse_size_arg("--size", "1G").unwrap(), 1 << 30);
+        let e = parse_size_arg("--size", "1GB").unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some());
+        assert!(e.to_string().starts_with("--size: "), "{e}");
+        assert_eq!(parse_level_arg("raid5").unwrap(), "raid5");
+        let e = parse_level_arg("raid7").unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("raid7"));
+    }
 }

@@ -43,24 +43,28 @@ pub struct EventsArgs {
 
 enum Source {
     Meta(Arc<dyn meta::MetaStore>),
-    Api(ApiClient),
+    /// Boxed: the HTTP client is much larger than the store handle.
+    Api(Box<ApiClient>),
 }
 
 impl Source {
-    async fn page(&self, since: u64, limit: usize) -> anyhow::Result<EventPage> {
+    /// Events with ids in `(since, before)`, newest first, at most `limit`.
+    async fn page(
+        &self,
+        since: u64,
+        before: Option<u64>,
+        limit: usize,
+    ) -> anyhow::Result<EventPage> {
         Ok(match self {
             Source::Meta(store) => {
-                control::events::list(
-                    store.as_ref(),
-                    EventQuery {
-                        since,
-                        before: None,
-                        limit,
-                    },
-                )
-                .await?
+                let q = EventQuery {
+                    since,
+                    before,
+                    limit,
+                };
+                control::events::list(store.as_ref(), q).await?
             }
-            Source::Api(c) => c.events(since, None, limit).await?,
+            Source::Api(c) => c.events(since, before, limit).await?,
         })
     }
 }
@@ -105,11 +109,11 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<ExitCode> {
                 a.api_token_file.as_deref(),
                 &[std::path::Path::new(cluster::UP_TOKEN_FILE)],
             )?;
-            Source::Api(ApiClient::new(addr.clone()).with_token(token))
+            Source::Api(Box::new(ApiClient::new(addr.clone()).with_token(token)))
         }
         (None, None) => return Err(usage("events need --meta URL or --api ADDR")),
     };
-    let page = source.page(a.since, a.limit).await?;
+    let page = source.page(a.since, None, a.limit).await?;
     for e in page.events.iter().rev() {
         println!("{}", line(e, a.json));
     }
@@ -128,20 +132,7 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<ExitCode> {
         let mut fresh: Vec<Event> = Vec::new();
         let mut before = None;
         loop {
-            let p = match &source {
-                Source::Meta(store) => {
-                    control::events::list(
-                        store.as_ref(),
-                        EventQuery {
-                            since: last,
-                            before,
-                            limit: meta::schema::MAX_PAGE,
-                        },
-                    )
-                    .await?
-                }
-                Source::Api(c) => c.events(last, before, meta::schema::MAX_PAGE).await?,
-            };
+            let p = source.page(last, before, meta::schema::MAX_PAGE).await?;
             fresh.extend(p.events);
             match p.next_before {
                 Some(b) => before = Some(b),

@@ -20,7 +20,8 @@ const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Where the cluster is reached: the store itself, or a processor node's API.
 enum Backend {
     Meta(Arc<dyn meta::MetaStore>),
-    Api(ApiClient),
+    /// Boxed: the HTTP client is much larger than the store handle.
+    Api(Box<ApiClient>),
 }
 
 impl Backend {
@@ -32,7 +33,9 @@ impl Backend {
                     a.api_token_file.as_deref(),
                     &[std::path::Path::new(cluster::UP_TOKEN_FILE)],
                 )?;
-                Ok(Backend::Api(ApiClient::new(addr.clone()).with_token(token)))
+                Ok(Backend::Api(Box::new(
+                    ApiClient::new(addr.clone()).with_token(token),
+                )))
             }
             (None, None) => Err(usage("cluster volumes need --meta URL or --api ADDR")),
         }

@@ -287,6 +287,50 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         drop(dev);
     });
 
+    // The event log tells it: p1 took vol1, handed it to p2, took it back when p2 died.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (ok, text, err) = ferrobay(&["events", "--meta", &meta_url, "--limit", "50"]);
+        assert!(ok, "{err}");
+        let n = text.lines().filter(|l| l.contains(" takeover ")).count();
+        if n >= 3 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let takeovers: Vec<&str> = text.lines().filter(|l| l.contains(" takeover ")).collect();
+    assert_eq!(takeovers.len(), 3, "{text}");
+    assert!(takeovers[2].contains("p1 took volume vol1 over"), "{text}");
+    assert!(text.contains("p1 handed volume vol1 over to p2"), "{text}");
+    // The same through the API, which needs the token.
+    let (ok, _, err) = ferrobay(&["events", "--api", &apis[0], "--json"]);
+    assert!(!ok && err.contains("missing bearer token"), "{err}");
+    let token = dir
+        .path()
+        .join("n1")
+        .join("api-token")
+        .display()
+        .to_string();
+    let (ok, json, err) = ferrobay(&[
+        "events",
+        "--api",
+        &apis[0],
+        "--api-token-file",
+        &token,
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let kinds: Vec<String> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("event JSON"))
+        .map(|e| e["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        kinds.iter().filter(|k| *k == "takeover").count() == 3,
+        "{kinds:?}"
+    );
+    assert!(kinds.iter().any(|k| k == "handoff"), "{kinds:?}");
+
     let s = terminate(&mut procs[0]);
     assert!(s.success(), "p1 exit {s}:\n{}", procs[0].log());
     for n in &mut nodes {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
@@ -119,6 +120,44 @@ fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
     let out = up.stdout.join("\n");
     assert!(out.contains("(reused)"), "{out}\n{}", up.log());
     assert!(out.contains("--api"), "status hint missing:\n{out}");
+    // The API needs the token `up` keeps (0600) and names.
+    let token_path = data_dir.canonicalize().expect("data dir").join("api-token");
+    assert!(
+        out.contains(&format!("API token: {}", token_path.display())),
+        "token line missing:\n{out}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&token_path)
+        .expect("token file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let api = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API: http://"))
+        .and_then(|l| l.split('/').next())
+        .expect("API line")
+        .to_string();
+    let status = |token: Option<&Path>| {
+        let mut cmd = Command::new(ferrobay_bin());
+        cmd.args(["volume", "status", "vol0", "--json", "--api", &api])
+            .current_dir(dir.path())
+            .env_remove("FERROBAY_API_TOKEN");
+        if let Some(t) = token {
+            cmd.arg("--api-token-file").arg(t);
+        }
+        cmd.output().expect("run ferrobay volume status")
+    };
+    let refused = status(None);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("missing bearer token"),
+        "{refused:?}"
+    );
+    let shown = status(Some(&token_path));
+    assert!(shown.status.success(), "{shown:?}");
+    let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("status JSON");
+    assert_eq!(view["record"]["name"], "vol0", "{view:#}");
     write_and_check(&c, false);
     let status = up.interrupt();
     assert!(status.success(), "exit {status}:\n{}", up.log());

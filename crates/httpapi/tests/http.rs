@@ -17,6 +17,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// (method, path, body, status, text the error must contain).
+type Case<'a> = (&'a str, &'a str, Option<&'a [u8]>, u16, &'a str);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Echo {
@@ -70,7 +73,7 @@ async fn json_errors_for_bad_input() {
         .unwrap();
     assert_eq!(v, serde_json::json!({"text": "hi"}));
 
-    let cases: [(&str, &str, Option<&[u8]>, u16, &str); 7] = [
+    let cases: [Case; 7] = [
         ("POST", "/echo", Some(b"{"), 400, "bad JSON body"),
         (
             "POST",

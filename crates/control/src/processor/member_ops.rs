@@ -15,13 +15,10 @@ use super::Ctx;
 use super::fence::fence_member;
 use super::members::{FenceLatch, MemberDevice, open_member};
 use super::monitor::{Ownership, may_preempt};
+use crate::events::kind::{MEMBER_REPLACE_FAILED, MEMBER_REPLACED};
 use crate::events::{self, with_field};
 use crate::provision::replace::{ReplaceRequest, member_replace_key};
 use crate::records::{MemberRecord, VolumeRecord};
-
-/// Event kinds of replacements.
-pub const MEMBER_REPLACED: &str = "member_replaced";
-pub const MEMBER_REPLACE_FAILED: &str = "member_replace_failed";
 
 /// A replacement done: the slot's new record entry and its namespace.
 pub(crate) struct Replaced {

@@ -159,16 +159,13 @@ pub async fn append_event<S: MetaStore + ?Sized>(
         // Age bound: look at the oldest ones left.
         let cutoff = now_unix_ms.saturating_sub(retention.max_age_ms);
         while first < id && (drop.len() as u64) < MAX_TRIM_PER_APPEND {
-            match store.get(&event_key(first)).await? {
-                Some(kv) => {
-                    let old: Event = decode_json(&kv)?.value;
-                    if old.event.time_unix_ms >= cutoff {
-                        break;
-                    }
-                    drop.push(first);
+            // Already gone (an earlier trim): nothing to delete.
+            if let Some(kv) = store.get(&event_key(first)).await? {
+                let old: Event = decode_json(&kv)?.value;
+                if old.event.time_unix_ms >= cutoff {
+                    break;
                 }
-                // Already gone (an earlier trim): nothing to delete.
-                None => {}
+                drop.push(first);
             }
             first += 1;
         }
@@ -244,7 +241,7 @@ pub async fn list_events<S: MetaStore + ?Sized>(
             .map(|kv| decode_json::<Event>(kv).map(|v| v.value))
             .collect::<Result<_, _>>()?;
         bucket.retain(|e| e.id >= low && e.id <= top);
-        bucket.sort_by(|a, b| b.id.cmp(&a.id));
+        bucket.sort_by_key(|e| std::cmp::Reverse(e.id));
         for e in bucket {
             if events.len() == limit {
                 break;
