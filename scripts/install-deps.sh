@@ -13,6 +13,9 @@ command -v xz >/dev/null || need+=(xz-utils)
 [ -e /usr/include/isa-l.h ] || need+=(libisal-dev)
 # etcd server for the meta crate's tests. (No protoc: the etcd API code is committed.)
 command -v etcd >/dev/null || need+=(etcd-server)
+# Headless Chromium and its WebDriver server for the dashboard's browser tests.
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}"
     apt-get update -qq

@@ -50,6 +50,10 @@ pub mod kind {
     pub const PROACTIVE_COPY_FAILED: &str = "proactive_copy_failed";
     /// QoS limits of a volume made commands wait (at most one per volume per interval).
     pub const QOS_THROTTLING: &str = "qos_throttling";
+    /// A member was replaced by a new namespace (`POST .../members/{slot}/replace`).
+    pub const MEMBER_REPLACED: &str = "member_replaced";
+    /// A requested member replacement could not be carried out.
+    pub const MEMBER_REPLACE_FAILED: &str = "member_replace_failed";
 }
 
 /// Milliseconds since the Unix epoch, now.

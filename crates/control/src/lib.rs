@@ -15,6 +15,7 @@
 //!   client.
 //! - [`auth`]: the cluster's API token (in the store) and clients of storage nodes with it.
 //! - [`events`]: the cluster event log (member failed, rebuild, takeover, handoff...).
+//! - [`dashboard`]: the web dashboard the API port serves at `/ui/`.
 //! - [`processor`]: processor nodes (ownership, fencing, ANA export, failover, handoff).
 //! - [`devcluster`]: `ferrobay up`, a whole cluster in one process.
 //! - [`ControlError`] (module [`error`]): the error of every operation here.
@@ -22,6 +23,7 @@
 pub mod api;
 pub mod auth;
 pub mod cdc;
+pub mod dashboard;
 pub mod devcluster;
 pub mod error;
 pub mod events;

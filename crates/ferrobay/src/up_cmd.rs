@@ -94,6 +94,14 @@ fn print_ready(c: &DevCluster) {
         "API token: {} (send it as `Authorization: Bearer <token>`)",
         c.api_token_path().display()
     );
+    // The token rides in the URL's fragment, which the browser never sends: the page
+    // moves it into the tab's sessionStorage and drops it from the address bar.
+    let _ = writeln!(
+        out,
+        "Dashboard: http://{api}{}#token={}",
+        control::dashboard::UI_PATH,
+        c.api_token().as_str()
+    );
     let _ = writeln!(
         out,
         "Status: ferrobay volume status {} --api {api}",

@@ -55,6 +55,7 @@ pub(crate) fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(volumes::move_volume))
         .routes(routes!(qos::get_volume_qos))
         .routes(routes!(qos::put_volume_qos, qos::delete_volume_qos))
+        .routes(routes!(volumes::replace_member))
         .routes(routes!(events::list_events))
 }
 

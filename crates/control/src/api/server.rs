@@ -72,6 +72,11 @@ fn router(cfg: ApiConfig) -> axum::Router {
             }),
         )
         .with_state(Arc::new(cfg));
-    // The token guards the 404/405 answers too: without it nothing is revealed.
-    require_token(httpapi::server::finish(app), token, PUBLIC_PATHS)
+    // The token guards the 404/405 answers too: without it nothing is revealed. The
+    // dashboard's files need none (the page asks the API with the token it holds).
+    crate::dashboard::router().merge(require_token(
+        httpapi::server::finish(app),
+        token,
+        PUBLIC_PATHS,
+    ))
 }

@@ -24,6 +24,7 @@ mod error;
 mod export_device;
 mod fence;
 mod handoff;
+mod member_ops;
 mod members;
 mod monitor;
 mod node;
@@ -550,6 +551,9 @@ fn metrics_fn(
     Arc::new(move |page: &mut httpapi::metrics::Page| {
         health.add_metrics(page, &node);
         storage_node::http::qos_metrics::add_qos_families(page, &node, &target.qos_stats());
+        // The volumes as hosts see them through this node (throughput, latency: what the
+        // dashboard charts), named like a storage node's namespaces.
+        storage_node::http::metrics::namespace_families(page, &node, &target.stats().namespaces);
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

@@ -44,7 +44,7 @@ fn lock(slots: &Slots) -> std::sync::MutexGuard<'_, Vec<Option<Arc<RemoteNamespa
 }
 
 /// Whether this node may take a member's reservation from another holder now.
-async fn may_preempt(ctx: &Ctx, volume: &str, own: &Ownership) -> bool {
+pub(super) async fn may_preempt(ctx: &Ctx, volume: &str, own: &Ownership) -> bool {
     own.lease.is_alive()
         && matches!(
             current_owner(ctx.store.as_ref(), volume).await,
@@ -67,10 +67,26 @@ pub(crate) fn spawn(
         };
         let mut seen: Vec<Option<u64>> = lock(&slots).iter().map(generation).collect();
         let mut watch = EventWatch::new(&ctx, &rec.name, &volume.status());
+        let mut rec = rec;
         loop {
             tokio::time::sleep(PERIOD).await;
             if latch.is_closed() {
                 return;
+            }
+            // A member replacement asked through the API.
+            if let Some(done) =
+                super::member_ops::run_pending(&ctx, &rec, &volume, &latch, &own).await
+            {
+                let g = done.ns.controller().status().generation;
+                if let Some(m) = rec.members.get_mut(done.slot) {
+                    *m = done.member;
+                }
+                if let Some(s) = lock(&slots).get_mut(done.slot) {
+                    *s = Some(done.ns);
+                }
+                if let Some(s) = seen.get_mut(done.slot) {
+                    *s = Some(g);
+                }
             }
             // Reconnected members: fence again (no preemption unless surely still owner).
             let now: Vec<(usize, Arc<RemoteNamespace>, u64)> = lock(&slots)

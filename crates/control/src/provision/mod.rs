@@ -4,6 +4,7 @@
 
 mod nsmgmt;
 pub mod objpool;
+pub mod replace;
 pub mod sizing;
 
 use std::collections::{BTreeSet, HashSet};
@@ -26,7 +27,9 @@ use crate::records::{
 };
 use crate::registration::get_node;
 
-pub use nsmgmt::{AllocatedNamespace, NS_BLOCK_BYTES, NamespaceKind, node_subsystems};
+pub use nsmgmt::{
+    AllocatedNamespace, NS_BLOCK_BYTES, NamespaceKind, delete as delete_namespace, node_subsystems,
+};
 
 /// Rounds of "pick a free ANA group, commit" before giving up (another create took it).
 const ANA_ATTEMPTS: usize = 16;

@@ -47,92 +47,7 @@ pub fn stats_page(
 ) -> Page {
     let mut page = Page::new();
     let node = node_name;
-    let ns = &stats.namespaces;
-    type NsField = fn(&nvmf_target::NsStatsSnapshot) -> u64;
-    let counters: [(&str, &str, NsField); 7] = [
-        (
-            "ferrobay_namespace_read_ops_total",
-            "Read commands completed successfully.",
-            |s| s.read_ops,
-        ),
-        (
-            "ferrobay_namespace_write_ops_total",
-            "Write commands completed successfully.",
-            |s| s.write_ops,
-        ),
-        (
-            "ferrobay_namespace_other_ops_total",
-            "Other I/O commands (flush, write zeroes, DSM, compare, reservations).",
-            |s| s.other_ops,
-        ),
-        (
-            "ferrobay_namespace_read_bytes_total",
-            "Bytes read by hosts.",
-            |s| s.read_bytes,
-        ),
-        (
-            "ferrobay_namespace_write_bytes_total",
-            "Bytes written by hosts.",
-            |s| s.write_bytes,
-        ),
-        (
-            "ferrobay_namespace_errors_total",
-            "I/O commands completed with an error status.",
-            |s| s.errors,
-        ),
-        (
-            "ferrobay_namespace_media_errors_total",
-            "I/O commands failed by a media error.",
-            |s| s.media_errors,
-        ),
-    ];
-    for (name, help, field) in counters {
-        let f = page.counter(name, help);
-        for n in ns {
-            let nsid = n.nsid.to_string();
-            f.add(
-                &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-                field(&n.stats),
-            );
-        }
-    }
-    let depth = page.gauge(
-        "ferrobay_namespace_queue_depth",
-        "I/O commands executing now.",
-    );
-    for n in ns {
-        let nsid = n.nsid.to_string();
-        depth.add(
-            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-            u64::try_from(n.stats.in_flight.max(0)).unwrap_or(0),
-        );
-    }
-    let size = page.gauge("ferrobay_namespace_size_bytes", "Namespace size.");
-    for n in ns {
-        let nsid = n.nsid.to_string();
-        size.add(
-            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-            n.size_bytes,
-        );
-    }
-    let bounds: Vec<f64> = LATENCY_BUCKETS_US
-        .iter()
-        .map(|us| *us as f64 / 1e6)
-        .collect();
-    let latency = page.histogram(
-        "ferrobay_namespace_latency_seconds",
-        "Latency of successful I/O commands.",
-    );
-    for n in ns {
-        let nsid = n.nsid.to_string();
-        latency.add_histogram(
-            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-            n.stats.latency_sum_us as f64 / 1e6,
-            &bounds,
-            &n.stats.latency_buckets,
-        );
-    }
-
+    namespace_families(&mut page, node, &stats.namespaces);
     let conns = &stats.connections;
     page.gauge(
         "ferrobay_connections",
@@ -294,6 +209,95 @@ pub fn stats_page(
     render_kv(&mut page, node, kv);
     super::qos_metrics::add_qos_families(&mut page, node, qos);
     page
+}
+
+/// The `ferrobay_namespace_*` families of a target's namespaces (also the processor
+/// node's, whose namespaces are volumes): I/O counters, queue depth, size, latency.
+pub fn namespace_families(page: &mut Page, node: &str, ns: &[nvmf_target::NamespaceStats]) {
+    type NsField = fn(&nvmf_target::NsStatsSnapshot) -> u64;
+    let counters: [(&str, &str, NsField); 7] = [
+        (
+            "ferrobay_namespace_read_ops_total",
+            "Read commands completed successfully.",
+            |s| s.read_ops,
+        ),
+        (
+            "ferrobay_namespace_write_ops_total",
+            "Write commands completed successfully.",
+            |s| s.write_ops,
+        ),
+        (
+            "ferrobay_namespace_other_ops_total",
+            "Other I/O commands (flush, write zeroes, DSM, compare, reservations).",
+            |s| s.other_ops,
+        ),
+        (
+            "ferrobay_namespace_read_bytes_total",
+            "Bytes read by hosts.",
+            |s| s.read_bytes,
+        ),
+        (
+            "ferrobay_namespace_write_bytes_total",
+            "Bytes written by hosts.",
+            |s| s.write_bytes,
+        ),
+        (
+            "ferrobay_namespace_errors_total",
+            "I/O commands completed with an error status.",
+            |s| s.errors,
+        ),
+        (
+            "ferrobay_namespace_media_errors_total",
+            "I/O commands failed by a media error.",
+            |s| s.media_errors,
+        ),
+    ];
+    for (name, help, field) in counters {
+        let f = page.counter(name, help);
+        for n in ns {
+            let nsid = n.nsid.to_string();
+            f.add(
+                &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+                field(&n.stats),
+            );
+        }
+    }
+    let depth = page.gauge(
+        "ferrobay_namespace_queue_depth",
+        "I/O commands executing now.",
+    );
+    for n in ns {
+        let nsid = n.nsid.to_string();
+        depth.add(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            u64::try_from(n.stats.in_flight.max(0)).unwrap_or(0),
+        );
+    }
+    let size = page.gauge("ferrobay_namespace_size_bytes", "Namespace size.");
+    for n in ns {
+        let nsid = n.nsid.to_string();
+        size.add(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            n.size_bytes,
+        );
+    }
+    let bounds: Vec<f64> = LATENCY_BUCKETS_US
+        .iter()
+        .map(|us| *us as f64 / 1e6)
+        .collect();
+    let latency = page.histogram(
+        "ferrobay_namespace_latency_seconds",
+        "Latency of successful I/O commands.",
+    );
+    for n in ns {
+        let nsid = n.nsid.to_string();
+        latency.add_histogram(
+            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
+            n.stats.latency_sum_us as f64 / 1e6,
+            &bounds,
+            &n.stats.latency_buckets,
+        );
+    }
 }
 
 /// Per-namespace figures of the KV stores: usage gauges and operation counters.

@@ -1,4 +1,4 @@
-//! Volumes: list, view, create, delete, move, status.
+//! Volumes: list, view, create, delete, move, status, replace a member.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,6 +10,7 @@ use httpapi::{ApiError, ErrorBody};
 use super::err;
 use crate::api::server::ApiState;
 use crate::api::{DeleteQuery, MoveAccepted, MoveRequest};
+use crate::provision::replace::{self, ReplaceMember, ReplaceRequest};
 use crate::provision::{self, CreateVolume, VolumeView};
 use crate::records::{VolumeRecord, VolumeStatusRecord};
 
@@ -119,4 +120,24 @@ pub(crate) async fn move_volume(
             to: mv.to,
         },
     ))
+}
+
+/// Replaces member `slot` with a new namespace on `storage_node` (allocated now); the
+/// owner puts it in, the volume rebuilds onto it, and the old namespace is deleted
+/// (`member_replaced` in the event log).
+#[utoipa::path(post, path = "/api/v1/volumes/{name}/members/{slot}/replace", tag = "volumes",
+    params(("name" = String, Path, description = "Volume name"),
+        ("slot" = usize, Path, description = "Member slot (0-based)")),
+    request_body = ReplaceMember,
+    responses((status = 202, body = ReplaceRequest),
+        (status = "default", description = "400 no such slot, storage node not live or holding another member, 404 no such volume, 409 no owner or a replacement pending, 502 the storage node failed", body = ErrorBody)))]
+pub(crate) async fn replace_member(
+    State(cfg): State<ApiState>,
+    Path((name, slot)): Path<(String, usize)>,
+    Json(req): Json<ReplaceMember>,
+) -> Result<Response, ApiError> {
+    let accepted = replace::request_replace(cfg.store.as_ref(), &name, slot, &req, &cfg.host)
+        .await
+        .map_err(err)?;
+    Ok(json(StatusCode::ACCEPTED, &accepted))
 }
