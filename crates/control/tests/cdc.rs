@@ -42,8 +42,9 @@ fn p1_host() -> HostIdentity {
     HostIdentity::from_hostnqn(&processor_hostnqn("p1")).unwrap()
 }
 
-async fn start_node(name: &str, dir: &Path) -> StorageNode {
+async fn start_node(name: &str, dir: &Path, token: &httpapi::auth::Token) -> StorageNode {
     let mut cfg = NodeConfig::new(name, dir.join("data"));
+    cfg.api_token = Some(token.clone());
     cfg.listen = vec![local0()];
     cfg.discovery_listen = Some(local0());
     cfg.http_listen = Some(local0());
@@ -118,10 +119,12 @@ impl Cluster {
         let cdc = Cdc::start(store.clone(), CdcConfig::new(vec![local0()]))
             .await
             .unwrap();
+        // The nodes take the cluster's API token, as `node run --meta` does.
+        let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
         let mut nodes = Vec::new();
         for i in 0..3 {
             let name = format!("n{i}");
-            let node = start_node(&name, &dir.path().join(&name)).await;
+            let node = start_node(&name, &dir.path().join(&name), &token).await;
             if i == 0 {
                 // n0's drive serves the processor node only.
                 node.allow_host(&drive_nqn("n0"), &processor_hostnqn("p1"))
