@@ -1,7 +1,7 @@
 //! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
-//! `DIR/nX`, open to the processor node only), one processor node `p1` exporting on the
-//! address the user asked for, a central discovery controller on that address (port 8009
+//! `DIR/nX`, open to the processor node and the gateway only), one processor node `p1`
+//! exporting on the address the user asked for, a central discovery controller on that address (port 8009
 //! when free), a sample RAID-5 volume across the three storage nodes, and an S3 gateway
 //! on KV namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again
 //! on the same data dir brings the same cluster back: nothing is created twice, the
@@ -23,7 +23,7 @@ use crate::cdc::{Cdc, CdcConfig, CdcError, DISCOVERY_PORT};
 use crate::pool_gateway::PoolGateway;
 use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
-use crate::records::{processor_hostnqn, volume_nqn};
+use crate::records::{processor_hostnqn, s3_hostnqn, volume_nqn};
 use crate::registration::LiveRegistration;
 use httpapi::auth::Token;
 
@@ -786,7 +786,7 @@ async fn start_storage_node(
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
     let prepared = match remember_addr(&node, saved_addr, &addr_path) {
-        Ok(()) => processor_only(&node).await,
+        Ok(()) => cluster_hosts_only(&node).await,
         Err(e) => Err(e),
     };
     if let Err(e) = prepared {
@@ -796,16 +796,19 @@ async fn start_storage_node(
     Ok(node)
 }
 
-/// The drives serve the processor node only (it carves the volumes' namespaces and fences
-/// them): a host that discovers the cluster through the CDC finds the volumes, not the
-/// members under them. Kept in the node state, so done once.
-async fn processor_only(node: &StorageNode) -> Result<(), String> {
-    let host = processor_hostnqn(PROCESSOR);
+/// The drives serve the cluster's own hosts only: the processor node (it carves the
+/// volumes' namespaces and fences them) and the S3 gateway (its KV namespaces): a host
+/// that discovers the cluster through the CDC finds the volumes, not the members under
+/// them. Kept in the node state, so done once.
+async fn cluster_hosts_only(node: &StorageNode) -> Result<(), String> {
+    let hosts = [processor_hostnqn(PROCESSOR), s3_hostnqn(s3::GATEWAY)];
     for s in node.subsystems() {
-        if s.allow_any_host || !s.allowed_hosts.contains(&host) {
-            node.allow_host(&s.nqn, &host)
-                .await
-                .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+        for host in &hosts {
+            if s.allow_any_host || !s.allowed_hosts.contains(host) {
+                node.allow_host(&s.nqn, host)
+                    .await
+                    .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+            }
         }
     }
     Ok(())

@@ -18,8 +18,9 @@ use nvmf_host::HostIdentity;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// As the processor node's API does it: `ferrobay up`'s drives serve its host NQN.
 fn host() -> HostIdentity {
-    HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:replacer").unwrap()
+    HostIdentity::from_hostnqn(&control::records::processor_hostnqn("p1")).unwrap()
 }
 
 fn to(node: &str) -> ReplaceMember {

@@ -37,6 +37,22 @@ fn slow_device(name: &str, delay: Duration) -> (Arc<dyn BlockDevice>, blockdev::
     (Arc::new(f), h)
 }
 
+/// Waits until the running copy has done at least `min_bytes`, and checks it is not done
+/// (the tests' runtime has one thread: nothing else runs between this and the caller's
+/// next step).
+async fn copy_underway(vol: &Volume, min_bytes: u64) {
+    let mut progress = vol.copy_progress().expect("a copy runs");
+    progress
+        .wait_for(|p| p.bytes_done >= min_bytes)
+        .await
+        .expect("copy progress");
+    let p = progress.borrow().clone();
+    assert!(
+        p.bytes_done < p.bytes_total,
+        "the copy is still running: {p:?}"
+    );
+}
+
 /// Random writes of 4 KiB..64 KiB into `vol` and `model`.
 async fn scribble(vol: &Volume, model: &mut [u8], seed: u64, count: usize) {
     let mut r = rng(seed);
@@ -109,9 +125,10 @@ async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
         .unwrap();
     let mut model = random_bytes(&mut rng(3), vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
-    let (new, _h) = slow_device("new", Duration::from_millis(2));
+    let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(1, new.clone()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Past the first checkpoint (every 512 KiB).
+    copy_underway(&vol, 640 << 10).await;
     scribble(&vol, &mut model, 4, 10).await;
     vol.stop().await.unwrap();
     // Examine sees the replacement and its checkpoint.
@@ -147,9 +164,9 @@ async fn a_copy_cut_by_a_crash_starts_over_and_completes() {
         .unwrap();
     let mut model = random_bytes(&mut rng(21), vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
-    let (new, _h) = slow_device("new", Duration::from_millis(2));
+    let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(2, new.clone()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    copy_underway(&vol, 1).await;
     scribble(&vol, &mut model, 22, 10).await;
     // The power goes: nothing more is written, no clean flag.
     vol.detach();
@@ -183,7 +200,7 @@ async fn a_member_failing_during_the_copy_hands_over_to_the_replacement() {
     let (m, vol, mut model) = filled(LevelSpec::Raid5, 4, 5).await;
     let (new, _h) = slow_device("new", Duration::from_millis(1));
     vol.copy_member(3, new).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    copy_underway(&vol, 1).await;
     // The drive dies for good: the next write to it fails it.
     m.faults[3].add(FaultRule::new(FaultOps::ALL, FaultAction::Offline));
     scribble(&vol, &mut model, 6, 20).await;
