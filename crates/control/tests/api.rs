@@ -74,6 +74,7 @@ impl Cluster {
                 token: token.clone(),
                 node_name: "p1".into(),
                 metrics: None,
+                health: None,
             },
         )
         .await

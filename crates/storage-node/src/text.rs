@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::api::{HealthReport, NamespaceView, SubsystemView};
+use crate::api::{
+    HealthReport, IoTelemetry, NamespaceView, PredictionReport, SubsystemView, TelemetryReport,
+};
 
 /// A size for people: `1.5 KiB`, `64.0 MiB` (the format of every Ferrobay table; the
 /// JSON forms carry exact bytes).
@@ -199,6 +201,125 @@ pub fn health_text(h: &HealthReport) -> String {
         );
     }
     out
+}
+
+/// Rows of one device's I/O, one per operation class that saw any operation.
+fn io_rows(device: &str, io: &IoTelemetry) -> Vec<Vec<String>> {
+    let classes = [
+        ("read", &io.read),
+        ("write", &io.write),
+        ("flush", &io.flush),
+        ("other", &io.other),
+    ];
+    classes
+        .iter()
+        .filter(|(_, c)| c.ops > 0 || c.latency.count > 0)
+        .map(|(name, c)| {
+            vec![
+                device.to_string(),
+                name.to_string(),
+                c.ops.to_string(),
+                human_bytes(c.bytes),
+                c.latency.p50_us.to_string(),
+                c.latency.p99_us.to_string(),
+                c.latency.p999_us.to_string(),
+                c.latency.max_us.to_string(),
+            ]
+        })
+        .collect()
+}
+
+const IO_HEADER: [&str; 8] = [
+    "OP", "OPS", "BYTES", "P50_US", "P99_US", "P999_US", "MAX_US", "",
+];
+
+/// `node telemetry`: per drive its errors, queue depth, SMART reading and grade, then the
+/// latency per operation class of each drive and namespace (classes with no operation
+/// left out).
+pub fn telemetry_text(t: &TelemetryReport) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let drives: Vec<Vec<String>> = t
+        .drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.drive.clone(),
+                d.io.errors.media.to_string(),
+                d.io.errors.transport.to_string(),
+                d.io.errors.other.to_string(),
+                d.io.queue_depth.to_string(),
+                format!("{:.2}", d.io.queue_depth_avg),
+                opt(d
+                    .media
+                    .temperature_k
+                    .map(|k| format!("{}C", i32::from(k) - 273))),
+                opt(d.media.percentage_used.map(|p| format!("{p}%"))),
+                opt(d.media.available_spare_pct.map(|p| format!("{p}%"))),
+                opt(d.prediction.as_ref().map(|p| p.grade.to_string())),
+            ]
+        })
+        .collect();
+    let mut out = format!("node {}\n", t.node);
+    out.push_str(&table(
+        &[
+            "DRIVE",
+            "MEDIA_ERR",
+            "TRANSPORT_ERR",
+            "OTHER_ERR",
+            "QD",
+            "QD_AVG",
+            "TEMP",
+            "USED",
+            "SPARE",
+            "GRADE",
+        ],
+        &drives,
+    ));
+    let mut rows = Vec::new();
+    for d in &t.drives {
+        rows.extend(io_rows(&d.drive, &d.io));
+    }
+    for n in &t.namespaces {
+        rows.extend(io_rows(&format!("{}/{}", n.subsystem_nqn, n.nsid), &n.io));
+    }
+    if !rows.is_empty() {
+        out.push('\n');
+        let mut header = vec!["DEVICE"];
+        header.extend(&IO_HEADER[..7]);
+        out.push_str(&table(&header, &rows));
+    }
+    out
+}
+
+/// `node predictions`: one row per drive with its grade, since when and why.
+pub fn predictions_text(p: &PredictionReport) -> String {
+    let rows: Vec<Vec<String>> = p
+        .drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.drive.clone(),
+                d.prediction.grade.to_string(),
+                d.prediction
+                    .since_unix_ms
+                    .map_or_else(|| "-".to_string(), unix_ms_text),
+                if d.prediction.reason.is_empty() {
+                    "-".to_string()
+                } else {
+                    d.prediction.reason.clone()
+                },
+            ]
+        })
+        .collect();
+    let mut out = format!("node {}\n", p.node);
+    out.push_str(&table(&["DRIVE", "GRADE", "SINCE", "REASON"], &rows));
+    out
+}
+
+/// A Unix time in ms as RFC 3339 UTC, to the second (`2026-11-28T04:33:01Z`).
+pub fn unix_ms_text(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]
