@@ -373,4 +373,82 @@ mod tests {
              namespace 2 of nqn.x: KV store not serving: corrupt KV store: no valid checkpoint\n"
         );
     }
+
+    #[test]
+    fn telemetry_and_prediction_tables() {
+        use crate::api::{
+            DrivePrediction, DriveTelemetry, IoTelemetry, LatencyView, MediaView,
+            NamespaceTelemetry, OpClassView, Prediction, PredictionReport, TelemetryReport,
+        };
+        let io = IoTelemetry {
+            write: OpClassView {
+                ops: 12,
+                bytes: 12 << 16,
+                latency: LatencyView {
+                    count: 12,
+                    mean_us: 90,
+                    p50_us: 95,
+                    p99_us: 223,
+                    p999_us: 223,
+                    max_us: 223,
+                },
+            },
+            ..IoTelemetry::default()
+        };
+        let failing = Prediction {
+            grade: telemetry::Grade::Failing,
+            reason: "media_errors: 8 media errors".into(),
+            reasons: vec![],
+            since_unix_ms: Some(1_764_302_400_000),
+        };
+        let t = TelemetryReport {
+            node: "n1".into(),
+            drives: vec![DriveTelemetry {
+                drive: "d0".into(),
+                io,
+                media: MediaView {
+                    temperature_k: Some(310),
+                    available_spare_pct: Some(97),
+                    ..MediaView::default()
+                },
+                prediction: Some(failing.clone()),
+            }],
+            namespaces: vec![NamespaceTelemetry {
+                subsystem_nqn: "nqn.x".into(),
+                nsid: 1,
+                drive: "d0".into(),
+                io,
+            }],
+        };
+        let text = telemetry_text(&t);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "node n1");
+        assert!(lines[1].starts_with("DRIVE  MEDIA_ERR"), "{text}");
+        assert!(
+            lines[2].starts_with("d0 ") && lines[2].ends_with("37C   -     97%    failing"),
+            "{text}"
+        );
+        let rows: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.contains(" write "))
+            .copied()
+            .collect();
+        assert_eq!(rows.len(), 2, "drive and namespace, reads left out: {text}");
+        assert!(
+            rows[1].starts_with("nqn.x/1")
+                && rows[1].ends_with("768.0 KiB  95      223     223      223"),
+            "{text}"
+        );
+        let p = PredictionReport {
+            node: "n1".into(),
+            drives: vec![DrivePrediction {
+                drive: "d0".into(),
+                prediction: failing,
+            }],
+        };
+        assert_eq!(
+            predictions_text(&p),
+            "node n1\nDRIVE  GRADE    SINCE                 REASON\nd0     failing  2025-11-28T04:00:00Z  media_errors: 8 media errors\n"
+        );
+    }
 }
