@@ -326,8 +326,7 @@ fn main() -> ExitCode {
                 node, gateway `ferrobay s3 run --meta` (SQLite index, EC 2+1, objects up to \
                 16 KiB inline in the index). minio: `minio server` over three drive \
                 directories on the same filesystem (one erasure set, EC:1). Load: \
-                benches/s3load (Go, minio-go) with N workers."
-            .into(),
+                benches/s3load (Go, minio-go) with N workers.",
         machine: Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")

@@ -125,7 +125,7 @@ async fn connect_loop(shared: Arc<Shared>, connect: ConnectFn) {
             Err(e) => {
                 // The first failure and then every 10th: a node that is down for long
                 // does not flood the log.
-                if attempts == 1 || attempts % 10 == 0 {
+                if attempts == 1 || attempts.is_multiple_of(10) {
                     tracing::warn!(store = %shared.id, attempts, "connecting shard store: {e}; retrying");
                 }
                 *shared
