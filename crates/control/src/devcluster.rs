@@ -1,6 +1,6 @@
 //! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
-//! `DIR/nX`, open to the processor node only), one processor node `p1` exporting on the
+//! `DIR/nX`, open to the processor node and the gateway only), one processor node `p1` exporting on the
 //! address the user asked for, a central discovery controller on that address (port 8009
 //! when free), a sample RAID-5 volume across the three storage nodes, and an S3 gateway
 //! on KV namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again
@@ -787,7 +787,7 @@ async fn start_storage_node(
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
     let prepared = match remember_addr(&node, saved_addr, &addr_path) {
-        Ok(()) => processor_only(&node).await,
+        Ok(()) => owners_only(&node).await,
         Err(e) => Err(e),
     };
     if let Err(e) = prepared {
@@ -797,16 +797,23 @@ async fn start_storage_node(
     Ok(node)
 }
 
-/// The drives serve the processor node only (it carves the volumes' namespaces and fences
-/// them): a host that discovers the cluster through the CDC finds the volumes, not the
-/// members under them. Kept in the node state, so done once.
-async fn processor_only(node: &StorageNode) -> Result<(), String> {
-    let host = processor_hostnqn(PROCESSOR);
+/// The drives serve the processor node (it carves the volumes' namespaces and fences
+/// them) and the S3 gateway (it carves its pool's KV namespaces and stores objects in them)
+/// only: a host that discovers the cluster through the CDC finds the volumes, not the
+/// members under them. Kept in the node state, so done once (a data dir from before the
+/// gateway gets its host added).
+async fn owners_only(node: &StorageNode) -> Result<(), String> {
+    let hosts = [
+        processor_hostnqn(PROCESSOR),
+        crate::records::s3_hostnqn(s3::GATEWAY),
+    ];
     for s in node.subsystems() {
-        if s.allow_any_host || !s.allowed_hosts.contains(&host) {
-            node.allow_host(&s.nqn, &host)
-                .await
-                .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+        for host in &hosts {
+            if s.allow_any_host || !s.allowed_hosts.contains(host) {
+                node.allow_host(&s.nqn, host)
+                    .await
+                    .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+            }
         }
     }
     Ok(())

@@ -18,8 +18,13 @@ use nvmf_host::HostIdentity;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The processor node's identity: `ferrobay up`'s drives serve it (and the S3 gateway)
+/// only, so provisioning acts as it (what the cluster API of `ferrobay up` does).
 fn host() -> HostIdentity {
-    HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:replacer").unwrap()
+    HostIdentity::from_hostnqn(&control::records::processor_hostnqn(
+        control::devcluster::PROCESSOR,
+    ))
+    .unwrap()
 }
 
 fn to(node: &str) -> ReplaceMember {
