@@ -565,6 +565,18 @@ mod tests {
         // The healthy neighbour.
         let d1g = a.iter().find(|a| a.source == "drive/d1").unwrap();
         assert_eq!(d1g.grade, Grade::Ok);
+        // Since when, dated on the wall clock given: failing since second 12, ok since the
+        // first grading (second 1); the clock is at second 20.
+        let p = t.predictions(1_000_000);
+        assert_eq!(p["d0"].grade, Grade::Failing);
+        assert_eq!(p["d0"].since_unix_ms, Some(1_000_000 - 8_000));
+        assert!(
+            p["d0"].reason.starts_with("media_errors: "),
+            "{:?}",
+            p["d0"]
+        );
+        assert_eq!(p["d1"].since_unix_ms, Some(1_000_000 - 19_000));
+        assert_eq!(p["d1"].reason, "");
         // The extended SMART page carries the grade.
         t.namespace_meter("nqn.x", 1, d0);
         let page = TelemetrySource::ext_smart(&t, "nqn.x", None);
