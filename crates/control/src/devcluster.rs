@@ -584,6 +584,7 @@ pub async fn start_api(
         token,
         node_name: PROCESSOR.to_string(),
         metrics: None,
+        health: None,
     };
     ApiServer::start(addr, cfg)
         .await

@@ -393,6 +393,7 @@ async fn http_api_end_to_end() {
                 page.gauge("ferrobay_test_extra", "A family the test adds.")
                     .add(&[], 1);
             })),
+            health: None,
         },
     )
     .await

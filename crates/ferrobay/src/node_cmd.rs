@@ -30,6 +30,12 @@ pub enum NodeCommand {
     Host(HostCommand),
     /// SMART/health summary of the node and each drive.
     Health(ApiArgs),
+    /// Per drive and namespace: operations, bytes, latency percentiles per operation
+    /// class, errors by kind, queue depth, the drive's SMART reading and grade.
+    Telemetry(ApiArgs),
+    /// Each drive's failure-prediction grade (ok, suspect, failing), since when and why
+    /// (docs/prediction.md).
+    Predictions(ApiArgs),
     /// QoS limits per namespace and host (docs/qos.md).
     #[command(subcommand)]
     Qos(QosCommand),
@@ -598,6 +604,16 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         NodeCommand::Health(api) => {
             let h = client(&api)?.health().await?;
             print(api.json, &h, storage_node::text::health_text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        NodeCommand::Telemetry(api) => {
+            let t = client(&api)?.telemetry().await?;
+            print(api.json, &t, storage_node::text::telemetry_text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        NodeCommand::Predictions(api) => {
+            let p = client(&api)?.predictions().await?;
+            print(api.json, &p, storage_node::text::predictions_text)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -8,7 +8,9 @@ use httpapi::{ClientError, HttpClient};
 use meta::schema::EventPage;
 use serde::de::DeserializeOwned;
 
-use super::{API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces};
+use super::{
+    API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces, NodePredictions, NodeTelemetry,
+};
 use crate::error::ControlError;
 use crate::provision::{CreateVolume, VolumeView};
 use crate::records::{NodeRecord, VolumeQos, VolumeRecord, VolumeStatusRecord};
@@ -148,6 +150,31 @@ impl ApiClient {
     /// The namespaces of every storage node.
     pub async fn namespaces(&self) -> Result<Vec<NodeNamespaces>, ControlError> {
         self.must("GET", &Self::p(&["namespaces"]), None).await
+    }
+
+    /// The drive and namespace telemetry of every storage node.
+    pub async fn telemetry(&self) -> Result<Vec<NodeTelemetry>, ControlError> {
+        self.must("GET", &Self::p(&["telemetry"]), None).await
+    }
+
+    /// The telemetry of one storage node.
+    pub async fn node_telemetry(
+        &self,
+        node: &str,
+    ) -> Result<storage_node::api::TelemetryReport, ControlError> {
+        self.must("GET", &Self::p(&["nodes", node, "telemetry"]), None)
+            .await
+    }
+
+    /// The failure-prediction grades of every node (drives and volume members).
+    pub async fn predictions(&self) -> Result<Vec<NodePredictions>, ControlError> {
+        self.must("GET", &Self::p(&["predictions"]), None).await
+    }
+
+    /// The grades of one node.
+    pub async fn node_predictions(&self, node: &str) -> Result<NodePredictions, ControlError> {
+        self.must("GET", &Self::p(&["nodes", node, "predictions"]), None)
+            .await
     }
 
     /// The access lists of every storage node.

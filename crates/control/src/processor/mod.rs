@@ -277,6 +277,7 @@ impl Processor {
                             health.clone(),
                             target.clone(),
                         )),
+                        health: Some(health.clone()),
                     },
                 )
                 .await?,
