@@ -47,6 +47,10 @@ struct State {
     grades: BTreeMap<String, Assessment>,
     /// Per drive key: the clock's ms when its current grade began.
     graded_since_ms: BTreeMap<String, u64>,
+    /// Wall clock ms minus the clock's ms, taken at the first dating and kept: every
+    /// answer dates a grade's start the same way (recomputing it per call moved "since"
+    /// by a millisecond between two routes).
+    wall_offset_ms: Option<i128>,
 }
 
 /// Meters, series and grades of one node's drives and namespaces.
@@ -258,7 +262,10 @@ impl NodeTelemetry {
     /// clock now, to date each grade's start).
     pub fn predictions(&self, now_unix_ms: u64) -> BTreeMap<String, Prediction> {
         let now_ms = self.clock.now_ns() / 1_000_000;
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
+        let offset_ms = *st
+            .wall_offset_ms
+            .get_or_insert(i128::from(now_unix_ms) - i128::from(now_ms));
         self.drives
             .values()
             .filter_map(|d| {
@@ -267,7 +274,7 @@ impl NodeTelemetry {
                 let since = st
                     .graded_since_ms
                     .get(&key)
-                    .map(|&t| now_unix_ms.saturating_sub(now_ms.saturating_sub(t)));
+                    .map(|&t| u64::try_from(i128::from(t) + offset_ms).unwrap_or(0));
                 Some((d.name.clone(), Prediction::of(a, since)))
             })
             .collect()
