@@ -94,6 +94,23 @@ fn segments(pieces: &[Piece], range: &Range<u64>) -> Vec<Segment> {
     out
 }
 
+/// Bytes `within` of a stripe whose data is `chunks` (the data shards' payloads in
+/// order), without copying.
+fn cut(chunks: Vec<Bytes>, within: Range<usize>) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut base = 0;
+    for c in chunks {
+        let (lo, hi) = (base, base + c.len());
+        base = hi;
+        let start = within.start.max(lo);
+        let end = within.end.min(hi);
+        if start < end {
+            out.push(c.slice(start - lo..end - lo));
+        }
+    }
+    out
+}
+
 /// Stripes read ahead of the one being sent.
 const READ_AHEAD: usize = 2;
 
@@ -135,8 +152,9 @@ impl ObjectLayer {
                 let layer = self.clone();
                 let piece = pieces[seg.piece].clone();
                 async move {
-                    let (data, health) = layer.data.read_stripe(&piece, seg.stripe).await?;
-                    let bytes = Bytes::from(data).slice(seg.within.clone());
+                    let (chunks, health) =
+                        layer.data.read_stripe_chunks(&piece, seg.stripe).await?;
+                    let bytes = cut(chunks, seg.within.clone());
                     Ok::<_, DataError>((bytes, health.degraded().then_some(piece)))
                 }
             })
@@ -144,14 +162,21 @@ impl ObjectLayer {
         futures::pin_mut!(reads);
         while let Some(r) = reads.next().await {
             match r {
-                Ok((bytes, bad)) => {
+                Ok((chunks, bad)) => {
                     if let Some(p) = bad
                         && !degraded.iter().any(|d: &Piece| d.id == p.id)
                     {
                         degraded.push(p);
                     }
-                    if tx.send(Ok(bytes)).await.is_err() {
-                        break; // the client went away
+                    let mut gone = false;
+                    for bytes in chunks {
+                        if tx.send(Ok(bytes)).await.is_err() {
+                            gone = true; // the client went away
+                            break;
+                        }
+                    }
+                    if gone {
+                        break;
                     }
                 }
                 Err(e) => {
@@ -177,6 +202,24 @@ mod tests {
             geometry: Geometry { data: 2, parity: 1 },
             shard_bytes: 10,
             stores: vec!["a".into(), "b".into(), "c".into()],
+        }
+    }
+
+    #[test]
+    fn cut_takes_exactly_the_range_across_chunks() {
+        let data: Vec<u8> = (0..30).collect();
+        let chunks = || {
+            vec![
+                Bytes::copy_from_slice(&data[..12]),
+                Bytes::copy_from_slice(&data[12..24]),
+                Bytes::copy_from_slice(&data[24..]),
+            ]
+        };
+        for start in 0..30 {
+            for end in start + 1..=30 {
+                let got: Vec<u8> = cut(chunks(), start..end).concat();
+                assert_eq!(got, &data[start..end], "{start}..{end}");
+            }
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use blockdev::IoBuf;
 use bytes::Bytes;
 
 use super::{ShardError, ShardKey, ShardStore, StoreMode};
@@ -155,6 +156,23 @@ impl ShardStore for LazyShardStore {
 
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError> {
         self.inner()?.retrieve(key, buf).await
+    }
+
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        self.inner()?.store_buf(key, value, mode).await
+    }
+
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        self.inner()?.retrieve_value(key, max).await
     }
 
     async fn delete(&self, key: ShardKey) -> Result<(), ShardError> {

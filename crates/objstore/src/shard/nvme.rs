@@ -40,9 +40,10 @@
 //! that races a Store of the same key may report success for a key the Store re-created;
 //! the data path never does both at once.
 //!
-//! Values are copied once each way (into an owned I/O buffer for the queue, and out of
-//! it into the caller's slice): the trait hands out borrowed buffers, the queue needs
-//! owned ones that live as long as the command, whatever the caller does.
+//! The data path's values travel without a copy in this process: [`ShardStore::store_buf`]
+//! sends the caller's I/O buffer as it is, [`ShardStore::retrieve_value`] receives into a
+//! pooled buffer and hands it out as [`Bytes`]. `store` and `retrieve` (borrowed slices)
+//! copy once, into or out of an owned buffer that lives as long as the command.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -55,7 +56,9 @@ use nvmf_host::{
     NvmeTcpUrl, PathInfo, PathPolicy,
 };
 
-use super::{MAX_VALUE_BYTES, ShardError, ShardKey, ShardStore, StoreMode, check_value_size};
+use super::{
+    MAX_VALUE_BYTES, ShardError, ShardKey, ShardStore, StoreMode, buffers, check_value_size,
+};
 
 /// How a [`NvmeKvShardStore`] connects and how long it waits; see the module docs.
 #[derive(Debug, Clone)]
@@ -368,6 +371,53 @@ impl ShardStore for NvmeKvShardStore {
             ns.store(&key.0, buf, store_mode(mode)).await.0
         })
         .await
+    }
+
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        check_value_size(&value)?;
+        let mut back = None;
+        let r = self
+            .run("store", |ns| {
+                let back = &mut back;
+                async move {
+                    let (r, buf) = ns.store(&key.0, value, store_mode(mode)).await;
+                    *back = Some(buf);
+                    r
+                }
+            })
+            .await;
+        if let Some(buf) = back {
+            buffers::give_back(buf);
+        }
+        r
+    }
+
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        let n = max.min(MAX_VALUE_BYTES);
+        let buf = buffers::take(n);
+        let (size, mut got) = self
+            .run("retrieve", |ns| async move {
+                let (r, b) = ns.retrieve(&key.0, buf).await;
+                match r {
+                    Ok(size) => Ok((size as usize, b)),
+                    Err(e) => {
+                        buffers::give_back(b);
+                        Err(e)
+                    }
+                }
+            })
+            .await?;
+        got.set_len(size.min(n));
+        Ok((buffers::into_bytes(got), size))
     }
 
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError> {
