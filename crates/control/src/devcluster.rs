@@ -169,15 +169,6 @@ impl DevCluster {
         progress: Progress<'_>,
     ) -> Result<DevCluster, DevClusterError> {
         validate(&cfg)?;
-        let nvme_addr = SocketAddr::new(cfg.addr, cfg.port);
-        // Before anything starts: a taken port is the most likely failure, and the
-        // cheapest to report.
-        check_port_free(nvme_addr)?;
-        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
-        check_port_free(s3_addr).map_err(|e| match e {
-            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
-            other => other,
-        })?;
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
             path: cfg.data_dir.clone(),
             reason: e.to_string(),
@@ -187,13 +178,23 @@ impl DevCluster {
                 path: cfg.data_dir.clone(),
                 reason: e.to_string(),
             })?;
-
         let meta_dir = data_dir.join("meta");
         progress(&format!(
             "opening the metadata store in {}",
             meta_dir.display()
         ));
+        // First the data dir's lock: a second `up` on it is refused for that reason, not
+        // for the ports the first one holds.
         let store = open_embedded(&data_dir, &meta_dir).await?;
+        // Then, before anything starts: a taken port is the most likely failure, and the
+        // cheapest to report.
+        let nvme_addr = SocketAddr::new(cfg.addr, cfg.port);
+        check_port_free(nvme_addr)?;
+        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
+        check_port_free(s3_addr).map_err(|e| match e {
+            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
+            other => other,
+        })?;
         let api_token = crate::auth::cluster_token(store.as_ref())
             .await
             .map_err(|e| step("the API token")(&e))?;
