@@ -12,6 +12,7 @@ use super::{
     API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces, NodePredictions, NodeTelemetry,
 };
 use crate::error::ControlError;
+use crate::provision::replace::{ReplaceMember, ReplaceRequest};
 use crate::provision::{CreateVolume, VolumeView};
 use crate::records::{NodeRecord, VolumeQos, VolumeRecord, VolumeStatusRecord};
 use nvmf_target::QosLimits;
@@ -136,6 +137,26 @@ impl ApiClient {
             .must("POST", &Self::p(&["volumes", name, "move"]), body)
             .await?;
         Ok(())
+    }
+
+    /// Replaces member `slot` of volume `name` with a new namespace on `storage_node`
+    /// (`POST .../members/{slot}/replace`).
+    pub async fn replace_member(
+        &self,
+        name: &str,
+        slot: usize,
+        storage_node: &str,
+    ) -> Result<ReplaceRequest, ControlError> {
+        let body = Self::json(&ReplaceMember {
+            storage_node: storage_node.to_string(),
+        })?;
+        let slot = slot.to_string();
+        self.must(
+            "POST",
+            &Self::p(&["volumes", name, "members", &slot, "replace"]),
+            body,
+        )
+        .await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeRecord>, ControlError> {
