@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use super::config::{KvBenchConfig, KvPattern};
 use super::stamp::{ValueCheck, check_value, key_of, stamp_value};
 use super::{KvOpError, KvTarget};
-use crate::job::{MAX_LATENCY_NS, Shared, new_histogram};
+use crate::job::{MAX_LATENCY_NS, Rng, Shared, new_histogram};
 use crate::report::KvVerifyReport;
 use crate::slots::IoSlots;
 use crate::verify::MAX_FIRST_ERRORS;
@@ -78,21 +78,6 @@ async fn one_op<T: KvTarget>(
         result,
         buf,
         write_id,
-    }
-}
-
-/// splitmix64, as the block mode.
-pub(super) struct Rng(pub(super) u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 
