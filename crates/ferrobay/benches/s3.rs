@@ -319,18 +319,6 @@ fn start_systems(
     })
 }
 
-/// `FERROBAY_BENCH_S3_OUT`, else `<target>/bench/s3.json`.
-fn output_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FERROBAY_BENCH_S3_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or_else(|| tmp.clone(), PathBuf::from)
-        .join("bench")
-        .join("s3.json")
-}
-
 /// What the smoke pass needs; the reason it cannot run otherwise.
 fn prerequisites() -> Result<PathBuf, String> {
     meta::testing::EtcdServer::find_binary()?;
@@ -430,14 +418,13 @@ fn main() -> ExitCode {
         println!("{}", report::baseline_table(b, &out.results));
     }
     if full {
-        let path = output_path();
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| {
-                std::fs::write(&path, serde_json::to_vec_pretty(&out).unwrap_or_default())
-            });
-        match written {
+        let path = testkit::bench::output_path(
+            "FERROBAY_BENCH_S3_OUT",
+            env!("CARGO_TARGET_TMPDIR"),
+            "s3.json",
+        );
+        let json = serde_json::to_string_pretty(&out).unwrap_or_default();
+        match testkit::bench::write_report(&path, &json) {
             Ok(()) => eprintln!("s3 bench: JSON in {}", path.display()),
             Err(e) => eprintln!("s3 bench: writing {}: {e}", path.display()),
         }

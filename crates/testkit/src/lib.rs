@@ -9,9 +9,11 @@
 //! - [`alloc`]: a counting global allocator (allocations per thread tag, live bytes);
 //! - [`proxy`]: a TCP forwarder standing for one network path, to cut and restore;
 //! - [`s3`]: a small S3 client (SigV4, UNSIGNED-PAYLOAD, one request per connection);
+//! - [`bench`]: where a `cargo bench` binary writes its JSON report;
 //! - [`stats::median`].
 
 pub mod alloc;
+pub mod bench;
 pub mod net;
 pub mod prereq;
 pub mod process;
