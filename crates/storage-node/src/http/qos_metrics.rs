@@ -8,14 +8,12 @@ use nvmf_target::{QosKey, QosStats};
 /// A key's labels after `node`: `subsystem`, `nsid` and `host` (`all` when the key covers
 /// them all).
 fn key_labels(node: &str, key: &QosKey) -> Labels {
-    let nsid = key
-        .nsid
-        .map_or_else(|| "all".to_string(), |n| n.to_string());
+    let (nsid, host) = super::qos_routes::key_segments(key);
     labels(&[
         ("node", node),
         ("subsystem", &key.subsystem_nqn),
         ("nsid", &nsid),
-        ("host", key.host_nqn.as_deref().unwrap_or("all")),
+        ("host", host),
     ])
 }
 
