@@ -229,8 +229,9 @@ fn io_rows(device: &str, io: &IoTelemetry) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The columns of [`io_rows`].
 const IO_HEADER: [&str; 8] = [
-    "OP", "OPS", "BYTES", "P50_US", "P99_US", "P999_US", "MAX_US", "",
+    "DEVICE", "OP", "OPS", "BYTES", "P50_US", "P99_US", "P999_US", "MAX_US",
 ];
 
 /// `node telemetry`: per drive its errors, queue depth, SMART reading and grade, then the
@@ -284,9 +285,7 @@ pub fn telemetry_text(t: &TelemetryReport) -> String {
     }
     if !rows.is_empty() {
         out.push('\n');
-        let mut header = vec!["DEVICE"];
-        header.extend(&IO_HEADER[..7]);
-        out.push_str(&table(&header, &rows));
+        out.push_str(&table(&IO_HEADER, &rows));
     }
     out
 }

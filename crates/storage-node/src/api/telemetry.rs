@@ -162,12 +162,7 @@ impl Prediction {
     pub fn of(a: &Assessment, since_unix_ms: Option<u64>) -> Prediction {
         Prediction {
             grade: a.grade,
-            reason: a
-                .reasons
-                .iter()
-                .map(|r| format!("{}: {}", r.rule, r.detail))
-                .collect::<Vec<_>>()
-                .join("; "),
+            reason: a.reasons_line(),
             reasons: a
                 .reasons
                 .iter()

@@ -26,10 +26,7 @@ fn path(parts: &[&str]) -> String {
 
 /// `/api/v1/qos/{nqn}/{nsid|all}/{host|all}`.
 fn qos_path(key: &QosKey) -> String {
-    let nsid = key
-        .nsid
-        .map_or_else(|| "all".to_string(), |n| n.to_string());
-    let host = key.host_nqn.as_deref().unwrap_or("all");
+    let (nsid, host) = super::qos_routes::key_segments(key);
     path(&["qos", &key.subsystem_nqn, &nsid, host])
 }
 

@@ -14,7 +14,7 @@ use nvme_proto::log::ext_smart::{ExtSmartRecord, LatencySummary, kind};
 use nvmf_target::TelemetrySource;
 use serde::Serialize;
 use telemetry::{
-    Assessment, Clock, DeviceTelemetry, Grade, MediaReading, OpClass, PredictionConfig,
+    Assessment, Clock, DeviceTelemetry, Grade, MediaReading, OpClass, PredictionConfig, Sampler,
     SeriesStore, SeriesView, TelemetrySnapshot,
 };
 use uuid::Uuid;
@@ -198,17 +198,19 @@ impl NodeTelemetry {
             st.media = f;
             st.media_read_ms = Some(now_ms);
         }
-        let mut keep: Vec<String> = Vec::new();
+        type Reading = (
+            String,
+            BTreeMap<String, String>,
+            TelemetrySnapshot,
+            MediaReading,
+        );
+        let mut readings: Vec<Reading> = Vec::new();
         for (uuid, d) in &self.drives {
-            let key = drive_key(&d.name);
             let media = st.media.get(uuid).copied().unwrap_or_default();
             let labels = self.labels_drive(d);
-            st.store
-                .record(&key, &labels, now_ms, &d.meter.snapshot(), media);
-            keep.push(key);
+            readings.push((drive_key(&d.name), labels, d.meter.snapshot(), media));
         }
         for ((nqn, nsid), (drive, m)) in &namespaces {
-            let key = namespace_key(nqn, *nsid);
             let labels = BTreeMap::from([
                 ("node".to_string(), self.node.clone()),
                 ("subsystem".to_string(), nqn.clone()),
@@ -218,16 +220,14 @@ impl NodeTelemetry {
                     drive_names.get(drive).cloned().unwrap_or_default(),
                 ),
             ]);
-            st.store.record(
-                &key,
-                &labels,
-                now_ms,
-                &m.snapshot(),
-                MediaReading::default(),
-            );
-            keep.push(key);
+            let key = namespace_key(nqn, *nsid);
+            readings.push((key, labels, m.snapshot(), MediaReading::default()));
         }
-        st.store.retain(|k| keep.iter().any(|x| x == k));
+        Sampler::tick(
+            &mut st.store,
+            now_ms,
+            readings.iter().map(|(k, l, s, m)| (k.as_str(), l, s, *m)),
+        );
         let drive_keys: Vec<String> = self.drives.values().map(|d| drive_key(&d.name)).collect();
         let grades = telemetry::predict::assess_store(&self.config, now_ms, &st.store, "group");
         let grades: BTreeMap<String, Assessment> = grades
