@@ -593,6 +593,30 @@ fn status_text(v: &VolumeView) -> String {
     out
 }
 
+/// A cluster volume's member slot named by its index or its URL.
+fn member_slot(rec: &VolumeRecord, member: &str) -> anyhow::Result<usize> {
+    let count = rec.members.len();
+    if let Ok(i) = member.parse::<usize>() {
+        if i < count {
+            return Ok(i);
+        }
+        return Err(usage(format!(
+            "volume {} has no member {i} (its members are 0..{})",
+            rec.name,
+            count.saturating_sub(1)
+        )));
+    }
+    rec.members
+        .iter()
+        .position(|m| m.url == member)
+        .ok_or_else(|| {
+            usage(format!(
+                "volume {} has no member {member:?} (a member is its index or its nvme+tcp:// URL)",
+                rec.name
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,28 +708,4 @@ mod tests {
         assert_eq!(enum_text(&volume::VolumeState::Rebuilding), "rebuilding");
         assert_eq!(enum_text(&volume::TaskPhase::Failed("x".into())), "failed");
     }
-}
-
-/// A cluster volume's member slot named by its index or its URL.
-fn member_slot(rec: &VolumeRecord, member: &str) -> anyhow::Result<usize> {
-    let count = rec.members.len();
-    if let Ok(i) = member.parse::<usize>() {
-        if i < count {
-            return Ok(i);
-        }
-        return Err(usage(format!(
-            "volume {} has no member {i} (its members are 0..{})",
-            rec.name,
-            count.saturating_sub(1)
-        )));
-    }
-    rec.members
-        .iter()
-        .position(|m| m.url == member)
-        .ok_or_else(|| {
-            usage(format!(
-                "volume {} has no member {member:?} (a member is its index or its nvme+tcp:// URL)",
-                rec.name
-            ))
-        })
 }
