@@ -13,11 +13,13 @@ pub fn human_bytes(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Rows under a header as aligned columns (every column as wide as its widest cell, in
+/// characters), two spaces apart, no trailing blanks: the shape of every Ferrobay table.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
