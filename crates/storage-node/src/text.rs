@@ -329,6 +329,12 @@ mod tests {
     use crate::api::AttachmentView;
 
     #[test]
+    fn dates() {
+        assert_eq!(unix_ms_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(unix_ms_text(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
     fn sizes_and_tables() {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(512), "512 B");
