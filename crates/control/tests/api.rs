@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,10 +18,8 @@ use blockdev::{
     WriteFlags,
 };
 use control::health::{HealthMonitor, ProactivePolicy};
-use telemetry::{
-    DeviceTelemetry, Grade, MeteredDevice, MonotonicClock, PredictionConfig, Retention,
-};
-use volume::{EngineOptions, LevelSpec, Throttle, Volume, VolumeConfig};
+use telemetry::{Grade, MonotonicClock, PredictionConfig, Retention};
+use volume::Volume;
 
 use control::api::{ApiClient, ApiConfig, ApiServer};
 use control::provision::CreateVolume;
@@ -35,7 +32,7 @@ use meta::schema::{Severity, SubjectKind};
 use nvmf_host::HostIdentity;
 use storage_node::{DriveWrapper, StorageNode};
 
-use common::{TTL, embedded_store, local0, node_config, register_storage_node};
+use common::{TTL, embedded_store, local0, node_config, register_storage_node, watched_raid5};
 
 const MIB: u64 = 1 << 20;
 
@@ -446,41 +443,13 @@ async fn register_processor(c: &Cluster, name: &str, api: SocketAddr) -> Registr
 async fn watched_volume(monitor: &HealthMonitor) -> (Arc<Volume>, FaultHandle) {
     let slow = Arc::new(FaultyDevice::new(Arc::new(RamDevice::new("m1", 8 * MIB))));
     let faults = slow.handle();
-    let raw: Vec<Arc<dyn BlockDevice>> = vec![
+    let drives: Vec<Arc<dyn BlockDevice>> = vec![
         Arc::new(RamDevice::new("m0", 8 * MIB)),
         slow,
         Arc::new(RamDevice::new("m2", 8 * MIB)),
         Arc::new(RamDevice::new("s0", 8 * MIB)),
     ];
-    let metered: Vec<Arc<MeteredDevice>> = raw
-        .into_iter()
-        .map(|d| Arc::new(MeteredDevice::new(d)))
-        .collect();
-    let devs: Vec<Arc<dyn BlockDevice>> = metered
-        .iter()
-        .map(|m| m.clone() as Arc<dyn BlockDevice>)
-        .collect();
-    let cfg = VolumeConfig {
-        stripe_unit_bytes: 16 << 10,
-        region_bytes: MIB,
-        journal_bytes: 256 << 10,
-        options: EngineOptions {
-            throttle: Throttle::Unlimited,
-            batch_bytes: 256 << 10,
-            ..EngineOptions::default()
-        },
-        ..VolumeConfig::new(LevelSpec::Raid5)
-    };
-    let volume = Arc::new(
-        Volume::create("web", cfg, devs[..3].to_vec(), vec![devs[3].clone()])
-            .await
-            .unwrap(),
-    );
-    let meters: BTreeMap<String, Arc<DeviceTelemetry>> = metered
-        .iter()
-        .map(|m| (m.info().name.clone(), m.telemetry().clone()))
-        .collect();
-    monitor.watch("web", volume.clone(), meters);
+    let (volume, _) = watched_raid5(monitor, "web", drives).await;
     (volume, faults)
 }
 
