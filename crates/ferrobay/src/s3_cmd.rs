@@ -333,28 +333,13 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn random_token(len: usize, alphabet: &[u8]) -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
-        .collect()
-}
-
 async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
     match k {
         KeyCommand::Add { index, access_key } => {
             let index = open_index(&index).await?;
-            let access_key = access_key.unwrap_or_else(|| {
-                format!(
-                    "FB{}",
-                    random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-                )
-            });
-            let secret = random_token(
-                40,
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-            );
+            let generated = Credentials::generate();
+            let access_key = access_key.unwrap_or(generated.access_key);
+            let secret = generated.secret_key;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);

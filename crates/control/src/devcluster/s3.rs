@@ -41,32 +41,12 @@ impl std::fmt::Debug for KeyPair {
     }
 }
 
-/// `len` characters of `alphabet`, from the system's random source (uuid v4 bytes).
-fn random_text(len: usize, alphabet: &[u8]) -> String {
-    let mut out = String::with_capacity(len);
-    while out.len() < len {
-        for b in uuid::Uuid::new_v4().as_bytes() {
-            // Rejection sampling keeps every character equally likely.
-            let limit = 256 - 256 % alphabet.len();
-            if usize::from(*b) < limit && out.len() < len {
-                out.push(char::from(alphabet[usize::from(*b) % alphabet.len()]));
-            }
-        }
-    }
-    out
-}
-
 impl KeyPair {
     fn generate() -> KeyPair {
+        let c = Credentials::generate();
         KeyPair {
-            access_key: format!(
-                "FB{}",
-                random_text(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-            ),
-            secret_key: random_text(
-                40,
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-            ),
+            access_key: c.access_key,
+            secret_key: c.secret_key,
         }
     }
 }
