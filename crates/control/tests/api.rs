@@ -6,7 +6,8 @@
 //! that the committed OpenAPI documents are current.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,10 +18,8 @@ use blockdev::{
     WriteFlags,
 };
 use control::health::{HealthMonitor, ProactivePolicy};
-use telemetry::{
-    DeviceTelemetry, Grade, MeteredDevice, MonotonicClock, PredictionConfig, Retention,
-};
-use volume::{EngineOptions, LevelSpec, Throttle, Volume, VolumeConfig};
+use telemetry::{Grade, MonotonicClock, PredictionConfig, Retention};
+use volume::Volume;
 
 use control::api::{ApiClient, ApiConfig, ApiServer};
 use control::provision::CreateVolume;
@@ -28,17 +27,14 @@ use control::records::{NodeRecord, NodeRole};
 use control::registration::{Registration, register_node};
 use httpapi::auth::Token;
 use httpapi::{ClientError, HttpClient};
+use meta::MetaStore;
 use meta::schema::{Severity, SubjectKind};
-use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
 use nvmf_host::HostIdentity;
-use storage_node::{DriveWrapper, NodeConfig, StorageNode, parse_node_drive};
+use storage_node::{DriveWrapper, StorageNode};
+
+use common::{TTL, embedded_store, local0, node_config, register_storage_node, watched_raid5};
 
 const MIB: u64 = 1 << 20;
-const TTL: Duration = Duration::from_secs(10);
-
-fn local0() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
 
 struct Cluster {
     store: Arc<dyn MetaStore>,
@@ -53,25 +49,13 @@ struct Cluster {
 impl Cluster {
     async fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
-                .await
-                .unwrap(),
-        );
+        let store = embedded_store(&dir.path().join("meta")).await;
         let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
         let mut nodes = Vec::new();
         let n0_faults: Arc<Mutex<Option<FaultHandle>>> = Arc::default();
         for i in 0..3 {
             let name = format!("n{i}");
-            let d = dir.path().join(&name);
-            let mut cfg = NodeConfig::new(&name, d.join("data"));
-            cfg.listen = vec![local0()];
-            cfg.discovery_listen = Some(local0());
-            cfg.http_listen = Some(local0());
-            cfg.api_token = Some(token.clone());
-            cfg.default_namespace = false;
-            let spec = format!("d0=file:{}:64M", d.join("d0.img").display());
-            cfg.drives = vec![parse_node_drive(&spec).unwrap()];
+            let mut cfg = node_config(&name, &dir.path().join(&name), 64, &token);
             if i == 0 {
                 let h = n0_faults.clone();
                 cfg.wrap_drive = Some(DriveWrapper(Arc::new(move |_, dev| {
@@ -81,13 +65,7 @@ impl Cluster {
                 })));
             }
             let node = StorageNode::start(cfg).await.unwrap();
-            let record = NodeRecord {
-                api_addr: node.http_addr(),
-                version: "test".into(),
-                started_unix_ms: 1,
-                ..NodeRecord::new(name.clone(), NodeRole::Storage, node.nvme_addrs())
-            };
-            let reg = register_node(store.clone(), record, TTL).await.unwrap();
+            let reg = register_storage_node(&store, &name, &node).await;
             nodes.push((node, reg));
         }
         let api = ApiServer::start(
@@ -465,41 +443,13 @@ async fn register_processor(c: &Cluster, name: &str, api: SocketAddr) -> Registr
 async fn watched_volume(monitor: &HealthMonitor) -> (Arc<Volume>, FaultHandle) {
     let slow = Arc::new(FaultyDevice::new(Arc::new(RamDevice::new("m1", 8 * MIB))));
     let faults = slow.handle();
-    let raw: Vec<Arc<dyn BlockDevice>> = vec![
+    let drives: Vec<Arc<dyn BlockDevice>> = vec![
         Arc::new(RamDevice::new("m0", 8 * MIB)),
         slow,
         Arc::new(RamDevice::new("m2", 8 * MIB)),
         Arc::new(RamDevice::new("s0", 8 * MIB)),
     ];
-    let metered: Vec<Arc<MeteredDevice>> = raw
-        .into_iter()
-        .map(|d| Arc::new(MeteredDevice::new(d)))
-        .collect();
-    let devs: Vec<Arc<dyn BlockDevice>> = metered
-        .iter()
-        .map(|m| m.clone() as Arc<dyn BlockDevice>)
-        .collect();
-    let cfg = VolumeConfig {
-        stripe_unit_bytes: 16 << 10,
-        region_bytes: MIB,
-        journal_bytes: 256 << 10,
-        options: EngineOptions {
-            throttle: Throttle::Unlimited,
-            batch_bytes: 256 << 10,
-            ..EngineOptions::default()
-        },
-        ..VolumeConfig::new(LevelSpec::Raid5)
-    };
-    let volume = Arc::new(
-        Volume::create("web", cfg, devs[..3].to_vec(), vec![devs[3].clone()])
-            .await
-            .unwrap(),
-    );
-    let meters: BTreeMap<String, Arc<DeviceTelemetry>> = metered
-        .iter()
-        .map(|m| (m.info().name.clone(), m.telemetry().clone()))
-        .collect();
-    monitor.watch("web", volume.clone(), meters);
+    let (volume, _) = watched_raid5(monitor, "web", drives).await;
     (volume, faults)
 }
 

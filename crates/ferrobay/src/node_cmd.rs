@@ -49,10 +49,8 @@ pub enum QosCommand {
     Set {
         #[command(flatten)]
         api: ApiArgs,
-        nqn: String,
-        nsid: Option<u32>,
-        #[arg(long)]
-        host: Option<String>,
+        #[command(flatten)]
+        key: QosKeyArgs,
         #[command(flatten)]
         limits: crate::qos_cmd::QosLimitArgs,
     },
@@ -62,11 +60,28 @@ pub enum QosCommand {
     Clear {
         #[command(flatten)]
         api: ApiArgs,
-        nqn: String,
-        nsid: Option<u32>,
-        #[arg(long)]
-        host: Option<String>,
+        #[command(flatten)]
+        key: QosKeyArgs,
     },
+}
+
+/// The key of `node qos set|clear`: a namespace, or one host on it or on the subsystem.
+#[derive(Args, Debug)]
+pub struct QosKeyArgs {
+    nqn: String,
+    nsid: Option<u32>,
+    #[arg(long)]
+    host: Option<String>,
+}
+
+impl QosKeyArgs {
+    fn key(self) -> nvmf_target::QosKey {
+        nvmf_target::QosKey {
+            subsystem_nqn: self.nqn,
+            nsid: self.nsid,
+            host_nqn: self.host,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -546,21 +561,10 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
 
 async fn qos(cmd: QosCommand) -> anyhow::Result<ExitCode> {
     use crate::qos_cmd::node_qos_text;
-    let key = |nqn: String, nsid: Option<u32>, host: Option<String>| nvmf_target::QosKey {
-        subsystem_nqn: nqn,
-        nsid,
-        host_nqn: host,
-    };
     match cmd {
-        QosCommand::Set {
-            api,
-            nqn,
-            nsid,
-            host,
-            limits,
-        } => {
+        QosCommand::Set { api, key, limits } => {
             let limits = limits.limits()?;
-            let key = key(nqn, nsid, host);
+            let key = key.key();
             let e = client(&api)?
                 .set_qos(&key, &limits)
                 .await
@@ -576,13 +580,8 @@ async fn qos(cmd: QosCommand) -> anyhow::Result<ExitCode> {
             let v = client(&api)?.qos_list().await?;
             print(api.json, &v, node_qos_text)?;
         }
-        QosCommand::Clear {
-            api,
-            nqn,
-            nsid,
-            host,
-        } => {
-            let key = key(nqn, nsid, host);
+        QosCommand::Clear { api, key } => {
+            let key = key.key();
             let had = client(&api)?
                 .clear_qos(&key)
                 .await

@@ -13,11 +13,13 @@ pub fn human_bytes(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Rows under a header as aligned columns (every column as wide as its widest cell, in
+/// characters), two spaces apart, no trailing blanks: the shape of every Ferrobay table.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
@@ -325,6 +327,12 @@ pub fn unix_ms_text(ms: u64) -> String {
 mod tests {
     use super::*;
     use crate::api::AttachmentView;
+
+    #[test]
+    fn dates() {
+        assert_eq!(unix_ms_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(unix_ms_text(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
 
     #[test]
     fn sizes_and_tables() {

@@ -62,30 +62,17 @@ impl ApiClient {
         }
     }
 
-    /// One call; `Ok(None)` for 404 when `allow_404`.
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Vec<u8>>,
-        allow_404: bool,
-    ) -> Result<Option<T>, ControlError> {
-        match self.http.call(method, path, body).await {
-            Ok(v) => Ok(Some(v)),
-            Err(ClientError::Api { status: 404, .. }) if allow_404 => Ok(None),
-            Err(e) => Err(self.transport(e)),
-        }
-    }
-
+    /// One call; any refusal (404 too) is an error.
     async fn must<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ControlError> {
-        self.call(method, path, body, false)
-            .await?
-            .ok_or_else(|| ControlError::NotFound(format!("{path}: not found")))
+        self.http
+            .call(method, path, body)
+            .await
+            .map_err(|e| self.transport(e))
     }
 
     fn json<T: serde::Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
@@ -104,8 +91,15 @@ impl ApiClient {
 
     /// `None` when there is no such volume.
     pub async fn volume(&self, name: &str) -> Result<Option<VolumeView>, ControlError> {
-        self.call("GET", &Self::p(&["volumes", name]), None, true)
+        match self
+            .http
+            .call("GET", &Self::p(&["volumes", name]), None)
             .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, .. }) => Ok(None),
+            Err(e) => Err(self.transport(e)),
+        }
     }
 
     /// The owner's live status of a volume (404 when no processor node owns it).
@@ -217,7 +211,6 @@ impl ApiClient {
         self.must("GET", &path, None).await
     }
 
-    /// The Prometheus text of `/metrics`.
     /// The volume's QoS limits.
     pub async fn volume_qos(&self, name: &str) -> Result<VolumeQos, ControlError> {
         self.must("GET", &Self::p(&["volumes", name, "qos"]), None)
@@ -254,6 +247,7 @@ impl ApiClient {
         .await
     }
 
+    /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Result<String, ControlError> {
         self.http
             .text("/metrics")

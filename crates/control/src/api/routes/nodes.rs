@@ -72,11 +72,20 @@ where
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
     let nodes = storage_nodes(cfg).await?;
+    if nodes.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One read of the token for all the nodes.
+    let token = crate::auth::cluster_token(cfg.store.as_ref())
+        .await
+        .map_err(err)?;
     let asks = nodes.iter().map(|n| {
-        let ask = &ask;
+        let (ask, token) = (&ask, &token);
         async move {
-            let r = match client(cfg, n).await {
-                Ok(c) => ask(c).await.map_err(|e| e.to_string()),
+            let r = match crate::auth::node_client_with(n, token) {
+                Ok(c) => ask(c.with_timeout(NODE_TIMEOUT))
+                    .await
+                    .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             (n.name.clone(), r)
