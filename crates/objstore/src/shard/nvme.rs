@@ -45,7 +45,7 @@
 //! pooled buffer and hands it out as [`Bytes`]. `store` and `retrieve` (borrowed slices)
 //! copy once, into or out of an owned buffer that lives as long as the command.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,37 +93,16 @@ impl Default for NvmeKvShardStoreOptions {
     }
 }
 
-/// Where the store's namespace stands.
-enum Conn {
-    Ready(Arc<MultipathKvNamespace>),
-    /// Not connected yet (background connect): why the last attempt failed.
-    Connecting(String),
-}
-
 struct Inner {
     id: String,
     failure_domain: String,
     url: NvmeTcpUrl,
     options: NvmeKvShardStoreOptions,
-    conn: RwLock<Conn>,
-    /// The background connect of [`NvmeKvShardStore::connect_in_background`].
-    connecting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    ns: Arc<MultipathKvNamespace>,
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if let Some(t) = self
-            .connecting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            t.abort();
-        }
-    }
-}
-
-/// A shard store on one NVMe KV namespace; see the module docs.
+/// A shard store on one NVMe KV namespace; see the module docs. A store that must exist
+/// before its node answers is wrapped in a [`LazyShardStore`](super::LazyShardStore).
 #[derive(Clone)]
 pub struct NvmeKvShardStore {
     inner: Arc<Inner>,
@@ -134,7 +113,6 @@ impl std::fmt::Debug for NvmeKvShardStore {
         f.debug_struct("NvmeKvShardStore")
             .field("id", &self.inner.id)
             .field("url", &self.inner.url.to_string())
-            .field("connected", &self.is_connected())
             .finish()
     }
 }
@@ -191,85 +169,14 @@ impl NvmeKvShardStore {
                 failure_domain: failure_domain.into(),
                 url: url.clone(),
                 options,
-                conn: RwLock::new(Conn::Ready(Arc::new(ns))),
-                connecting: Mutex::new(None),
+                ns: Arc::new(ns),
             }),
         })
     }
 
-    /// A store that connects in the background (retrying with the reconnect backoff
-    /// until it succeeds) and is [`ShardError::Unavailable`], naming the last failure,
-    /// until then: for a gateway that must start while some storage nodes are down.
-    /// Needs a tokio runtime. Fails only for a URL without an NSID.
-    pub fn connect_in_background(
-        url: &NvmeTcpUrl,
-        id: impl Into<String>,
-        failure_domain: impl Into<String>,
-        host: &HostIdentity,
-        options: NvmeKvShardStoreOptions,
-    ) -> Result<NvmeKvShardStore, HostError> {
-        check_url(url)?;
-        let store = NvmeKvShardStore {
-            inner: Arc::new(Inner {
-                id: id.into(),
-                failure_domain: failure_domain.into(),
-                url: url.clone(),
-                options,
-                conn: RwLock::new(Conn::Connecting("not connected yet".into())),
-                connecting: Mutex::new(None),
-            }),
-        };
-        let weak = Arc::downgrade(&store.inner);
-        let host = host.clone();
-        let task = tokio::spawn(async move {
-            let mut delay = Duration::from_millis(0);
-            loop {
-                tokio::time::sleep(delay).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let (url, options) = (inner.url.clone(), inner.options.clone());
-                drop(inner);
-                let r = open(&url, &host, &options).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let mut conn = inner.conn.write().unwrap_or_else(|p| p.into_inner());
-                match r {
-                    Ok(ns) => {
-                        tracing::info!(store = %inner.id, url = %url, "shard store connected");
-                        *conn = Conn::Ready(Arc::new(ns));
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(store = %inner.id, url = %url, "shard store not connected: {e}");
-                        *conn = Conn::Connecting(e.to_string());
-                    }
-                }
-                let first = options.connect.reconnect_delay_ms.max(1);
-                let max = options.connect.reconnect_delay_max_ms.max(first);
-                delay = if delay.is_zero() {
-                    Duration::from_millis(first)
-                } else {
-                    (delay * 2).min(Duration::from_millis(max))
-                };
-            }
-        });
-        *store
-            .inner
-            .connecting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(task);
-        Ok(store)
-    }
-
-    /// Whether the namespace was opened (its paths may still be down).
-    pub fn is_connected(&self) -> bool {
-        matches!(&*self.read(), Conn::Ready(_))
-    }
-
-    /// The namespace's paths and their states (empty until connected).
+    /// The namespace's paths and their states.
     pub fn paths(&self) -> Vec<PathInfo> {
-        match &*self.read() {
-            Conn::Ready(ns) => ns.paths(),
-            Conn::Connecting(_) => Vec::new(),
-        }
+        self.inner.ns.paths()
     }
 
     pub fn url(&self) -> &NvmeTcpUrl {
@@ -278,24 +185,7 @@ impl NvmeKvShardStore {
 
     /// Disconnects every path; later operations are `Unavailable`.
     pub async fn disconnect(&self) {
-        let ns = match &*self.read() {
-            Conn::Ready(ns) => Some(ns.clone()),
-            Conn::Connecting(_) => None,
-        };
-        if let Some(ns) = ns {
-            ns.disconnect().await;
-        }
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Conn> {
-        self.inner.conn.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn ns(&self) -> Result<Arc<MultipathKvNamespace>, ShardError> {
-        match &*self.read() {
-            Conn::Ready(ns) => Ok(ns.clone()),
-            Conn::Connecting(why) => Err(self.unavailable(why)),
-        }
+        self.inner.ns.disconnect().await;
     }
 
     fn unavailable(&self, why: &str) -> ShardError {
@@ -325,7 +215,7 @@ impl NvmeKvShardStore {
         F: FnOnce(Arc<MultipathKvNamespace>) -> Fut,
         Fut: std::future::Future<Output = Result<T, KvError>>,
     {
-        let ns = self.ns()?;
+        let ns = self.inner.ns.clone();
         let limit = Duration::from_millis(self.inner.options.op_timeout_ms);
         match tokio::time::timeout(limit, op(ns)).await {
             Ok(r) => r.map_err(|e| self.map(e)),
@@ -659,24 +549,38 @@ mod tests {
         node.shutdown().await.expect("shutdown");
     }
 
+    /// How a gateway starts while a node is down: the store wrapped in a
+    /// [`LazyShardStore`](crate::shard::LazyShardStore) is Unavailable until it connects.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_store_connecting_in_the_background_waits_for_its_node() {
+    async fn a_lazy_store_waits_for_its_node() {
         let dir = tempfile::tempdir().expect("dir");
         let listen = listen_addr();
         let url = NvmeTcpUrl::parse(&format!(
             "nvme+tcp://{listen}/nqn.2026-01.io.ferrobay:n1:d0/1"
         ))
         .expect("url");
-        let options = NvmeKvShardStoreOptions {
-            connect: ConnectOptions {
-                reconnect_delay_ms: 50,
-                reconnect_delay_max_ms: 200,
-                ..NvmeKvShardStoreOptions::default().connect
-            },
-            ..Default::default()
-        };
-        let s = NvmeKvShardStore::connect_in_background(&url, "n1/kv1", "n1", &host(), options)
-            .expect("store");
+        let connected = Arc::new(std::sync::OnceLock::new());
+        let made = connected.clone();
+        let s = crate::shard::LazyShardStore::connect(
+            "n1/kv1",
+            "n1",
+            Box::new(move || {
+                let (url, made) = (url.clone(), made.clone());
+                Box::pin(async move {
+                    let s = NvmeKvShardStore::connect(
+                        &url,
+                        "n1/kv1",
+                        "n1",
+                        &host(),
+                        Default::default(),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    let _ = made.set(s.clone());
+                    Ok(Arc::new(s) as Arc<dyn ShardStore>)
+                })
+            }),
+        );
         let k = ShardKey([1; 16]);
         let e = s.exist(k).await.expect_err("no node yet");
         assert!(e.is_unavailable(), "{e:?}");
@@ -685,20 +589,16 @@ mod tests {
             .await
             .expect("node");
         assert_eq!(kv_namespace(&node, None).await.nsid, Some(1));
-        let mut ok = false;
-        for _ in 0..200 {
-            if s.is_connected() && s.exist(k).await == Ok(false) {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(ok, "connected once the node and its namespace exist: {s:?}");
+        assert!(
+            s.wait_connected(Duration::from_secs(15)).await,
+            "connected once the node and its namespace exist"
+        );
+        assert_eq!(s.exist(k).await, Ok(false));
         s.store(k, Bytes::from_static(b"v"), StoreMode::OnlyIfAbsent)
             .await
             .expect("store");
         assert_eq!(s.exist(k).await, Ok(true));
-        s.disconnect().await;
+        connected.get().expect("connected").disconnect().await;
         node.shutdown().await.expect("shutdown");
     }
 
