@@ -43,7 +43,7 @@
 //! The data path's values travel without a copy in this process: [`ShardStore::store_buf`]
 //! sends the caller's I/O buffer as it is, [`ShardStore::retrieve_value`] receives into a
 //! pooled buffer and hands it out as [`Bytes`]. `store` and `retrieve` (borrowed slices)
-//! copy once, into or out of an owned buffer that lives as long as the command.
+//! copy once, into or out of a pooled buffer (through `store_buf` and `retrieve_value`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,11 +256,9 @@ impl ShardStore for NvmeKvShardStore {
 
     async fn store(&self, key: ShardKey, value: Bytes, mode: StoreMode) -> Result<(), ShardError> {
         check_value_size(&value)?;
-        let buf = IoBuf::from_slice(&value);
-        self.run("store", |ns| async move {
-            ns.store(&key.0, buf, store_mode(mode)).await.0
-        })
-        .await
+        let mut buf = buffers::take(value.len());
+        buf.copy_from_slice(&value);
+        self.store_buf(key, buf, mode).await
     }
 
     async fn store_buf(
@@ -311,16 +309,8 @@ impl ShardStore for NvmeKvShardStore {
     }
 
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError> {
-        // No value is larger than MAX_VALUE_BYTES: a larger buffer is not sent.
-        let n = buf.len().min(MAX_VALUE_BYTES);
-        let (size, got) = self
-            .run("retrieve", |ns| async move {
-                let (r, b) = ns.retrieve(&key.0, IoBuf::new_zeroed(n)).await;
-                r.map(|size| (size as usize, b))
-            })
-            .await?;
-        let copied = size.min(n);
-        buf[..copied].copy_from_slice(&got[..copied]);
+        let (value, size) = self.retrieve_value(key, buf.len()).await?;
+        buf[..value.len()].copy_from_slice(&value);
         Ok(size)
     }
 
