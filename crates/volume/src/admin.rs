@@ -210,25 +210,7 @@ impl Volume {
         Ok(())
     }
 
-    pub(crate) fn check_slot_pub(&self, member: usize) -> Result<()> {
-        self.check_slot(member)
-    }
-
-    pub(crate) fn check_device_pub(&self, device: &Dev) -> Result<()> {
-        self.check_device(device)
-    }
-
-    pub(crate) fn in_use_pub(
-        &self,
-        topo: &crate::topology::Topology,
-        device: &Dev,
-        own: Option<&Superblock>,
-        sb: &Superblock,
-    ) -> bool {
-        self.in_use(topo, device, own, sb)
-    }
-
-    fn check_slot(&self, member: usize) -> Result<()> {
+    pub(crate) fn check_slot(&self, member: usize) -> Result<()> {
         self.inner.check_usable()?;
         if member >= self.inner.geo.members() {
             return Err(VolumeError::Invalid(format!(
@@ -239,7 +221,7 @@ impl Volume {
         Ok(())
     }
 
-    fn check_device(&self, device: &Dev) -> Result<()> {
+    pub(crate) fn check_device(&self, device: &Dev) -> Result<()> {
         let info = device.info();
         let sb_need = self.inner.data_offset_bytes + self.inner.geo.member_bytes();
         if info.size_bytes < sb_need {
@@ -260,7 +242,7 @@ impl Volume {
     }
 
     /// The device object or its member UUID is already in use in this volume.
-    fn in_use(
+    pub(crate) fn in_use(
         &self,
         topo: &crate::topology::Topology,
         device: &Dev,

@@ -53,8 +53,8 @@ impl Volume {
         member: usize,
         device: Arc<dyn BlockDevice>,
     ) -> Result<watch::Receiver<CopyProgress>> {
-        self.check_slot_pub(member)?;
-        self.check_device_pub(&device)?;
+        self.check_slot(member)?;
+        self.check_device(&device)?;
         let own = crate::sbio::read_member(&*device).await?.best;
         {
             let mut sb = self.inner.meta.lock().await;
@@ -70,7 +70,7 @@ impl Volume {
                     "a copy is already running (one at a time)".into(),
                 ));
             }
-            if self.in_use_pub(&topo, &device, own.as_ref(), &sb) {
+            if self.in_use(&topo, &device, own.as_ref(), &sb) {
                 return Err(VolumeError::Invalid(format!(
                     "{} is already part of the volume",
                     device.info().name
@@ -120,7 +120,7 @@ impl Volume {
         &self,
         member: usize,
     ) -> Result<watch::Receiver<CopyProgress>> {
-        self.check_slot_pub(member)?;
+        self.check_slot(member)?;
         let name = {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
