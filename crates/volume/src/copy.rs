@@ -59,17 +59,7 @@ impl Volume {
         {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
-            if topo.slots[member].state != MemberState::Active {
-                return Err(VolumeError::Invalid(format!(
-                    "member {member} is {}: only an active member is copied (a failed one is replaced)",
-                    crate::assemble::state_name(topo.slots[member].state)
-                )));
-            }
-            if topo.spares.iter().any(|s| s.replaces.is_some()) {
-                return Err(VolumeError::Invalid(
-                    "a copy is already running (one at a time)".into(),
-                ));
-            }
+            check_copy_source(&topo, member)?;
             if self.in_use(&topo, &device, own.as_ref(), &sb) {
                 return Err(VolumeError::Invalid(format!(
                     "{} is already part of the volume",
@@ -124,17 +114,7 @@ impl Volume {
         let name = {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
-            if topo.slots[member].state != MemberState::Active {
-                return Err(VolumeError::Invalid(format!(
-                    "member {member} is {}: only an active member is copied (a failed one is replaced)",
-                    crate::assemble::state_name(topo.slots[member].state)
-                )));
-            }
-            if topo.spares.iter().any(|s| s.replaces.is_some()) {
-                return Err(VolumeError::Invalid(
-                    "a copy is already running (one at a time)".into(),
-                ));
-            }
+            check_copy_source(&topo, member)?;
             let Some(j) = topo.free_spare() else {
                 return Err(VolumeError::Invalid(
                     "no hot spare to copy onto (add one with add-spare)".into(),
@@ -525,4 +505,20 @@ pub(crate) fn promote_replacement(
         ..entry
     };
     true
+}
+
+/// Slot `member` can be copied: it is active and no other copy runs.
+fn check_copy_source(topo: &Topology, member: usize) -> Result<()> {
+    if topo.slots[member].state != MemberState::Active {
+        return Err(VolumeError::Invalid(format!(
+            "member {member} is {}: only an active member is copied (a failed one is replaced)",
+            crate::assemble::state_name(topo.slots[member].state)
+        )));
+    }
+    if topo.spares.iter().any(|s| s.replaces.is_some()) {
+        return Err(VolumeError::Invalid(
+            "a copy is already running (one at a time)".into(),
+        ));
+    }
+    Ok(())
 }
