@@ -170,25 +170,9 @@ impl Volume {
         let own = sbio::read_member(&*device).await?.best;
         let mut sb = self.inner.meta.lock().await;
         let mut topo = (*self.inner.topo()).clone();
-        if self.in_use(&topo, &device, own.as_ref(), &sb) {
-            return Err(VolumeError::Invalid(format!(
-                "{} is already part of the volume",
-                device.info().name
-            )));
-        }
-        if sb.members.len() >= crate::format::MAX_ENTRIES {
-            return Err(VolumeError::Invalid("member table full".into()));
-        }
-        let uuid = Uuid::new_v4();
-        let index = sb.members.len();
-        self.inner
-            .init_member_bitmap(index, &device)
-            .await
-            .map_err(|f| VolumeError::Member {
-                member: index,
-                name: device.info().name.clone(),
-                cause: f.err,
-            })?;
+        let uuid = self
+            .admit_new_member(&topo, &device, own.as_ref(), &sb)
+            .await?;
         sb.members.push(MemberEntry {
             failure_domain: failure_domain
                 .chars()
@@ -208,6 +192,37 @@ impl Volume {
         self.inner.membership_barrier().await?;
         self.inner.kick_rebuild();
         Ok(())
+    }
+
+    /// Checks that `device` may join the volume as a new member-table entry (not in use
+    /// already, room in the table) and prepares its bitmap; returns the new entry's UUID.
+    /// The caller pushes the entry at index `sb.members.len()`.
+    pub(crate) async fn admit_new_member(
+        &self,
+        topo: &crate::topology::Topology,
+        device: &Dev,
+        own: Option<&Superblock>,
+        sb: &Superblock,
+    ) -> Result<Uuid> {
+        if self.in_use(topo, device, own, sb) {
+            return Err(VolumeError::Invalid(format!(
+                "{} is already part of the volume",
+                device.info().name
+            )));
+        }
+        if sb.members.len() >= crate::format::MAX_ENTRIES {
+            return Err(VolumeError::Invalid("member table full".into()));
+        }
+        let index = sb.members.len();
+        self.inner
+            .init_member_bitmap(index, device)
+            .await
+            .map_err(|f| VolumeError::Member {
+                member: index,
+                name: device.info().name.clone(),
+                cause: f.err,
+            })?;
+        Ok(Uuid::new_v4())
     }
 
     pub(crate) fn check_slot(&self, member: usize) -> Result<()> {
@@ -242,7 +257,7 @@ impl Volume {
     }
 
     /// The device object or its member UUID is already in use in this volume.
-    pub(crate) fn in_use(
+    fn in_use(
         &self,
         topo: &crate::topology::Topology,
         device: &Dev,

@@ -60,25 +60,9 @@ impl Volume {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
             check_copy_source(&topo, member)?;
-            if self.in_use(&topo, &device, own.as_ref(), &sb) {
-                return Err(VolumeError::Invalid(format!(
-                    "{} is already part of the volume",
-                    device.info().name
-                )));
-            }
-            if sb.members.len() >= crate::format::MAX_ENTRIES {
-                return Err(VolumeError::Invalid("member table full".into()));
-            }
-            let uuid = Uuid::new_v4();
-            let index = sb.members.len();
-            self.inner
-                .init_member_bitmap(index, &device)
-                .await
-                .map_err(|f| VolumeError::Member {
-                    member: index,
-                    name: device.info().name.clone(),
-                    cause: f.err,
-                })?;
+            let uuid = self
+                .admit_new_member(&topo, &device, own.as_ref(), &sb)
+                .await?;
             let failure_domain = sb.members[member].failure_domain.clone();
             sb.members.push(MemberEntry {
                 failure_domain,
