@@ -18,4 +18,5 @@ pub fn host() -> HostIdentity {
     }
 }
 
+#[allow(unused_imports)] // not every test binary that includes this uses it
 pub use testkit::data::pattern;

@@ -406,20 +406,30 @@ mod tests {
         format!("127.0.0.1:{port}").parse().expect("addr")
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn meets_the_contract_over_a_real_target() {
-        let dir = tempfile::tempdir().expect("dir");
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &["ram:128M".into()],
-        ))
-        .await
-        .expect("node");
+    fn any_port() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("addr")
+    }
+
+    /// A storage node on `drive`, a KV namespace on it and a store connected to it.
+    async fn node_with_store(
+        dir: &Path,
+        listen: SocketAddr,
+        drive: String,
+    ) -> (StorageNode, NvmeKvShardStore) {
+        let node = StorageNode::start(config(dir, listen, &[drive]))
+            .await
+            .expect("node");
         let url = kv_namespace(&node, None).await;
         let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
             .await
             .expect("connect");
+        (node, s)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn meets_the_contract_over_a_real_target() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (node, s) = node_with_store(dir.path(), any_port(), "ram:128M".into()).await;
         assert_eq!((s.id(), s.failure_domain()), ("n1/kv1", "n1"));
         contract::check(&s).await;
         s.disconnect().await;
@@ -431,13 +441,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let listen = listen_addr();
         let drive = format!("file:{}:128M", dir.path().join("d0.img").display());
-        let node = StorageNode::start(config(dir.path(), listen, std::slice::from_ref(&drive)))
-            .await
-            .expect("node");
-        let url = kv_namespace(&node, None).await;
-        let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
-            .await
-            .expect("connect");
+        let (node, s) = node_with_store(dir.path(), listen, drive).await;
         let k = ShardKey([3; 16]);
         let v = Bytes::from(vec![0x5Au8; 70_000]);
         s.store(k, v.clone(), StoreMode::Upsert)
@@ -490,17 +494,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let img = dir.path().join("d0.img");
         let drive = format!("file:{}:128M", img.display());
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &[drive],
-        ))
-        .await
-        .expect("node");
-        let url = kv_namespace(&node, None).await;
-        let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
-            .await
-            .expect("connect");
+        let (node, s) = node_with_store(dir.path(), any_port(), drive).await;
         // A value no other bytes on the drive look like.
         let v: Vec<u8> = (0..65_536u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -595,13 +589,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_namespace_that_cannot_hold_shards_is_refused() {
         let dir = tempfile::tempdir().expect("dir");
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &["ram:256M".into()],
-        ))
-        .await
-        .expect("node");
+        let node = StorageNode::start(config(dir.path(), any_port(), &["ram:256M".into()]))
+            .await
+            .expect("node");
         let small = kv_namespace(&node, Some(1 << 20)).await;
         let e = NvmeKvShardStore::connect(&small, "s", "n1", &host(), Default::default())
             .await
