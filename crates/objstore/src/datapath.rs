@@ -5,6 +5,7 @@
 //! Write quorum is k shards per stripe: with up to m stores of a piece down, writes go on
 //! and the piece is reported degraded, for the healer to complete when the stores return.
 
+use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -83,6 +84,23 @@ impl Default for DataPathConfig {
             shard_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// Bytes `within` of a stripe whose data is `chunks` (the data shards' payloads in
+/// order), without copying.
+fn cut(chunks: Vec<Bytes>, within: Range<usize>) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut base = 0;
+    for c in chunks {
+        let (lo, hi) = (base, base + c.len());
+        base = hi;
+        let start = within.start.max(lo);
+        let end = within.end.min(hi);
+        if start < end {
+            out.push(c.slice(start - lo..end - lo));
+        }
+    }
+    out
 }
 
 pub struct DataPath {
@@ -309,18 +327,22 @@ impl DataPath {
         piece: &Piece,
         stripe: u32,
     ) -> Result<(Vec<u8>, StripeHealth), DataError> {
-        let (chunks, health) = self.read_stripe_chunks(piece, stripe).await?;
+        let all = 0..piece.stripe_len(stripe);
+        let (chunks, health) = self.read_stripe_chunks(piece, stripe, all).await?;
         Ok((chunks.concat(), health))
     }
 
-    /// [`read_stripe`](Self::read_stripe) as the data shards' payloads in order, cut to
-    /// the stripe's object bytes: the bytes stay in the buffers they were received into.
+    /// [`read_stripe`](Self::read_stripe) of the stripe's object bytes `within`, as
+    /// slices of the data shards' payloads in order: the bytes stay in the buffers they
+    /// were received into.
     pub async fn read_stripe_chunks(
         &self,
         piece: &Piece,
         stripe: u32,
+        within: Range<usize>,
     ) -> Result<(Vec<Bytes>, StripeHealth), DataError> {
         piece.validate()?;
+        debug_assert!(within.end <= piece.stripe_len(stripe));
         let k = piece.k();
         let n = piece.geometry.total();
         let mut fetched: Vec<Option<Fetched>> = (0..n).map(|_| None).collect();
@@ -340,16 +362,7 @@ impl DataPath {
         }
         let (mut shards, health) = self.rebuild(piece, stripe, fetched).await?;
         shards.truncate(k);
-        let mut left = piece.stripe_len(stripe);
-        let mut chunks = Vec::with_capacity(k);
-        for s in shards {
-            let take = left.min(s.len());
-            if take > 0 {
-                chunks.push(s.slice(..take));
-            }
-            left -= take;
-        }
-        Ok((chunks, health))
+        Ok((cut(shards, within), health))
     }
 
     /// Rebuilds the missing data shards among `fetched` (None: not read) and the bad

@@ -12,19 +12,30 @@ use std::time::Duration;
 use blockdev::{BlockDevice, FaultAction, FaultOps, FaultRule, FaultyDevice, RamDevice};
 use common::*;
 use rand::Rng;
-use volume::{LevelSpec, MemberState, TaskPhase, Volume, VolumeState};
+use volume::{LevelSpec, MemberState, TaskPhase, Volume, VolumeConfig, VolumeState};
 
 const SU: u64 = 64 << 10;
 
 async fn filled(level: LevelSpec, n: usize, seed: u64) -> (Members, Volume, Vec<u8>) {
+    filled_with(config(level, SU, MIB), n, seed).await
+}
+
+async fn filled_with(cfg: VolumeConfig, n: usize, seed: u64) -> (Members, Volume, Vec<u8>) {
     let m = ram_members(n, 6 * MIB);
-    let vol = Volume::create("cp", config(level, SU, MIB), m.devs.clone(), vec![])
+    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
         .await
         .unwrap();
     let mut r = rng(seed);
     let model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
     (m, vol, model)
+}
+
+/// RAID 5 with a copy checkpoint every 512 KiB.
+fn checkpointed_raid5() -> VolumeConfig {
+    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
+    cfg.options.checkpoint_bytes = 512 << 10;
+    cfg
 }
 
 /// A new device whose writes take `delay` (so a copy is still running when we look).
@@ -117,14 +128,7 @@ async fn copy_every_layout_with_writes_during_the_copy_and_no_degraded_window() 
 
 #[tokio::test]
 async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
-    let m = ram_members(4, 6 * MIB);
-    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
-    cfg.options.checkpoint_bytes = 512 << 10;
-    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
-        .await
-        .unwrap();
-    let mut model = random_bytes(&mut rng(3), vol.size_bytes() as usize);
-    write(&vol, 0, &model).await;
+    let (m, vol, mut model) = filled_with(checkpointed_raid5(), 4, 3).await;
     let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(1, new.clone()).await.unwrap();
     // Past the first checkpoint (every 512 KiB).
@@ -156,14 +160,7 @@ async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
 
 #[tokio::test]
 async fn a_copy_cut_by_a_crash_starts_over_and_completes() {
-    let m = ram_members(4, 6 * MIB);
-    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
-    cfg.options.checkpoint_bytes = 512 << 10;
-    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
-        .await
-        .unwrap();
-    let mut model = random_bytes(&mut rng(21), vol.size_bytes() as usize);
-    write(&vol, 0, &model).await;
+    let (m, vol, mut model) = filled_with(checkpointed_raid5(), 4, 21).await;
     let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(2, new.clone()).await.unwrap();
     copy_underway(&vol, 1).await;

@@ -9,9 +9,7 @@
 //!
 //! [`ShardStore::store_buf`]: super::ShardStore::store_buf
 
-use std::sync::Mutex;
-
-use blockdev::IoBuf;
+use blockdev::{IoBuf, IoBufPool};
 use bytes::Bytes;
 
 /// Buffers smaller than this are not kept (small values are cheap to allocate).
@@ -19,40 +17,22 @@ const MIN_POOLED_BYTES: usize = 64 << 10;
 /// Bytes of free buffers kept.
 const MAX_POOL_BYTES: usize = 64 << 20;
 
-static FREE: Mutex<Vec<IoBuf>> = Mutex::new(Vec::new());
-
-fn free() -> std::sync::MutexGuard<'static, Vec<IoBuf>> {
-    FREE.lock().unwrap_or_else(|p| p.into_inner())
-}
+static FREE: IoBufPool = IoBufPool::new(MAX_POOL_BYTES);
 
 /// A buffer of `len` bytes whose content is unspecified (the caller writes all of it).
 pub(crate) fn take(len: usize) -> IoBuf {
-    if len >= MIN_POOLED_BYTES {
-        let reused = {
-            let mut f = free();
-            // Not more than twice the size asked for: a small value does not pin a big
-            // buffer.
-            f.iter()
-                .position(|b| b.capacity() >= len && b.capacity() / 2 <= len)
-                .map(|i| f.swap_remove(i))
-        };
-        if let Some(mut b) = reused {
-            b.set_len(len);
-            return b;
-        }
-    }
-    IoBuf::new_zeroed(len)
+    let reused = if len >= MIN_POOLED_BYTES {
+        FREE.take(len)
+    } else {
+        None
+    };
+    reused.unwrap_or_else(|| IoBuf::new_zeroed(len))
 }
 
 /// A buffer is no longer needed.
 pub(crate) fn give_back(b: IoBuf) {
-    if b.capacity() < MIN_POOLED_BYTES {
-        return;
-    }
-    let mut f = free();
-    let held: usize = f.iter().map(IoBuf::capacity).sum();
-    if held + b.capacity() <= MAX_POOL_BYTES {
-        f.push(b);
+    if b.capacity() >= MIN_POOLED_BYTES {
+        FREE.give_back(b);
     }
 }
 
