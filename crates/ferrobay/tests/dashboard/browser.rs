@@ -224,14 +224,24 @@ impl Browser {
     }
 
     /// The text of the first element `css` finds.
+    /// Found again when a table refresh replaced it between the find and the read.
     pub async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
+        let mut attempts_left = 5;
+        loop {
+            let element = self
+                .client
+                .find(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match element.text().await {
+                Ok(text) => return text,
+                Err(e) if attempts_left > 0 && e.to_string().contains("stale element") => {
+                    attempts_left -= 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("{css}: {e}"),
+            }
+        }
     }
 
     /// The rectangle (x, y, width, height) of the first element `css` finds, in page
@@ -255,14 +265,25 @@ impl Browser {
         (n(0), n(1), n(2), n(3))
     }
 
+    /// Clicks the element `css`. The dashboard re-renders its tables on every refresh, so
+    /// an element found just before a refresh can be gone when clicked: find it again then.
     pub async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let mut attempts_left = 5;
+        loop {
+            let element = self
+                .client
+                .find(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match element.click().await {
+                Ok(_) => return,
+                Err(e) if attempts_left > 0 && e.to_string().contains("stale element") => {
+                    attempts_left -= 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     /// Replaces the value of the input `css` with `text`, as typed.
