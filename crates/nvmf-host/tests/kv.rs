@@ -278,6 +278,22 @@ async fn every_command_and_option_round_trips_and_bad_input_keeps_the_connection
             e.to_string().contains("it is a Key Value namespace (CSI 01h)"),
             "{e}"
         );
+        // A URL that names no namespace opens the first of the kind asked for: the block
+        // namespace behind the KV one for a block client, the KV one for a KV client.
+        assert_eq!(nvm.subsystem_nqn, nqn, "both namespaces in the drive's subsystem");
+        let no_nsid = NvmeTcpUrl::parse(&format!("nvme+tcp://{addr}/{nqn}")).unwrap();
+        let block = no_nsid.open(&host(), &opts()).await.unwrap();
+        assert_eq!(block.nsid(), nvm.nsid);
+        block.controller().disconnect().await;
+        let AnyKvNamespace::Single(kv) = no_nsid
+            .open_kv(&host(), &opts(), MultipathOptions::default())
+            .await
+            .unwrap()
+        else {
+            panic!("one address opens a single-path namespace");
+        };
+        assert_eq!(kv.nsid(), nsid);
+        kv.controller().disconnect().await;
         ns.disconnect().await;
         node.shutdown().await.unwrap();
     })

@@ -151,25 +151,37 @@ impl PathNs for RemoteNamespace {
         self.id().anagrpid
     }
     async fn open(ctrl: &Controller, nsid: Option<u32>) -> Result<Self> {
-        let nsid = match nsid {
-            Some(n) => n,
-            None => ctrl
-                .active_namespaces()
-                .await?
-                .first()
-                .copied()
-                .ok_or_else(|| {
-                    HostError::invalid(
-                        format!("{} at {}", ctrl.subnqn(), ctrl.addr()),
-                        "the subsystem has no active namespace",
-                    )
-                })?,
-        };
-        ctrl.namespace(nsid).await
+        match nsid {
+            Some(n) => ctrl.namespace(n).await,
+            None => first_block_namespace(ctrl).await,
+        }
     }
     async fn identity(ctrl: &Controller, nsid: u32) -> Result<NsIdentity> {
         NsIdentity::read(ctrl, nsid).await
     }
+}
+
+/// The first active namespace of `ctrl` that opens as a block namespace. The active list
+/// (CNS 02h) holds namespaces of every command set, so a Key Value namespace ahead of the
+/// block one is passed over; when none opens, the first one's error says why.
+async fn first_block_namespace(ctrl: &Controller) -> Result<RemoteNamespace> {
+    let mut first_error = None;
+    for nsid in ctrl.active_namespaces().await? {
+        match ctrl.namespace(nsid).await {
+            Ok(ns) => return Ok(ns),
+            // Not a block namespace we can use (another command set, an odd format).
+            Err(e @ (HostError::Invalid { .. } | HostError::Status { .. })) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(first_error.unwrap_or_else(|| {
+        HostError::invalid(
+            format!("{} at {}", ctrl.subnqn(), ctrl.addr()),
+            "the subsystem has no active namespace",
+        )
+    }))
 }
 
 /// What the namespace, its paths' watchers and its rejoin tasks share. Only the
