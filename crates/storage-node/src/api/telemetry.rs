@@ -130,13 +130,25 @@ impl From<MediaReading> for MediaView {
     }
 }
 
+// The API schema of telemetry's `Grade` (that crate knows nothing of OpenAPI).
+/// A failure-prediction grade, ordered `ok < suspect < failing`.
+#[derive(ToSchema)]
+#[schema(as = Grade)]
+#[allow(dead_code)] // a schema only: values are telemetry::predict::Grade
+#[serde(rename_all = "snake_case")]
+enum GradeSchema {
+    Ok,
+    Suspect,
+    Failing,
+}
+
 /// One rule's finding (`docs/prediction.md`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PredictionReason {
     /// `media_errors`, `transport_errors`, `spare`, `wear` or `fail_slow`.
     pub rule: String,
     /// `suspect` or `failing`.
-    #[schema(value_type = String, example = "suspect")]
+    #[schema(value_type = GradeSchema, example = "suspect")]
     pub grade: Grade,
     /// What was seen, against which threshold.
     pub detail: String,
@@ -146,7 +158,7 @@ pub struct PredictionReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Prediction {
     /// `ok`, `suspect` (worth watching) or `failing` (replace it).
-    #[schema(value_type = String, example = "failing")]
+    #[schema(value_type = GradeSchema, example = "failing")]
     pub grade: Grade,
     /// One line: the findings, worst first (`rule: detail; ...`); empty when ok.
     pub reason: String,
@@ -225,6 +237,17 @@ mod tests {
     use telemetry::{DeviceTelemetry, LatencyHistogram};
 
     use super::*;
+
+    #[test]
+    fn the_grade_schema_lists_what_grades_serialize_as() {
+        let schema = serde_json::to_value(<GradeSchema as utoipa::PartialSchema>::schema()).expect("schema");
+        let listed = schema["enum"].clone();
+        let served: Vec<_> = [Grade::Ok, Grade::Suspect, Grade::Failing]
+            .iter()
+            .map(|g| serde_json::to_value(g).expect("grade"))
+            .collect();
+        assert_eq!(listed, serde_json::Value::Array(served), "{schema}");
+    }
 
     #[test]
     fn latency_figures_come_from_the_histogram() {
