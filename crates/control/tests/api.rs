@@ -637,6 +637,18 @@ async fn telemetry_and_predictions_of_drives_and_volume_members() {
     );
     let one = api.node_predictions("p2").await.unwrap();
     assert_eq!(one.members.len(), all[4].members.len());
+    // `ferrobay predictions` lists the failing ones first, the copy in progress said.
+    let text = control::api::text::cluster_predictions_text(&all);
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    let failing = rows.iter().take_while(|l| l.contains(" failing ")).count();
+    assert_eq!(failing, 2, "n0's drive and web's member 1 first:\n{text}");
+    assert!(
+        rows[..failing]
+            .iter()
+            .any(|l| l.starts_with("p2") && l.contains("web member 1 (copying)")),
+        "{text}"
+    );
+    assert!(rows[failing..].iter().all(|l| !l.contains(" failing ")), "{text}");
 
     // Bad questions get 4xx JSON.
     let cases: [(&str, u16, &str); 5] = [

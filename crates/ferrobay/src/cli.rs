@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    bench_cmd, cdc_cmd, discover_cmd, events_cmd, node_cmd, processor_cmd, s3_cmd, up_cmd,
-    volume_cmd,
+    bench_cmd, cdc_cmd, discover_cmd, events_cmd, node_cmd, predictions_cmd, processor_cmd, s3_cmd,
+    up_cmd, volume_cmd,
 };
 
 #[derive(Parser, Debug)]
@@ -45,6 +45,9 @@ pub enum Command {
     /// The cluster's event log (member failed, rebuild, takeover, handoff...), newest last;
     /// --follow keeps printing new ones.
     Events(events_cmd::EventsArgs),
+    /// Failure-prediction grades of every drive and volume member in the cluster, worst
+    /// first (ok, suspect, failing) with the reasons.
+    Predictions(predictions_cmd::PredictionsArgs),
     /// Read the discovery log of an NVMe/TCP target and print it like `nvme discover`.
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
@@ -72,6 +75,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::S3(a) => s3_cmd::run(a).await,
         Command::Up(a) => up_cmd::run(a).await,
         Command::Events(a) => events_cmd::run(a).await,
+        Command::Predictions(a) => predictions_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
     }

@@ -8,6 +8,7 @@ mod cluster;
 mod discover_cmd;
 mod events_cmd;
 mod node_cmd;
+mod predictions_cmd;
 mod processor_cmd;
 mod qos_cmd;
 mod s3_cmd;

@@ -194,6 +194,45 @@ fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
         after["record"], view["record"],
         "a refusal changed the record"
     );
+    // The cluster's failure predictions: every drive of the three storage nodes and the
+    // volume's three members, all healthy.
+    let predictions = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrobay"))
+            .args(["predictions", "--api", &api])
+            .args(extra)
+            .arg("--api-token-file")
+            .arg(&token_path)
+            .output()
+            .expect("run ferrobay predictions");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    // Members are graded from the processor node's samples (one a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let table = loop {
+        let table = predictions(&[]);
+        let members = table.lines().filter(|l| l.contains("vol0 member")).count();
+        if members == 3 || std::time::Instant::now() > deadline {
+            break table;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(table.starts_with("NODE"), "{table}");
+    for node in ["n1", "n2", "n3"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(node) && l.contains("storage") && l.contains(" ok ")),
+            "{node} missing:\n{table}"
+        );
+    }
+    let members = table.lines().filter(|l| l.contains("vol0 member")).count();
+    assert_eq!(members, 3, "{table}");
+    assert!(!table.contains("not asked"), "{table}");
+    let n2: serde_json::Value =
+        serde_json::from_str(&predictions(&["--node", "n2", "--json"])).expect("JSON");
+    assert_eq!(n2[0]["node"], "n2", "{n2:#}");
+    assert_eq!(n2[0]["drives"][0]["prediction"]["grade"], "ok", "{n2:#}");
     write_and_check(&c, false);
     let status = up.interrupt();
     assert!(status.success(), "exit {status}:\n{}", up.log());

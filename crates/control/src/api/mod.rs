@@ -6,7 +6,8 @@
 //! - [`doc`]: the document's head and [`doc::api_routes`], the one list of routes (each
 //!   handler carries its own OpenAPI entry: adding a route is a handler plus one line);
 //! - `routes/`: the handlers by resource: nodes (with their drives, namespaces and hosts),
-//!   volumes, events, and `/metrics` + `/healthz`.
+//!   volumes, events, and `/metrics` + `/healthz`;
+//! - [`text`]: text views of answers for the CLI.
 //!
 //! Versioning: every path is under `/api/v1`; within v1 fields and routes are only added
 //! (clients ignore fields they do not know), a breaking change gets `/api/v2`.
@@ -15,6 +16,7 @@ mod client;
 pub mod doc;
 mod routes;
 mod server;
+pub mod text;
 mod types;
 
 pub use client::ApiClient;

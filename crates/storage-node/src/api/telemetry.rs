@@ -240,7 +240,8 @@ mod tests {
 
     #[test]
     fn the_grade_schema_lists_what_grades_serialize_as() {
-        let schema = serde_json::to_value(<GradeSchema as utoipa::PartialSchema>::schema()).expect("schema");
+        let schema =
+            serde_json::to_value(<GradeSchema as utoipa::PartialSchema>::schema()).expect("schema");
         let listed = schema["enum"].clone();
         let served: Vec<_> = [Grade::Ok, Grade::Suspect, Grade::Failing]
             .iter()
