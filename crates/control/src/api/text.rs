@@ -32,7 +32,7 @@ pub fn cluster_predictions_text(nodes: &[NodePredictions]) -> String {
         }
     }
     // Worst first; the listing order within a grade.
-    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();
     let mut out = table(
         &["NODE", "ROLE", "GRADED", "GRADE", "SINCE", "REASON"],
