@@ -143,7 +143,9 @@ impl Volume {
             name: auth.name.clone(),
             uuid: auth.volume_uuid,
             layout: auth.layout,
-            size_bytes: info.size_bytes,
+            size_bytes: auth.log.map_or(info.size_bytes, |l| {
+                l.logical_blocks * u64::from(l.block_bytes)
+            }),
             logical_block_bytes: auth.logical_block_bytes,
             member_data_bytes: geo.member_bytes(),
             data_offset_bytes: auth.data_offset_bytes,
@@ -164,6 +166,7 @@ impl Volume {
             notes,
             read_bytes: 0,
             write_bytes: 0,
+            log: None,
         };
         Ok(Examination { status, shortfall })
     }
