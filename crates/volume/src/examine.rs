@@ -137,6 +137,14 @@ impl Volume {
             })
             .filter_map(|i| survey.by_entry[i].as_ref().map(|(d, _)| (i, d)))
             .collect();
+        if let Some(l) = &auth.log {
+            notes.push(format!(
+                "log layout, compression {}, {} KiB blocks: the compression ratio, map and \
+                 free stripes are reported by the assembled volume (assemble)",
+                l.compression,
+                l.block_bytes / 1024
+            ));
+        }
         let dirty = read_bitmap_union(auth, &bitmap_devs).await;
         let info = volume_info(&auth.name, &geo, auth.logical_block_bytes);
         let status = VolumeStatus {

@@ -245,7 +245,21 @@ impl LogEngine {
                         "log layout failed: {e}"
                     ))));
                 }
-                match self.place(&st.open, &item) {
+                // Space is short: the last free segments are the collector's, and host
+                // blocks must not fill the segments it seals with them.
+                let host_waits = !gc && st.space.free.len() <= GC_RESERVE;
+                // The collector never waits for space only it can make (a checkpoint).
+                if gc && st.space.free.is_empty() && self.place(&st.open, &item).is_none() {
+                    return Err(VolumeError::Io(BlockError::Unavailable(
+                        "log layout: no free segment for garbage collection".into(),
+                    )));
+                }
+                let placed = if host_waits {
+                    None
+                } else {
+                    self.place(&st.open, &item)
+                };
+                match placed {
                     Some(off) => {
                         let open = &mut st.open;
                         let rec = match item {
@@ -293,6 +307,7 @@ impl LogEngine {
                         };
                         (Some(ticket), job)
                     }
+                    None if host_waits => (None, None),
                     None => {
                         st.open.gc |= gc;
                         (None, self.seal(&mut st))

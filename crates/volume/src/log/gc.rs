@@ -59,7 +59,22 @@ impl LogEngine {
         let mut tickets = Vec::new();
         let mut moved = 0u64;
         for &victim in &victims {
-            moved += self.move_live_blocks(victim, &mut tickets).await?;
+            match self
+                .move_live_blocks(victim, &mut tickets, &mut moved)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if self.st().space.free.is_empty() => {
+                    // Out of segments mid-batch: what is appended goes out after the
+                    // next checkpoint (moves apply only if still current).
+                    tracing::debug!(volume = %self.inner.name, error = %e, "garbage collection paused");
+                    self.counters
+                        .gc_moved_bytes
+                        .fetch_add(moved, Ordering::Relaxed);
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
+            }
         }
         self.kick_seal();
         for t in &tickets {
@@ -80,7 +95,8 @@ impl LogEngine {
         self: &Arc<Self>,
         victim: u32,
         tickets: &mut Vec<Arc<super::engine::Ticket>>,
-    ) -> Result<u64> {
+        moved: &mut u64,
+    ) -> Result<()> {
         let data = self
             .inner
             .read_volume(
@@ -91,7 +107,6 @@ impl LogEngine {
         let summary = decode_summary(&data, &self.geo, self.uuid, victim).ok_or_else(|| {
             VolumeError::Invalid(format!("log segment {victim} has no valid summary"))
         })?;
-        let mut moved = 0u64;
         for r in &summary.records {
             let (Record::Write { lba, loc } | Record::Move { lba, loc, .. }) = *r else {
                 continue;
@@ -119,12 +134,12 @@ impl LogEngine {
                     true,
                 )
                 .await?;
-            moved += u64::from(loc.len);
+            *moved += u64::from(loc.len);
             if !tickets.iter().any(|x| Arc::ptr_eq(x, &t)) {
                 tickets.push(t);
             }
         }
-        Ok(moved)
+        Ok(())
     }
 
     /// One round of the space keeper. Returns true if it did something.
@@ -144,7 +159,7 @@ impl LogEngine {
             if self.collect_garbage().await? > 0 {
                 return Ok(true);
             }
-            if pending > 0 {
+            if self.st().space.pending > 0 {
                 self.checkpoint().await?;
                 return Ok(true);
             }
