@@ -106,6 +106,19 @@ pub const MAX_BUFFER_BYTES: u64 = 4 << 30;
 /// per block of the range).
 pub const MAX_VERIFY_TRACK_BYTES: u64 = 4 << 30;
 
+/// Checks `--iodepth` and `--jobs` (the block and the KV mode take the same ranges).
+pub(crate) fn check_queues(iodepth: u32, jobs: u32) -> Result<(), ConfigError> {
+    if iodepth == 0 || iodepth > 4096 {
+        return Err(ConfigError(format!(
+            "--iodepth {iodepth} out of range 1..=4096"
+        )));
+    }
+    if jobs == 0 || jobs > 256 {
+        return Err(ConfigError(format!("--jobs {jobs} out of range 1..=256")));
+    }
+    Ok(())
+}
+
 impl BenchConfig {
     /// Checks the configuration against a device and returns the effective region. Any
     /// sizes are accepted here: what a run could not allocate is refused, not aborted on.
@@ -126,18 +139,7 @@ impl BenchConfig {
                 "--verify needs --bs to be a multiple of 512".into(),
             ));
         }
-        if self.iodepth == 0 || self.iodepth > 4096 {
-            return Err(ConfigError(format!(
-                "--iodepth {} out of range 1..=4096",
-                self.iodepth
-            )));
-        }
-        if self.jobs == 0 || self.jobs > 256 {
-            return Err(ConfigError(format!(
-                "--jobs {} out of range 1..=256",
-                self.jobs
-            )));
-        }
+        check_queues(self.iodepth, self.jobs)?;
         if !self.offset_bytes.is_multiple_of(lb) {
             return Err(ConfigError(format!(
                 "--offset {} is not block aligned",

@@ -29,7 +29,9 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
 }
 
-pub(crate) struct JobResult {
+/// What a job's load did, as the report counts it (in the KV mode, reads are Retrieves
+/// and writes are Stores).
+pub(crate) struct LoadResult {
     pub read_hist: Histogram<u64>,
     pub write_hist: Histogram<u64>,
     pub read_ios: u64,
@@ -38,9 +40,37 @@ pub(crate) struct JobResult {
     pub write_bytes: u64,
     pub errors: u64,
     pub first_error: Option<String>,
-    pub verify: VerifyReport,
     /// When the load ended, since the run started (the read-back comes after).
     pub load_elapsed: Duration,
+}
+
+impl LoadResult {
+    pub(crate) fn new() -> LoadResult {
+        LoadResult {
+            read_hist: new_histogram(),
+            write_hist: new_histogram(),
+            read_ios: 0,
+            write_ios: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+            errors: 0,
+            first_error: None,
+            load_elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Counts a failed command; the first one's description (made only then) is kept.
+    pub(crate) fn error(&mut self, what: impl FnOnce() -> String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(what());
+        }
+    }
+}
+
+pub(crate) struct JobResult {
+    pub load: LoadResult,
+    pub verify: VerifyReport,
 }
 
 pub(crate) fn new_histogram() -> Histogram<u64> {
@@ -48,8 +78,8 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("constant histogram bounds are valid")
 }
 
-/// splitmix64: small, fast, good enough for offsets.
-struct Rng(u64);
+/// splitmix64: small, fast, good enough for offsets and keys (the KV mode uses it too).
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -58,7 +88,7 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next() % n }
     }
 }
@@ -140,14 +170,10 @@ impl Job<'_> {
     }
 
     fn error(&mut self, op: Op, block: u64, e: &blockdev::BlockError) {
-        self.res.errors += 1;
-        if self.res.first_error.is_none() {
-            self.res.first_error = Some(format!(
-                "{} at offset {}: {e}",
-                op_name(op),
-                self.offset(block)
-            ));
-        }
+        let offset = self.offset(block);
+        self.res
+            .load
+            .error(|| format!("{} at offset {offset}: {e}", op_name(op)));
     }
 
     /// Checks the block read at pass position `seq` (None: the read failed); `ordered`
@@ -205,20 +231,12 @@ pub(crate) async fn job(
             .collect(),
         in_order: InOrder::default(),
         res: JobResult {
-            read_hist: new_histogram(),
-            write_hist: new_histogram(),
-            read_ios: 0,
-            write_ios: 0,
-            read_bytes: 0,
-            write_bytes: 0,
-            errors: 0,
-            first_error: None,
+            load: LoadResult::new(),
             verify: VerifyReport::default(),
-            load_elapsed: Duration::ZERO,
         },
     };
     load(&mut j, job_index, blocks).await;
-    j.res.load_elapsed = t0.elapsed();
+    j.res.load.load_elapsed = t0.elapsed();
     if tracks_writes {
         read_back(&mut j).await;
     }
@@ -302,9 +320,9 @@ async fn load(j: &mut Job<'_>, job_index: u32, blocks: u64) {
         };
         match (op, buf) {
             (Op::Read, Some(b)) => {
-                let _ = j.res.read_hist.record(lat_ns);
-                j.res.read_ios += 1;
-                j.res.read_bytes += bs;
+                let _ = j.res.load.read_hist.record(lat_ns);
+                j.res.load.read_ios += 1;
+                j.res.load.read_bytes += bs;
                 if cfg.verify {
                     j.check(block, seq, Some(b), sequential);
                 } else {
@@ -318,9 +336,9 @@ async fn load(j: &mut Job<'_>, job_index: u32, blocks: u64) {
                 j.pool.push(IoBuf::new_zeroed(bs as usize));
             }
             (Op::Write, Some(b)) => {
-                let _ = j.res.write_hist.record(lat_ns);
-                j.res.write_ios += 1;
-                j.res.write_bytes += bs;
+                let _ = j.res.load.write_hist.record(lat_ns);
+                j.res.load.write_ios += 1;
+                j.res.load.write_bytes += bs;
                 if let Some(slot) = j.last_write.get_mut(block as usize) {
                     *slot = write_id;
                     j.res.verify.blocks_written += 1;

@@ -283,9 +283,21 @@ impl Report {
             self.errors,
             self.elapsed_s
         );
+        s += &self.latency_and_cpu_text(["read", "write"], "I/Os");
+        if let Some(v) = &self.verify {
+            s += &v.to_text(self.pattern == "verify");
+        }
+        s += &self.first_error_text();
+        s
+    }
+
+    /// The latency line of each kind of command that ran (`names`: the reads', the
+    /// writes'), then the CPU line (`per`: what the commands are called).
+    fn latency_and_cpu_text(&self, names: [&str; 2], per: &str) -> String {
+        let mut s = String::new();
         for (name, l, n) in [
-            ("read", &self.read_latency, self.read_ios),
-            ("write", &self.write_latency, self.write_ios),
+            (names[0], &self.read_latency, self.read_ios),
+            (names[1], &self.write_latency, self.write_ios),
         ] {
             if n > 0 {
                 s += &format!(
@@ -295,16 +307,16 @@ impl Report {
             }
         }
         s += &format!(
-            "  cpu: {:.2}s ({:.2} s per million I/Os)\n",
+            "  cpu: {:.2}s ({:.2} s per million {per})\n",
             self.cpu_s, self.cpu_s_per_million_ios
         );
-        if let Some(v) = &self.verify {
-            s += &v.to_text(self.pattern == "verify");
-        }
-        if let Some(e) = &self.first_error {
-            s += &format!("  first error: {e}\n");
-        }
         s
+    }
+
+    fn first_error_text(&self) -> String {
+        self.first_error
+            .as_ref()
+            .map_or_else(String::new, |e| format!("  first error: {e}\n"))
     }
 
     fn kv_text(&self, kv: &KvReport) -> String {
@@ -324,27 +336,11 @@ impl Report {
             self.errors,
             self.elapsed_s
         );
-        for (name, l, n) in [
-            ("retrieve", &self.read_latency, self.read_ios),
-            ("store", &self.write_latency, self.write_ios),
-        ] {
-            if n > 0 {
-                s += &format!(
-                    "  {name} lat (us): mean={:.1} p50={:.1} p99={:.1} p99.9={:.1} max={:.1}\n",
-                    l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
-                );
-            }
-        }
-        s += &format!(
-            "  cpu: {:.2}s ({:.2} s per million commands)\n",
-            self.cpu_s, self.cpu_s_per_million_ios
-        );
+        s += &self.latency_and_cpu_text(["retrieve", "store"], "commands");
         if let Some(v) = &kv.verify {
             s += &v.to_text();
         }
-        if let Some(e) = &self.first_error {
-            s += &format!("  first error: {e}\n");
-        }
+        s += &self.first_error_text();
         s
     }
 }

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use blockdev::BlockDevice;
+use tokio::task::{JoinError, JoinHandle};
 
 use crate::config::{BenchConfig, ConfigError};
 use crate::cpu::CpuTime;
-use crate::job::{Shared, job, new_histogram};
+use crate::job::{LoadResult, Shared, job};
 use crate::progress::Progress;
 use crate::report::{LatencyReport, Report, VerifyReport};
 use crate::verify::MAX_FIRST_ERRORS;
@@ -57,12 +58,57 @@ pub async fn run(
             t0,
         )));
     }
-    let deadline = (cfg.runtime_ms > 0).then(|| t0 + Duration::from_millis(cfg.runtime_ms));
+    let results = wait_for_jobs(handles, &shared, progress, t0, cfg.runtime_ms).await;
+    let elapsed = t0.elapsed();
+    let cpu = CpuTime::now().since(&cpu0);
+    progress.finish();
+
+    let mut rep = Report {
+        target: target_name.to_string(),
+        pattern: if cfg.verify_only {
+            "verify".into()
+        } else {
+            cfg.pattern.name().into()
+        },
+        block_size_bytes: cfg.block_size_bytes,
+        iodepth: cfg.iodepth,
+        jobs: cfg.jobs,
+        ..Report::default()
+    };
+    let mut load = LoadResult::new();
+    let mut verify = VerifyReport::default();
+    for r in results {
+        let r = r.map_err(|_| BenchError::Worker("a job thread ended without a result".into()))?;
+        load.merge(r.load)?;
+        verify.merge(r.verify, MAX_FIRST_ERRORS);
+    }
+    verify.read_back_s = if verify.blocks_read_back > 0 {
+        elapsed.saturating_sub(load.load_elapsed).as_secs_f64()
+    } else {
+        0.0
+    };
+    load.fill(&mut rep, &cpu);
+    if cfg.verify || cfg.verify_only {
+        rep.verify = Some(verify);
+    }
+    Ok(rep)
+}
+
+/// Waits for the jobs of a run (block or KV), showing progress, and tells them to stop
+/// at the run's time limit (`runtime_ms`, 0: none).
+pub(crate) async fn wait_for_jobs<R>(
+    handles: Vec<JoinHandle<R>>,
+    shared: &Shared,
+    progress: &Progress,
+    t0: Instant,
+    runtime_ms: u64,
+) -> Vec<Result<R, JoinError>> {
+    let deadline = (runtime_ms > 0).then(|| t0 + Duration::from_millis(runtime_ms));
     let mut tick = tokio::time::interval(progress.interval());
     tick.tick().await;
     let all = futures::future::join_all(handles);
     tokio::pin!(all);
-    let results = loop {
+    loop {
         tokio::select! {
             r = &mut all => break r,
             _ = tick.tick() => {
@@ -78,74 +124,59 @@ pub async fn run(
             }
             _ = sleep_until_opt(deadline) => shared.stop.store(true, Ordering::Relaxed),
         }
-    };
-    let elapsed = t0.elapsed();
-    let cpu = CpuTime::now().since(&cpu0);
-    progress.finish();
-
-    let mut read_hist = new_histogram();
-    let mut write_hist = new_histogram();
-    let mut rep = Report {
-        target: target_name.to_string(),
-        pattern: if cfg.verify_only {
-            "verify".into()
-        } else {
-            cfg.pattern.name().into()
-        },
-        block_size_bytes: cfg.block_size_bytes,
-        iodepth: cfg.iodepth,
-        jobs: cfg.jobs,
-        ..Report::default()
-    };
-    let mut verify = VerifyReport::default();
-    let mut load_elapsed = Duration::ZERO;
-    for r in results {
-        let r = r.map_err(|_| BenchError::Worker("a job thread ended without a result".into()))?;
-        read_hist
-            .add(&r.read_hist)
-            .map_err(|e| BenchError::Worker(e.to_string()))?;
-        write_hist
-            .add(&r.write_hist)
-            .map_err(|e| BenchError::Worker(e.to_string()))?;
-        rep.read_ios += r.read_ios;
-        rep.write_ios += r.write_ios;
-        rep.read_bytes += r.read_bytes;
-        rep.write_bytes += r.write_bytes;
-        rep.errors += r.errors;
-        if rep.first_error.is_none() {
-            rep.first_error = r.first_error;
-        }
-        load_elapsed = load_elapsed.max(r.load_elapsed);
-        verify.merge(r.verify, MAX_FIRST_ERRORS);
     }
-    rep.elapsed_s = load_elapsed.as_secs_f64();
-    verify.read_back_s = if verify.blocks_read_back > 0 {
-        elapsed.saturating_sub(load_elapsed).as_secs_f64()
-    } else {
-        0.0
-    };
-    let ios = rep.read_ios + rep.write_ios;
-    let secs = rep.elapsed_s.max(1e-9);
-    rep.iops = ios as f64 / secs;
-    rep.mb_per_s = (rep.read_bytes + rep.write_bytes) as f64 / secs / 1e6;
-    rep.read_latency = LatencyReport::from_histogram(&read_hist);
-    rep.write_latency = LatencyReport::from_histogram(&write_hist);
-    rep.cpu_s = cpu.total().as_secs_f64();
-    rep.cpu_s_per_million_ios = if ios > 0 {
-        rep.cpu_s / ios as f64 * 1e6
-    } else {
-        0.0
-    };
-    if cfg.verify || cfg.verify_only {
-        rep.verify = Some(verify);
-    }
-    Ok(rep)
 }
 
 async fn sleep_until_opt(d: Option<Instant>) {
     match d {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+impl LoadResult {
+    /// Adds another job's load (the load lasts until the last job's ends).
+    pub(crate) fn merge(&mut self, r: LoadResult) -> Result<(), BenchError> {
+        self.read_hist
+            .add(&r.read_hist)
+            .map_err(|e| BenchError::Worker(e.to_string()))?;
+        self.write_hist
+            .add(&r.write_hist)
+            .map_err(|e| BenchError::Worker(e.to_string()))?;
+        self.read_ios += r.read_ios;
+        self.write_ios += r.write_ios;
+        self.read_bytes += r.read_bytes;
+        self.write_bytes += r.write_bytes;
+        self.errors += r.errors;
+        if self.first_error.is_none() {
+            self.first_error = r.first_error;
+        }
+        self.load_elapsed = self.load_elapsed.max(r.load_elapsed);
+        Ok(())
+    }
+
+    /// The report's load figures: counts, rates over the load's duration, latencies and
+    /// the CPU time of the run.
+    pub(crate) fn fill(self, rep: &mut Report, cpu: &CpuTime) {
+        rep.read_ios = self.read_ios;
+        rep.write_ios = self.write_ios;
+        rep.read_bytes = self.read_bytes;
+        rep.write_bytes = self.write_bytes;
+        rep.errors = self.errors;
+        rep.first_error = self.first_error;
+        rep.elapsed_s = self.load_elapsed.as_secs_f64();
+        let ios = rep.read_ios + rep.write_ios;
+        let secs = rep.elapsed_s.max(1e-9);
+        rep.iops = ios as f64 / secs;
+        rep.mb_per_s = (rep.read_bytes + rep.write_bytes) as f64 / secs / 1e6;
+        rep.read_latency = LatencyReport::from_histogram(&self.read_hist);
+        rep.write_latency = LatencyReport::from_histogram(&self.write_hist);
+        rep.cpu_s = cpu.total().as_secs_f64();
+        rep.cpu_s_per_million_ios = if ios > 0 {
+            rep.cpu_s / ios as f64 * 1e6
+        } else {
+            0.0
+        };
     }
 }
 

@@ -7,7 +7,8 @@ use std::path::Path;
 /// Replaces `path` with `data`: the bytes go to a new temporary file in the same
 /// directory, which is synced, renamed over `path`, and the directory synced. A reader
 /// (or a restart after a power cut) sees the old file or the new one, never a mix; two
-/// writers at once each leave a whole file (the last rename wins).
+/// writers at once each leave a whole file (the last rename wins). The file is readable
+/// by its owner only (mode 0600: tempfile makes its files so), fit for secrets.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -13,6 +13,7 @@ mod faulty;
 mod file;
 mod io_future;
 mod iobuf;
+mod iobuf_pool;
 mod null;
 mod ram;
 mod spec;
@@ -29,6 +30,7 @@ pub use faulty::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, Ru
 pub use file::{FileDevice, IoEngine, OpenOptions};
 pub use io_future::{IO_FUTURE_INLINE_ALIGN_BYTES, IO_FUTURE_INLINE_BYTES};
 pub use iobuf::IoBuf;
+pub use iobuf_pool::IoBufPool;
 pub use null::NullDevice;
 pub use ram::RamDevice;
 pub use spec::{DriveSpec, SpecError, open_drive, parse_drive_spec, parse_size_bytes};

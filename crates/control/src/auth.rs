@@ -48,12 +48,21 @@ pub async fn node_client(
     store: &dyn MetaStore,
     node: &NodeRecord,
 ) -> Result<NodeClient, ControlError> {
-    let Some(api) = node.api_addr else {
-        return Err(ControlError::storage(
+    api_addr(node)?;
+    node_client_with(node, &cluster_token(store).await?)
+}
+
+/// A client of a storage node's API with `token` (the cluster's, read once for many
+/// nodes).
+pub fn node_client_with(node: &NodeRecord, token: &Token) -> Result<NodeClient, ControlError> {
+    Ok(NodeClient::new(api_addr(node)?.to_string()).with_token(Some(token.as_str().to_string())))
+}
+
+fn api_addr(node: &NodeRecord) -> Result<std::net::SocketAddr, ControlError> {
+    node.api_addr.ok_or_else(|| {
+        ControlError::storage(
             &node.name,
             "registered without an HTTP API address (start the node with an HTTP listener)",
-        ));
-    };
-    let token = cluster_token(store).await?;
-    Ok(NodeClient::new(api.to_string()).with_token(Some(token.as_str().to_string())))
+        )
+    })
 }

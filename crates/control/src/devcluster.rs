@@ -1,7 +1,7 @@
 //! `ferrobay up`: a whole cluster in one process, for one machine. An embedded metadata
 //! store in `DIR/meta`, three storage nodes `n1..n3` (one sparse file drive each under
-//! `DIR/nX`, open to the processor node only), one processor node `p1` exporting on the
-//! address the user asked for, a central discovery controller on that address (port 8009
+//! `DIR/nX`, open to the processor node and the gateway only), one processor node `p1`
+//! exporting on the address the user asked for, a central discovery controller on that address (port 8009
 //! when free), a sample RAID-5 volume across the three storage nodes, and an S3 gateway
 //! on KV namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again
 //! on the same data dir brings the same cluster back: nothing is created twice, the
@@ -23,7 +23,7 @@ use crate::cdc::{Cdc, CdcConfig, CdcError, DISCOVERY_PORT};
 use crate::pool_gateway::PoolGateway;
 use crate::processor::{Processor, ProcessorConfig};
 use crate::provision::{CreateVolume, create_volume, volume_view};
-use crate::records::{processor_hostnqn, volume_nqn};
+use crate::records::{processor_hostnqn, s3_hostnqn, volume_nqn};
 use crate::registration::LiveRegistration;
 use httpapi::auth::Token;
 
@@ -169,15 +169,6 @@ impl DevCluster {
         progress: Progress<'_>,
     ) -> Result<DevCluster, DevClusterError> {
         validate(&cfg)?;
-        let nvme_addr = SocketAddr::new(cfg.addr, cfg.port);
-        // Before anything starts: a taken port is the most likely failure, and the
-        // cheapest to report.
-        check_port_free(nvme_addr)?;
-        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
-        check_port_free(s3_addr).map_err(|e| match e {
-            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
-            other => other,
-        })?;
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| DevClusterError::DataDir {
             path: cfg.data_dir.clone(),
             reason: e.to_string(),
@@ -187,13 +178,23 @@ impl DevCluster {
                 path: cfg.data_dir.clone(),
                 reason: e.to_string(),
             })?;
-
         let meta_dir = data_dir.join("meta");
         progress(&format!(
             "opening the metadata store in {}",
             meta_dir.display()
         ));
+        // First the data dir's lock: a second `up` on it is refused for that reason, not
+        // for the ports the first one holds.
         let store = open_embedded(&data_dir, &meta_dir).await?;
+        // Then, before anything starts: a taken port is the most likely failure, and the
+        // cheapest to report.
+        let nvme_addr = SocketAddr::new(cfg.addr, cfg.port);
+        check_port_free(nvme_addr)?;
+        let s3_addr = SocketAddr::new(cfg.addr, cfg.s3_port);
+        check_port_free(s3_addr).map_err(|e| match e {
+            DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
+            other => other,
+        })?;
         let api_token = crate::auth::cluster_token(store.as_ref())
             .await
             .map_err(|e| step("the API token")(&e))?;
@@ -584,6 +585,7 @@ pub async fn start_api(
         token,
         node_name: PROCESSOR.to_string(),
         metrics: None,
+        health: None,
     };
     ApiServer::start(addr, cfg)
         .await
@@ -786,7 +788,7 @@ async fn start_storage_node(
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
     let prepared = match remember_addr(&node, saved_addr, &addr_path) {
-        Ok(()) => processor_only(&node).await,
+        Ok(()) => cluster_hosts_only(&node).await,
         Err(e) => Err(e),
     };
     if let Err(e) = prepared {
@@ -796,16 +798,19 @@ async fn start_storage_node(
     Ok(node)
 }
 
-/// The drives serve the processor node only (it carves the volumes' namespaces and fences
-/// them): a host that discovers the cluster through the CDC finds the volumes, not the
-/// members under them. Kept in the node state, so done once.
-async fn processor_only(node: &StorageNode) -> Result<(), String> {
-    let host = processor_hostnqn(PROCESSOR);
+/// The drives serve the cluster's own hosts only: the processor node (it carves the
+/// volumes' namespaces and fences them) and the S3 gateway (its KV namespaces): a host
+/// that discovers the cluster through the CDC finds the volumes, not the members under
+/// them. Kept in the node state, so done once.
+async fn cluster_hosts_only(node: &StorageNode) -> Result<(), String> {
+    let hosts = [processor_hostnqn(PROCESSOR), s3_hostnqn(s3::GATEWAY)];
     for s in node.subsystems() {
-        if s.allow_any_host || !s.allowed_hosts.contains(&host) {
-            node.allow_host(&s.nqn, &host)
-                .await
-                .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+        for host in &hosts {
+            if s.allow_any_host || !s.allowed_hosts.contains(host) {
+                node.allow_host(&s.nqn, host)
+                    .await
+                    .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
+            }
         }
     }
     Ok(())

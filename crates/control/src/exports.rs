@@ -3,8 +3,6 @@
 //! current ([`crate::registration::RecordFeed::following`] the target) so that the
 //! central discovery controller ([`crate::cdc`]) lists every subsystem of the cluster.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use nvmf_target::Target;
 use storage_node::StorageNode;
 
@@ -33,13 +31,7 @@ pub fn storage_node_record(node: &StorageNode, started_unix_ms: u64) -> NodeReco
 
 /// A storage node's record, rebuilt whenever its subsystems or access lists change.
 pub fn storage_node_feed(node: &StorageNode) -> RecordFeed {
-    let started = unix_ms();
+    let started = crate::events::now_unix_ms();
     let n = node.clone();
     RecordFeed::following(node.target(), move || storage_node_record(&n, started))
-}
-
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

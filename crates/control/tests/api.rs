@@ -1,13 +1,25 @@
 //! The cluster REST API over real HTTP: three storage nodes in this process (loopback,
 //! sparse-file drives, their own HTTP APIs), the embedded store, the API server. Checks
 //! the token (401 without or with a wrong one, public paths open), every route family,
-//! bad input answered with 4xx JSON, and that the committed OpenAPI documents are current.
+//! bad input answered with 4xx JSON, telemetry and failure predictions (a storage node's
+//! drive returning media errors, a processor node's slow volume member copied out), and
+//! that the committed OpenAPI documents are current.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use blockdev::{
+    BlockDevice, FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice, IoBuf, RamDevice,
+    WriteFlags,
+};
+use control::health::{HealthMonitor, ProactivePolicy};
+use telemetry::{Grade, MonotonicClock, PredictionConfig, Retention};
+use volume::Volume;
 
 use control::api::{ApiClient, ApiConfig, ApiServer};
 use control::provision::CreateVolume;
@@ -15,55 +27,45 @@ use control::records::{NodeRecord, NodeRole};
 use control::registration::{Registration, register_node};
 use httpapi::auth::Token;
 use httpapi::{ClientError, HttpClient};
+use meta::MetaStore;
 use meta::schema::{Severity, SubjectKind};
-use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
 use nvmf_host::HostIdentity;
-use storage_node::{NodeConfig, StorageNode, parse_node_drive};
+use storage_node::{DriveWrapper, StorageNode};
+
+use common::{TTL, embedded_store, local0, node_config, register_storage_node, watched_raid5};
 
 const MIB: u64 = 1 << 20;
-const TTL: Duration = Duration::from_secs(10);
-
-fn local0() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
 
 struct Cluster {
     store: Arc<dyn MetaStore>,
     nodes: Vec<(StorageNode, Registration)>,
     token: Token,
     api: ApiServer,
+    /// Faults of n0's drive d0 (inside its telemetry meter).
+    n0_faults: FaultHandle,
     _dir: tempfile::TempDir,
 }
 
 impl Cluster {
     async fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
-                .await
-                .unwrap(),
-        );
+        let store = embedded_store(&dir.path().join("meta")).await;
         let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
         let mut nodes = Vec::new();
+        let n0_faults: Arc<Mutex<Option<FaultHandle>>> = Arc::default();
         for i in 0..3 {
             let name = format!("n{i}");
-            let d = dir.path().join(&name);
-            let mut cfg = NodeConfig::new(&name, d.join("data"));
-            cfg.listen = vec![local0()];
-            cfg.discovery_listen = Some(local0());
-            cfg.http_listen = Some(local0());
-            cfg.api_token = Some(token.clone());
-            cfg.default_namespace = false;
-            let spec = format!("d0=file:{}:64M", d.join("d0.img").display());
-            cfg.drives = vec![parse_node_drive(&spec).unwrap()];
+            let mut cfg = node_config(&name, &dir.path().join(&name), 64, &token);
+            if i == 0 {
+                let h = n0_faults.clone();
+                cfg.wrap_drive = Some(DriveWrapper(Arc::new(move |_, dev| {
+                    let faulty = Arc::new(FaultyDevice::new(dev));
+                    *h.lock().unwrap() = Some(faulty.handle());
+                    faulty
+                })));
+            }
             let node = StorageNode::start(cfg).await.unwrap();
-            let record = NodeRecord {
-                api_addr: node.http_addr(),
-                version: "test".into(),
-                started_unix_ms: 1,
-                ..NodeRecord::new(name.clone(), NodeRole::Storage, node.nvme_addrs())
-            };
-            let reg = register_node(store.clone(), record, TTL).await.unwrap();
+            let reg = register_storage_node(&store, &name, &node).await;
             nodes.push((node, reg));
         }
         let api = ApiServer::start(
@@ -74,15 +76,18 @@ impl Cluster {
                 token: token.clone(),
                 node_name: "p1".into(),
                 metrics: None,
+                health: None,
             },
         )
         .await
         .unwrap();
+        let n0_faults = n0_faults.lock().unwrap().clone().unwrap();
         Cluster {
             store,
             nodes,
             token,
             api,
+            n0_faults,
             _dir: dir,
         }
     }
@@ -420,6 +425,249 @@ async fn bad_input_gets_4xx_json() {
     let live: serde_json::Value = http.call("GET", "/healthz", None).await.unwrap();
     assert_eq!(live["status"], "ok");
     c.api.stop().await;
+}
+
+/// Registers a processor node record named `name` whose API is at `api`.
+async fn register_processor(c: &Cluster, name: &str, api: SocketAddr) -> Registration {
+    let record = NodeRecord {
+        api_addr: Some(api),
+        version: "test".into(),
+        started_unix_ms: 1,
+        ..NodeRecord::new(name, NodeRole::Processor, vec![])
+    };
+    register_node(c.store.clone(), record, TTL).await.unwrap()
+}
+
+/// RAID-5 over 3 RAM members plus a spare, all metered, member 1 behind a fault injector,
+/// watched by `monitor` as volume "web".
+async fn watched_volume(monitor: &HealthMonitor) -> (Arc<Volume>, FaultHandle) {
+    let slow = Arc::new(FaultyDevice::new(Arc::new(RamDevice::new("m1", 8 * MIB))));
+    let faults = slow.handle();
+    let drives: Vec<Arc<dyn BlockDevice>> = vec![
+        Arc::new(RamDevice::new("m0", 8 * MIB)),
+        slow,
+        Arc::new(RamDevice::new("m2", 8 * MIB)),
+        Arc::new(RamDevice::new("s0", 8 * MIB)),
+    ];
+    let (volume, _) = watched_raid5(monitor, "web", drives).await;
+    (volume, faults)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_and_predictions_of_drives_and_volume_members() {
+    let c = Cluster::start().await;
+    let api = c.client();
+    let http = c.http(Some(c.token.as_str()));
+    let n0 = &c.nodes[0].0;
+
+    // Real I/O over NVMe/TCP to a namespace on n0: 5 writes and 3 reads of 64 KiB.
+    let ns = n0
+        .create_namespace(storage_node::api::CreateNamespaceRequest {
+            drive: Some("d0".into()),
+            size_bytes: 8 * MIB,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let url = format!(
+        "nvme+tcp://{}/{}/{}",
+        n0.nvme_addrs()[0],
+        ns.subsystem_nqn,
+        ns.nsid
+    );
+    let dev = nvmf_host::NvmeTcpUrl::parse(&url)
+        .unwrap()
+        .open(
+            &HostIdentity::from_uuid([9; 16]),
+            &nvmf_host::ConnectOptions::default(),
+        )
+        .await
+        .unwrap();
+    let chunk = 64u64 << 10;
+    let mut buf = IoBuf::from_slice(&vec![0x3C; chunk as usize]);
+    for i in 0..5 {
+        buf = dev
+            .write(i * chunk, buf, WriteFlags::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..3 {
+        buf = dev.read(i * chunk, buf).await.unwrap();
+    }
+    let t = api.node_telemetry("n0").await.unwrap();
+    let nst = t
+        .namespaces
+        .iter()
+        .find(|n| n.subsystem_nqn == ns.subsystem_nqn && n.nsid == ns.nsid)
+        .unwrap();
+    assert_eq!((nst.io.write.ops, nst.io.write.bytes), (5, 5 * chunk));
+    assert_eq!((nst.io.read.ops, nst.io.read.bytes), (3, 3 * chunk));
+    assert_eq!(nst.io.read.latency.count, 3);
+    assert!(nst.io.read.latency.p50_us > 0, "{nst:?}");
+    let d0 = &t.drives[0];
+    assert!(d0.io.write.ops >= 5 && d0.io.read.ops >= 3, "{d0:?}");
+    let all = api.telemetry().await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert!(
+        all.iter().all(|n| n.error.is_none() && n.drives.len() == 1),
+        "{all:?}"
+    );
+
+    // n0's drive returns media errors: the host sees them, the cluster API the grade.
+    c.n0_faults
+        .add(FaultRule::new(FaultOps::READ, FaultAction::Media).times(8));
+    for i in 0..8 {
+        assert!(
+            dev.read(i * chunk, IoBuf::new_zeroed(chunk as usize))
+                .await
+                .is_err()
+        );
+    }
+    for (node, _) in &c.nodes {
+        node.telemetry().tick();
+    }
+    let drives = api.drives().await.unwrap();
+    let grade_of = |node: &str| {
+        let d = &drives.iter().find(|d| d.node == node).unwrap().drives[0];
+        d.prediction.clone().unwrap()
+    };
+    let failing = grade_of("n0");
+    assert_eq!(failing.grade, Grade::Failing, "{failing:?}");
+    assert!(
+        failing.reason.starts_with("media_errors: 8 media errors"),
+        "{failing:?}"
+    );
+    assert_eq!(grade_of("n1").grade, Grade::Ok);
+    assert_eq!(grade_of("n2").reason, "");
+
+    // Processor nodes: this API's own (p1, no volumes here) and p2's, asked through its
+    // API. p2 owns volume "web" whose member 1 turns slow under load.
+    let monitor = Arc::new(HealthMonitor::new(
+        PredictionConfig {
+            window_ms: 2_000,
+            min_ops_per_sample: 3,
+            min_judged_samples: 4,
+            ..PredictionConfig::default()
+        },
+        ProactivePolicy::default(),
+        Retention::default(),
+        Arc::new(MonotonicClock::new()),
+    ));
+    let (volume, slow) = watched_volume(&monitor).await;
+    let p2 = ApiServer::start(
+        local0(),
+        ApiConfig {
+            store: c.store.clone(),
+            host: HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:p2").unwrap(),
+            token: c.token.clone(),
+            node_name: "p2".into(),
+            metrics: None,
+            health: Some(monitor.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    let r1 = register_processor(&c, "p1", c.api.local_addr()).await;
+    let r2 = register_processor(&c, "p2", p2.local_addr()).await;
+    slow.add(FaultRule::new(
+        FaultOps::READ.union(FaultOps::WRITE),
+        FaultAction::Delay(Duration::from_millis(4)),
+    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..4u64)
+        .map(|w| {
+            let (volume, stop) = (volume.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    let off = (w * 64 + i % 64) * (16 << 10);
+                    let data = IoBuf::from_slice(&[w as u8; 16 << 10]);
+                    volume
+                        .write(off, data, WriteFlags::default())
+                        .await
+                        .unwrap();
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    // The monitor's rounds, until the slow member is failing and copied out.
+    let start = std::time::Instant::now();
+    let mut copying = None;
+    while start.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = monitor.tick().await;
+        if events.iter().any(|e| e.kind == "proactive_copy_started") {
+            // Asked before the next round: the copy this round started still runs.
+            copying = Some(api.predictions().await.unwrap());
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for l in load {
+        l.await.unwrap();
+    }
+    let all = copying.expect("the slow member was never copied out");
+    let roles: Vec<(&str, NodeRole)> = all.iter().map(|n| (n.node.as_str(), n.role)).collect();
+    assert_eq!(
+        roles,
+        [
+            ("n0", NodeRole::Storage),
+            ("n1", NodeRole::Storage),
+            ("n2", NodeRole::Storage),
+            ("p1", NodeRole::Processor),
+            ("p2", NodeRole::Processor)
+        ]
+    );
+    assert!(all.iter().all(|n| n.error.is_none()), "{all:?}");
+    assert_eq!(all[0].drives[0].prediction.grade, Grade::Failing);
+    assert!(all[3].members.is_empty(), "p1 owns no volume: {all:?}");
+    let m1 = all[4].members.iter().find(|m| m.member == 1).unwrap();
+    assert_eq!((m1.volume.as_str(), m1.device.as_str()), ("web", "m1"));
+    assert_eq!(m1.prediction.grade, Grade::Failing, "{m1:?}");
+    assert!(m1.prediction.reason.contains("fail_slow"), "{m1:?}");
+    assert!(m1.proactive_copy, "{m1:?}");
+    assert!(
+        all[4]
+            .members
+            .iter()
+            .filter(|m| m.member != 1)
+            .all(|m| !m.proactive_copy),
+        "{all:?}"
+    );
+    let one = api.node_predictions("p2").await.unwrap();
+    assert_eq!(one.members.len(), all[4].members.len());
+
+    // Bad questions get 4xx JSON.
+    let cases: [(&str, u16, &str); 5] = [
+        ("/api/v1/nodes/p2/telemetry", 400, "processor node"),
+        ("/api/v1/nodes/zz/telemetry", 404, "no live node"),
+        ("/api/v1/nodes/zz/predictions", 404, "no live node"),
+        ("/api/v1/nodes/p2/predictions?local=maybe", 400, "bad query"),
+        (
+            "/api/v1/nodes/p2/predictions?locl=true",
+            400,
+            "unknown field `locl`",
+        ),
+    ];
+    for (path, status, text) in cases {
+        let (s, msg) = refused(&http, "GET", path, None).await;
+        assert_eq!(s, status, "{path}: {msg}");
+        assert!(msg.contains(text), "{path}: {msg}");
+    }
+    // A processor's API asked for another's members with `local` does not forward.
+    let (s, msg) = refused(
+        &http,
+        "GET",
+        "/api/v1/nodes/p2/predictions?local=true",
+        None,
+    )
+    .await;
+    assert_eq!(s, 502, "{msg}");
+    r1.stop().await;
+    r2.stop().await;
+    p2.stop().await;
+    c.stop().await;
 }
 
 fn docs_dir() -> PathBuf {

@@ -6,8 +6,9 @@
 //! created, then connects to it through the entry; a node that leaves drops out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,21 +19,18 @@ use control::processor::{Processor, ProcessorConfig};
 use control::provision::{CreateVolume, create_volume};
 use control::records::{processor_hostnqn, volume_nqn};
 use control::registration::LiveRegistration;
-use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
+use meta::MetaStore;
 use nvme_proto::log::discovery::subtype;
 use nvmf_host::discovery::{entry_socket_addr, read_discovery_log};
 use nvmf_host::{ConnectOptions, Controller, DiscoveryEntry, HostIdentity, NvmeTcpUrl, discover};
 use nvmf_target::DISCOVERY_NQN;
-use storage_node::{NodeConfig, StorageNode, parse_node_drive};
+use storage_node::StorageNode;
 
-const TTL: Duration = Duration::from_secs(10);
+use common::{TTL, embedded_store, local0, start_node};
+
 const LIMIT: Duration = Duration::from_secs(60);
 /// A host allowed on every volume, not on the drive of n0.
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-1111-2222-3333-444444444444";
-
-fn local0() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
 
 fn host() -> HostIdentity {
     HostIdentity::from_hostnqn(HOST).unwrap()
@@ -40,18 +38,6 @@ fn host() -> HostIdentity {
 
 fn p1_host() -> HostIdentity {
     HostIdentity::from_hostnqn(&processor_hostnqn("p1")).unwrap()
-}
-
-async fn start_node(name: &str, dir: &Path, token: &httpapi::auth::Token) -> StorageNode {
-    let mut cfg = NodeConfig::new(name, dir.join("data"));
-    cfg.api_token = Some(token.clone());
-    cfg.listen = vec![local0()];
-    cfg.discovery_listen = Some(local0());
-    cfg.http_listen = Some(local0());
-    cfg.default_namespace = false;
-    let spec = format!("d0=file:{}:128M", dir.join("d0.img").display());
-    cfg.drives = vec![parse_node_drive(&spec).unwrap()];
-    StorageNode::start(cfg).await.unwrap()
 }
 
 fn drive_nqn(node: &str) -> String {
@@ -110,11 +96,7 @@ struct Cluster {
 impl Cluster {
     async fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
-                .await
-                .unwrap(),
-        );
+        let store = embedded_store(&dir.path().join("meta")).await;
         // The CDC first: it follows the records as they appear.
         let cdc = Cdc::start(store.clone(), CdcConfig::new(vec![local0()]))
             .await
@@ -124,7 +106,7 @@ impl Cluster {
         let mut nodes = Vec::new();
         for i in 0..3 {
             let name = format!("n{i}");
-            let node = start_node(&name, &dir.path().join(&name), &token).await;
+            let node = start_node(&name, &dir.path().join(&name), 128, &token).await;
             if i == 0 {
                 // n0's drive serves the processor node only.
                 node.allow_host(&drive_nqn("n0"), &processor_hostnqn("p1"))
@@ -333,11 +315,7 @@ async fn cdc_lists_the_cluster_per_host_and_announces_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_port_in_use_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
-            .await
-            .unwrap(),
-    );
+    let store = embedded_store(dir.path()).await;
     let taken = std::net::TcpListener::bind(local0()).unwrap();
     let addr = taken.local_addr().unwrap();
     let e = Cdc::start(store.clone(), CdcConfig::new(vec![addr]))

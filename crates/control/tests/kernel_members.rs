@@ -61,16 +61,6 @@ ready nqn=$NQN port=4420 kernel=$(uname -r)
 host_sync done
 "#;
 
-/// Why the guest cannot run here (see `testkit::prereq`), or None.
-fn skip_reason() -> Option<String> {
-    if let Err(e) = test_guest::find_qemu() {
-        return Some(e.to_string());
-    }
-    test_guest::GuestImage::ensure()
-        .err()
-        .map(|e| format!("no guest image: {e}"))
-}
-
 fn fail(guest: &RunningGuest, what: &str, e: impl std::fmt::Display) -> ! {
     panic!("{what}: {e}\n{}", guest.snapshot().diagnostics())
 }
@@ -383,7 +373,7 @@ async fn scenario(guest: &RunningGuest, addr: SocketAddr) {
 
 #[test]
 fn raid5_on_the_linux_kernel_target_survives_an_owner_kill() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = test_guest::unavailable() {
         testkit::prereq::missing(why);
         return;
     }

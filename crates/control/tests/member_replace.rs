@@ -18,8 +18,18 @@ use nvmf_host::HostIdentity;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// As the processor node's API does it: `ferrobay up`'s drives serve its host NQN.
 fn host() -> HostIdentity {
-    HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:replacer").unwrap()
+    HostIdentity::from_hostnqn(&control::records::processor_hostnqn("p1")).unwrap()
+}
+
+/// The dev cluster in `dir` on free ports: NVMe/TCP and S3 (the default 9000 may be
+/// taken by another `ferrobay up` or test on the machine).
+fn config(dir: &std::path::Path) -> DevClusterConfig {
+    let mut cfg = DevClusterConfig::new(dir.join("data"));
+    let ports = testkit::net::free_ports(2).unwrap();
+    (cfg.port, cfg.s3_port) = (ports[0], ports[1]);
+    cfg
 }
 
 fn to(node: &str) -> ReplaceMember {
@@ -54,8 +64,7 @@ async fn namespaces(store: &dyn meta::MetaStore, node: &str) -> Vec<(String, u32
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_is_replaced_through_the_owner() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = DevClusterConfig::new(dir.path().join("data"));
-    cfg.port = testkit::net::free_port().unwrap();
+    let mut cfg = config(dir.path());
     cfg.volume_size_bytes = 64 << 20;
     let cluster = DevCluster::start(cfg, &|_| {}).await.expect("dev cluster");
     let store = cluster.store().clone();
@@ -155,9 +164,9 @@ async fn a_member_is_replaced_through_the_owner() {
     cluster.shutdown(&|_| {}).await.expect("clean stop");
 
     // Started again: assembled from the new member, healthy, nothing to rebuild.
-    let mut cfg = DevClusterConfig::new(dir.path().join("data"));
-    cfg.port = testkit::net::free_port().unwrap();
-    let cluster = DevCluster::start(cfg, &|_| {}).await.expect("restart");
+    let cluster = DevCluster::start(config(dir.path()), &|_| {})
+        .await
+        .expect("restart");
     let v = volume_view(cluster.store().as_ref(), "vol0")
         .await
         .unwrap()

@@ -4,8 +4,8 @@
 //! gateway on the pool that follows it when it grows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,22 +13,19 @@ use bytes::Bytes;
 use control::ControlError;
 use control::pool_gateway::{NvmeKvConnector, PoolGateway};
 use control::provision::objpool::{PoolNamespaces, add_to_pool, create_pool, list_pools};
-use control::records::{NodeRecord, NodeRole, s3_hostnqn};
-use control::registration::{Registration, register_node};
-use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
+use control::records::s3_hostnqn;
+use control::registration::Registration;
+use meta::MetaStore;
 use nvmf_host::HostIdentity;
 use objstore::gateway::GatewayConfig;
 use objstore::index::Index;
 use objstore::s3::Credentials;
 use objstore::shard::{NvmeKvShardStore, ShardError, ShardKey, ShardStore, StoreMode};
-use storage_node::{NodeConfig, StorageNode, parse_node_drive};
+use storage_node::StorageNode;
+
+use common::{embedded_store, local0, register_storage_node, start_node};
 
 const MIB: u64 = 1 << 20;
-const TTL: Duration = Duration::from_secs(10);
-
-fn local0() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
 
 fn host() -> HostIdentity {
     HostIdentity::from_hostnqn(&s3_hostnqn("test")).unwrap()
@@ -44,39 +41,17 @@ struct Cluster {
 /// (as `node run --meta` brings new drives up), registered.
 async fn cluster(count: usize) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
-            .await
-            .unwrap(),
-    );
+    let store = embedded_store(&dir.path().join("meta")).await;
     // The nodes take the cluster's API token, as `node run --meta` does.
     let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
     let mut nodes = Vec::new();
     for i in 1..=count {
         let name = format!("n{i}");
-        let node = start_node(&name, &dir.path().join(&name), &token).await;
-        let record = NodeRecord {
-            api_addr: node.http_addr(),
-            version: "test".into(),
-            started_unix_ms: 1,
-            ..NodeRecord::new(name.clone(), NodeRole::Storage, node.nvme_addrs())
-        };
-        let reg = register_node(store.clone(), record, TTL).await.unwrap();
+        let node = start_node(&name, &dir.path().join(&name), 512, &token).await;
+        let reg = register_storage_node(&store, &name, &node).await;
         nodes.push((node, reg));
     }
     Cluster { store, nodes, dir }
-}
-
-async fn start_node(name: &str, dir: &Path, token: &httpapi::auth::Token) -> StorageNode {
-    let mut cfg = NodeConfig::new(name, dir.join("data"));
-    cfg.api_token = Some(token.clone());
-    cfg.listen = vec![local0()];
-    cfg.discovery_listen = Some(local0());
-    cfg.http_listen = Some(local0());
-    cfg.default_namespace = false;
-    let spec = format!("d0=file:{}:512M", dir.join("d0.img").display());
-    cfg.drives = vec![parse_node_drive(&spec).unwrap()];
-    StorageNode::start(cfg).await.unwrap()
 }
 
 fn req(pool: &str, nodes: &[&str]) -> PoolNamespaces {

@@ -6,7 +6,8 @@
 //! load sent to it directly) is not flagged.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,11 +17,11 @@ use blockdev::{
 };
 use control::health::{HealthMonitor, ProactivePolicy};
 use rand::{Rng, SeedableRng};
-use telemetry::{
-    DeviceTelemetry, Grade, MeteredDevice, MonotonicClock, PredictionConfig, Retention,
-};
+use telemetry::{Grade, MeteredDevice, MonotonicClock, PredictionConfig, Retention};
 use tokio::sync::Semaphore;
-use volume::{EngineOptions, LevelSpec, MemberState, Throttle, Volume, VolumeConfig, VolumeState};
+use volume::{MemberState, Volume, VolumeState};
+
+use common::watched_raid5;
 
 const MIB: u64 = 1 << 20;
 
@@ -105,30 +106,6 @@ async fn rig() -> Rig {
     let drives: Vec<Arc<ServiceDrive>> = (0..5)
         .map(|i| ServiceDrive::new(&format!("d{i}"), 8 * MIB, 1_000))
         .collect();
-    let metered: Vec<Arc<MeteredDevice>> = drives
-        .iter()
-        .map(|d| Arc::new(MeteredDevice::new(d.clone() as Arc<dyn BlockDevice>)))
-        .collect();
-    let devs: Vec<Arc<dyn BlockDevice>> = metered
-        .iter()
-        .map(|m| m.clone() as Arc<dyn BlockDevice>)
-        .collect();
-    let cfg = VolumeConfig {
-        stripe_unit_bytes: 16 << 10,
-        region_bytes: MIB,
-        journal_bytes: 256 << 10,
-        options: EngineOptions {
-            throttle: Throttle::Unlimited,
-            batch_bytes: 256 << 10,
-            ..EngineOptions::default()
-        },
-        ..VolumeConfig::new(LevelSpec::Raid5)
-    };
-    let volume = Arc::new(
-        Volume::create("v", cfg, devs[..4].to_vec(), vec![devs[4].clone()])
-            .await
-            .unwrap(),
-    );
     let config = PredictionConfig {
         window_ms: 3_000,
         min_ops_per_sample: 5,
@@ -141,11 +118,15 @@ async fn rig() -> Rig {
         Retention::default(),
         Arc::new(MonotonicClock::new()),
     ));
-    let meters: BTreeMap<String, Arc<DeviceTelemetry>> = metered
-        .iter()
-        .map(|m| (m.info().name.clone(), m.telemetry().clone()))
-        .collect();
-    monitor.watch("v", volume.clone(), meters);
+    let (volume, metered) = watched_raid5(
+        &monitor,
+        "v",
+        drives
+            .iter()
+            .map(|d| d.clone() as Arc<dyn BlockDevice>)
+            .collect(),
+    )
+    .await;
     Rig {
         drives,
         metered,

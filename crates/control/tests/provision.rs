@@ -3,10 +3,10 @@
 //! server), namespaces made over NVMe/TCP, the volume assembled by another host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
 use control::ControlError;
@@ -19,19 +19,16 @@ use control::records::{
     processor_hostnqn,
 };
 use control::registration::{Registration, register_node};
+use meta::MetaStore;
 use meta::schema::get_json;
-use meta::{EmbeddedOptions, EmbeddedStore, MetaStore};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use storage_node::api::NamespaceView;
-use storage_node::{NodeClient, NodeConfig, StorageNode, parse_node_drive};
+use storage_node::{NodeClient, StorageNode};
 use volume::Volume;
 
-const MIB: u64 = 1 << 20;
-const TTL: Duration = Duration::from_secs(10);
+use common::{TTL, embedded_store, local0, node_config, register_storage_node};
 
-fn local0() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
+const MIB: u64 = 1 << 20;
 
 fn provisioner() -> HostIdentity {
     HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:provisioner").unwrap()
@@ -56,11 +53,7 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let store = match store {
             Some(s) => s,
-            None => Arc::new(
-                EmbeddedStore::open(&dir.path().join("meta"), EmbeddedOptions::default())
-                    .await
-                    .unwrap(),
-            ),
+            None => embedded_store(&dir.path().join("meta")).await,
         };
         let mut nodes = Vec::new();
         let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
@@ -72,9 +65,7 @@ impl Cluster {
             c.delete_namespace(&format!("nqn.2026-01.io.ferrobay:{name}:d0"), 1)
                 .await
                 .unwrap();
-            let mut record = NodeRecord::new(name.clone(), NodeRole::Storage, node.nvme_addrs());
-            record.api_addr = node.http_addr();
-            let reg = register_node(store.clone(), record, TTL).await.unwrap();
+            let reg = register_storage_node(&store, &name, &node).await;
             nodes.push(Node {
                 node,
                 reg: Some(reg),
@@ -115,19 +106,16 @@ impl Cluster {
     }
 }
 
+/// A storage node whose drive has the default whole-drive namespace (deleted again by
+/// [`Cluster::start`]).
 async fn start_node(
     name: &str,
     dir: &Path,
     drive_mib: u64,
     token: &httpapi::auth::Token,
 ) -> StorageNode {
-    let mut cfg = NodeConfig::new(name, dir.join("data"));
-    cfg.api_token = Some(token.clone());
-    cfg.listen = vec![local0()];
-    cfg.discovery_listen = Some(local0());
-    cfg.http_listen = Some(local0());
-    let spec = format!("d0=file:{}:{}M", dir.join("d0.img").display(), drive_mib);
-    cfg.drives = vec![parse_node_drive(&spec).unwrap()];
+    let mut cfg = node_config(name, dir, drive_mib, token);
+    cfg.default_namespace = true;
     StorageNode::start(cfg).await.unwrap()
 }
 
@@ -393,6 +381,7 @@ async fn http_api_end_to_end() {
                 page.gauge("ferrobay_test_extra", "A family the test adds.")
                     .add(&[], 1);
             })),
+            health: None,
         },
     )
     .await

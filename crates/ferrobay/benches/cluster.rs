@@ -204,12 +204,12 @@ fn main() -> ExitCode {
 
     match serde_json::to_string_pretty(&out) {
         Ok(json) if full => {
-            let path = output_path();
-            let written = path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::write(&path, format!("{json}\n")));
-            match written {
+            let path = testkit::bench::output_path(
+                "FERROBAY_BENCH_CLUSTER_OUT",
+                env!("CARGO_TARGET_TMPDIR"),
+                "cluster.json",
+            );
+            match testkit::bench::write_report(&path, &json) {
                 Ok(()) => eprintln!("cluster bench: wrote {}", path.display()),
                 Err(e) => eprintln!("cluster bench: cannot write {}: {e}", path.display()),
             }
@@ -234,16 +234,4 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// `FERROBAY_BENCH_CLUSTER_OUT`, else `<target>/bench/cluster.json`.
-fn output_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FERROBAY_BENCH_CLUSTER_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or_else(|| tmp.clone(), PathBuf::from)
-        .join("bench")
-        .join("cluster.json")
 }

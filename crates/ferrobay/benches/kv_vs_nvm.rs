@@ -32,7 +32,6 @@ mod report;
 #[path = "kv_vs_nvm/settings.rs"]
 mod settings;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use settings::Settings;
@@ -63,17 +62,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let out = std::env::var_os("FERROBAY_BENCH_KV_OUT")
-        .filter(|p| !p.is_empty())
-        .map_or_else(
-            || settings::target_dir().join("bench").join("kv_vs_nvm.json"),
-            PathBuf::from,
-        );
+    let out = testkit::bench::output_path(
+        "FERROBAY_BENCH_KV_OUT",
+        env!("CARGO_TARGET_TMPDIR"),
+        "kv_vs_nvm.json",
+    );
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    if let Some(dir) = out.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Err(e) = std::fs::write(&out, &text) {
+    if let Err(e) = testkit::bench::write_report(&out, &text) {
         eprintln!("kv_vs_nvm bench: writing {}: {e}", out.display());
         return ExitCode::FAILURE;
     }

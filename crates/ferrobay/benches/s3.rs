@@ -25,6 +25,8 @@
 //! Without `--bench` (`cargo test -p ferrobay`) it runs a short smoke pass and writes no
 //! file; without etcd, Go or MinIO that pass says it did not run (`testkit::prereq`).
 
+#[path = "s3/kv_baseline.rs"]
+mod kv_baseline;
 #[path = "s3/minio.rs"]
 mod minio;
 #[allow(dead_code)] // the tests use more of it
@@ -40,6 +42,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use bench::CpuTime;
+use kv_baseline::{Baseline, BaselineRun, BaselineSummary};
 use minio::Minio;
 use object_cluster::ObjectCluster;
 use report::{CaseResult, Measurement, ratios, summarize, table};
@@ -89,13 +92,23 @@ impl Settings {
             object_bytes,
             objects,
         };
-        vec![
+        let all = vec![
             c("put-1MiB", "put", 1 << 20, 0),
             c("get-1MiB", "get", 1 << 20, self.get_objects),
             c("put-4KiB", "put", 4 << 10, 0),
             c("get-4KiB", "get", 4 << 10, self.get_objects),
             c("list", "list", 4 << 10, self.list_objects),
-        ]
+        ];
+        // `FERROBAY_BENCH_S3_CASES=put-1MiB,get-1MiB` runs only those (profiling runs).
+        match std::env::var("FERROBAY_BENCH_S3_CASES") {
+            Ok(only) if !only.trim().is_empty() => {
+                let only: Vec<&str> = only.split(',').map(str::trim).collect();
+                all.into_iter()
+                    .filter(|c| only.contains(&c.name.as_str()))
+                    .collect()
+            }
+            _ => all,
+        }
     }
 }
 
@@ -109,6 +122,10 @@ struct Output {
     settings: Settings,
     results: Vec<CaseResult>,
     measurements: Vec<Measurement>,
+    /// KV Retrieve of the 1 MiB GET's shards straight from the storage nodes (no
+    /// gateway), measured in the rounds of the 1 MiB GET: medians and every run.
+    kv_retrieve_baseline: Option<BaselineSummary>,
+    kv_retrieve_runs: Vec<BaselineRun>,
     error: Option<String>,
 }
 
@@ -129,6 +146,7 @@ fn cpu_of(pid: u32) -> f64 {
 struct Systems {
     ferrobay: ObjectCluster,
     minio: Minio,
+    baseline: Baseline,
 }
 
 impl Systems {
@@ -219,6 +237,21 @@ fn run_all(sys: &Systems, load_bin: &Path, s: &Settings, o: &mut Output) -> anyh
                 }
                 o.measurements.push(m);
             }
+            if case.name == "get-1MiB" {
+                eprintln!("s3 bench: KV Retrieve baseline, round {}", round + 1);
+                // Two shard Retrieves in flight per GET worker, as the GET load keeps.
+                let r = sys.baseline.measure(
+                    &sys.ferrobay.binary,
+                    2 * s.concurrency,
+                    s.runtime_s,
+                    round,
+                    || sys.cpu("ferrobay").1,
+                )?;
+                o.kv_retrieve_runs.push(r);
+            }
+        }
+        if case.name == "get-1MiB" {
+            o.kv_retrieve_baseline = Some(kv_baseline::summarize(&o.kv_retrieve_runs));
         }
         let of = |system: &str| {
             o.measurements
@@ -240,6 +273,7 @@ fn run_all(sys: &Systems, load_bin: &Path, s: &Settings, o: &mut Output) -> anyh
 }
 
 fn start_systems(
+    settings: &Settings,
     binary: &Path,
     minio_bin: &Path,
     dir: &Path,
@@ -261,21 +295,28 @@ fn start_systems(
         .start_gateway(&[])
         .map_err(anyhow::Error::msg)
         .context("s3 run")?;
+    // For profiling: the processes whose CPU time counts.
+    let nodes: Vec<String> = ferrobay
+        .nodes
+        .iter()
+        .filter_map(|n| n.daemon.as_ref())
+        .map(|d| d.pid().to_string())
+        .collect();
+    eprintln!(
+        "s3 bench: gateway pid {}, storage node pids {}",
+        ferrobay.gateway.as_ref().map_or(0, |d| d.pid()),
+        nodes.join(",")
+    );
+    eprintln!("s3 bench: KV namespaces and values for the KV Retrieve baseline");
+    let baseline = Baseline::prepare(&ferrobay, u64::from(settings.get_objects).max(16))?;
     eprintln!("s3 bench: starting MinIO on 3 drive directories");
     let minio = Minio::start(minio_bin, &dir.join("minio"), 3)?;
-    Ok(Systems { ferrobay, minio })
-}
-
-/// `FERROBAY_BENCH_S3_OUT`, else `<target>/bench/s3.json`.
-fn output_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FERROBAY_BENCH_S3_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or_else(|| tmp.clone(), PathBuf::from)
-        .join("bench")
-        .join("s3.json")
+    eprintln!("s3 bench: minio pid {}", minio.daemon.pid());
+    Ok(Systems {
+        ferrobay,
+        minio,
+        baseline,
+    })
 }
 
 /// What the smoke pass needs; the reason it cannot run otherwise.
@@ -326,8 +367,7 @@ fn main() -> ExitCode {
                 node, gateway `ferrobay s3 run --meta` (SQLite index, EC 2+1, objects up to \
                 16 KiB inline in the index). minio: `minio server` over three drive \
                 directories on the same filesystem (one erasure set, EC:1). Load: \
-                benches/s3load (Go, minio-go) with N workers."
-            .into(),
+                benches/s3load (Go, minio-go) with N workers.",
         machine: Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -342,6 +382,8 @@ fn main() -> ExitCode {
         settings: settings.clone(),
         results: Vec::new(),
         measurements: Vec::new(),
+        kv_retrieve_baseline: None,
+        kv_retrieve_runs: Vec::new(),
         error: None,
     };
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -357,7 +399,7 @@ fn main() -> ExitCode {
         }
     };
     let result = s3load::build(dir.path()).and_then(|load_bin| {
-        let mut sys = start_systems(&binary, &minio_bin, dir.path(), &rt)?;
+        let mut sys = start_systems(&settings, &binary, &minio_bin, dir.path(), &rt)?;
         let r = run_all(&sys, &load_bin, &settings, &mut out);
         if r.is_err() {
             eprintln!("{}", sys.ferrobay.logs());
@@ -372,15 +414,17 @@ fn main() -> ExitCode {
         out.error = Some(format!("{e:#}"));
     }
     println!("{}", table(&out.results));
+    if let Some(b) = &out.kv_retrieve_baseline {
+        println!("{}", report::baseline_table(b, &out.results));
+    }
     if full {
-        let path = output_path();
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| {
-                std::fs::write(&path, serde_json::to_vec_pretty(&out).unwrap_or_default())
-            });
-        match written {
+        let path = testkit::bench::output_path(
+            "FERROBAY_BENCH_S3_OUT",
+            env!("CARGO_TARGET_TMPDIR"),
+            "s3.json",
+        );
+        let json = serde_json::to_string_pretty(&out).unwrap_or_default();
+        match testkit::bench::write_report(&path, &json) {
             Ok(()) => eprintln!("s3 bench: JSON in {}", path.display()),
             Err(e) => eprintln!("s3 bench: writing {}: {e}", path.display()),
         }

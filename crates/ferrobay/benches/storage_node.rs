@@ -147,12 +147,12 @@ fn main() -> ExitCode {
     };
     println!("{json}");
     if full {
-        let path = output_path();
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, format!("{json}\n")));
-        match written {
+        let path = testkit::bench::output_path(
+            "FERROBAY_BENCH_OUT",
+            env!("CARGO_TARGET_TMPDIR"),
+            "storage_node.json",
+        );
+        match testkit::bench::write_report(&path, &json) {
             Ok(()) => eprintln!("storage_node bench: wrote {}", path.display()),
             Err(e) => eprintln!("storage_node bench: cannot write {}: {e}", path.display()),
         }
@@ -178,20 +178,6 @@ fn ferrobay_binary() -> PathBuf {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => PathBuf::from(env!("CARGO_BIN_EXE_ferrobay")),
     }
-}
-
-/// `FERROBAY_BENCH_OUT`, else `<target>/bench/storage_node.json`.
-fn output_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FERROBAY_BENCH_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    target_dir().join("bench").join("storage_node.json")
-}
-
-/// The cargo target directory (the parent of `CARGO_TARGET_TMPDIR`).
-fn target_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().map_or_else(|| tmp.clone(), PathBuf::from)
 }
 
 /// A scratch directory under the target dir (tmpfs may refuse O_DIRECT; RAM drives do not

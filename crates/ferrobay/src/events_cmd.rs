@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Args;
 use control::api::ApiClient;
@@ -73,7 +73,6 @@ fn line(e: &Event, json: bool) -> String {
     if json {
         return serde_json::to_string(e).unwrap_or_default();
     }
-    let time = UNIX_EPOCH + Duration::from_millis(e.event.time_unix_ms);
     let severity = serde_json::to_value(e.event.severity)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -85,7 +84,7 @@ fn line(e: &Event, json: bool) -> String {
     format!(
         "{:>6}  {}  {:<7}  {:<16}  {}:{}  {}",
         e.id,
-        humantime::format_rfc3339_seconds(time),
+        storage_node::text::unix_ms_text(e.event.time_unix_ms),
         severity,
         e.event.kind,
         subject,

@@ -30,6 +30,12 @@ pub enum NodeCommand {
     Host(HostCommand),
     /// SMART/health summary of the node and each drive.
     Health(ApiArgs),
+    /// Per drive and namespace: operations, bytes, latency percentiles per operation
+    /// class, errors by kind, queue depth, the drive's SMART reading and grade.
+    Telemetry(ApiArgs),
+    /// Each drive's failure-prediction grade (ok, suspect, failing), since when and why
+    /// (docs/prediction.md).
+    Predictions(ApiArgs),
     /// QoS limits per namespace and host (docs/qos.md).
     #[command(subcommand)]
     Qos(QosCommand),
@@ -43,10 +49,8 @@ pub enum QosCommand {
     Set {
         #[command(flatten)]
         api: ApiArgs,
-        nqn: String,
-        nsid: Option<u32>,
-        #[arg(long)]
-        host: Option<String>,
+        #[command(flatten)]
+        key: QosKeyArgs,
         #[command(flatten)]
         limits: crate::qos_cmd::QosLimitArgs,
     },
@@ -56,11 +60,28 @@ pub enum QosCommand {
     Clear {
         #[command(flatten)]
         api: ApiArgs,
-        nqn: String,
-        nsid: Option<u32>,
-        #[arg(long)]
-        host: Option<String>,
+        #[command(flatten)]
+        key: QosKeyArgs,
     },
+}
+
+/// The key of `node qos set|clear`: a namespace, or one host on it or on the subsystem.
+#[derive(Args, Debug)]
+pub struct QosKeyArgs {
+    nqn: String,
+    nsid: Option<u32>,
+    #[arg(long)]
+    host: Option<String>,
+}
+
+impl QosKeyArgs {
+    fn key(self) -> nvmf_target::QosKey {
+        nvmf_target::QosKey {
+            subsystem_nqn: self.nqn,
+            nsid: self.nsid,
+            host_nqn: self.host,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -540,21 +561,10 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
 
 async fn qos(cmd: QosCommand) -> anyhow::Result<ExitCode> {
     use crate::qos_cmd::node_qos_text;
-    let key = |nqn: String, nsid: Option<u32>, host: Option<String>| nvmf_target::QosKey {
-        subsystem_nqn: nqn,
-        nsid,
-        host_nqn: host,
-    };
     match cmd {
-        QosCommand::Set {
-            api,
-            nqn,
-            nsid,
-            host,
-            limits,
-        } => {
+        QosCommand::Set { api, key, limits } => {
             let limits = limits.limits()?;
-            let key = key(nqn, nsid, host);
+            let key = key.key();
             let e = client(&api)?
                 .set_qos(&key, &limits)
                 .await
@@ -570,13 +580,8 @@ async fn qos(cmd: QosCommand) -> anyhow::Result<ExitCode> {
             let v = client(&api)?.qos_list().await?;
             print(api.json, &v, node_qos_text)?;
         }
-        QosCommand::Clear {
-            api,
-            nqn,
-            nsid,
-            host,
-        } => {
-            let key = key(nqn, nsid, host);
+        QosCommand::Clear { api, key } => {
+            let key = key.key();
             let had = client(&api)?
                 .clear_qos(&key)
                 .await
@@ -598,6 +603,16 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         NodeCommand::Health(api) => {
             let h = client(&api)?.health().await?;
             print(api.json, &h, storage_node::text::health_text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        NodeCommand::Telemetry(api) => {
+            let t = client(&api)?.telemetry().await?;
+            print(api.json, &t, storage_node::text::telemetry_text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        NodeCommand::Predictions(api) => {
+            let p = client(&api)?.predictions().await?;
+            print(api.json, &p, storage_node::text::predictions_text)?;
             Ok(ExitCode::SUCCESS)
         }
     }

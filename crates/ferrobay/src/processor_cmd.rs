@@ -152,6 +152,7 @@ async fn start_api(
         token,
         node_name: name.to_string(),
         metrics: None,
+        health: None,
     };
     ApiServer::start(addr, cfg)
         .await

@@ -2,6 +2,7 @@
 
 use clap::Args;
 use nvmf_target::QosLimits;
+use storage_node::text::table;
 
 use crate::cluster::{human_bytes, parse_size_arg, usage};
 
@@ -86,32 +87,6 @@ pub const LIMIT_HEADERS: [&str; 6] = [
     "MIN IOPS",
     "MIN BANDWIDTH",
 ];
-
-/// Rows as aligned columns (every column as wide as its widest cell).
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                s += c;
-            } else {
-                s += &format!("{c:<w$}  ");
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(headers.to_vec());
-    for r in rows {
-        out += &line(r.iter().map(String::as_str).collect());
-    }
-    out
-}
 
 /// `ferrobay node qos list`: limits with what they did, then the caps in force.
 pub fn node_qos_text(v: &storage_node::api::QosList) -> String {

@@ -333,28 +333,13 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn random_token(len: usize, alphabet: &[u8]) -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
-        .collect()
-}
-
 async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
     match k {
         KeyCommand::Add { index, access_key } => {
             let index = open_index(&index).await?;
-            let access_key = access_key.unwrap_or_else(|| {
-                format!(
-                    "FB{}",
-                    random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-                )
-            });
-            let secret = random_token(
-                40,
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-            );
+            let generated = Credentials::generate();
+            let access_key = access_key.unwrap_or(generated.access_key);
+            let secret = generated.secret_key;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
@@ -374,7 +359,8 @@ async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
                 .context("list access keys")?;
             println!("{:<24} CREATED", "ACCESS KEY");
             for (k, created_ms) in keys {
-                let created = humantime_ms(created_ms);
+                let created =
+                    storage_node::text::unix_ms_text(u64::try_from(created_ms).unwrap_or(0));
                 println!("{k:<24} {created}");
             }
         }
@@ -391,29 +377,6 @@ async fn run_key(k: KeyCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `2026-05-01T12:00:00Z` for a Unix time in ms.
-fn humantime_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 async fn run_pool(p: PoolCommand) -> anyhow::Result<ExitCode> {
@@ -574,11 +537,5 @@ mod tests {
         assert!(parse_store("=/d").is_err());
         assert!(parse_store("n1").is_err());
         assert!(parse_store("@x=/d").is_err());
-    }
-
-    #[test]
-    fn dates() {
-        assert_eq!(humantime_ms(0), "1970-01-01T00:00:00Z");
-        assert_eq!(humantime_ms(1_700_000_000_000), "2023-11-14T22:13:20Z");
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use control::api::ApiClient;
+use control::provision::replace::{ReplaceMember, ReplaceRequest};
 use control::provision::{CreateVolume, VolumeView};
 use control::records::{NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord};
 use meta::schema::OwnerRecord;
@@ -85,6 +86,33 @@ impl Backend {
             Backend::Api(c) => c.move_volume(name, to).await?,
         }
         Ok(())
+    }
+
+    /// Asks for member `slot` of `name` to be replaced by a new namespace on
+    /// `storage_node`; the owner swaps it in and rebuilds.
+    async fn replace_member(
+        &self,
+        name: &str,
+        slot: usize,
+        storage_node: &str,
+    ) -> anyhow::Result<ReplaceRequest> {
+        Ok(match self {
+            Backend::Meta(store) => {
+                let host = nvmf_host::HostIdentity::system()?;
+                let req = ReplaceMember {
+                    storage_node: storage_node.to_string(),
+                };
+                control::provision::replace::request_replace(
+                    store.as_ref(),
+                    name,
+                    slot,
+                    &req,
+                    &host,
+                )
+                .await?
+            }
+            Backend::Api(c) => c.replace_member(name, slot, storage_node).await?,
+        })
     }
 
     /// Live processor nodes, for the `nvme connect` hint.
@@ -208,17 +236,35 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         VolumeCommand::Qos(cmd) => qos(&backend, cmd).await?,
+        VolumeCommand::ReplaceMember {
+            name,
+            member,
+            device,
+            throttle: _,
+        } => {
+            let v = backend.view(&name).await?;
+            let slot = member_slot(&v.record, &member)?;
+            let r = backend
+                .replace_member(&name, slot, &device)
+                .await
+                .with_context(|| format!("replace member {slot} of volume {name}"))?;
+            println!(
+                "volume {name}: member {slot} ({}) is being replaced by {} on {}; the owner \
+                 rebuilds onto it (`ferrobay volume status {name}` shows the progress)",
+                r.old_member, r.member, r.storage_node
+            );
+        }
         VolumeCommand::Assemble { .. }
         | VolumeCommand::FailMember { .. }
         | VolumeCommand::ReAdd { .. }
-        | VolumeCommand::ReplaceMember { .. }
         | VolumeCommand::CopyMember { .. }
         | VolumeCommand::Rebuild { .. }
         | VolumeCommand::Scrub { .. }
         | VolumeCommand::Stop { .. } => {
             return Err(usage(
                 "this command works on local volumes only (without --meta/--api): the owning \
-                 processor node assembles, rebuilds and scrubs cluster volumes",
+                 processor node assembles, rebuilds and scrubs cluster volumes (a cluster \
+                 volume's member is replaced with `replace-member NAME MEMBER STORAGE_NODE`)",
             ));
         }
     }
@@ -554,6 +600,30 @@ fn status_text(v: &VolumeView) -> String {
         }
     }
     out
+}
+
+/// A cluster volume's member slot named by its index or its URL.
+fn member_slot(rec: &VolumeRecord, member: &str) -> anyhow::Result<usize> {
+    let count = rec.members.len();
+    if let Ok(i) = member.parse::<usize>() {
+        if i < count {
+            return Ok(i);
+        }
+        return Err(usage(format!(
+            "volume {} has no member {i} (its members are 0..{})",
+            rec.name,
+            count.saturating_sub(1)
+        )));
+    }
+    rec.members
+        .iter()
+        .position(|m| m.url == member)
+        .ok_or_else(|| {
+            usage(format!(
+                "volume {} has no member {member:?} (a member is its index or its nvme+tcp:// URL)",
+                rec.name
+            ))
+        })
 }
 
 #[cfg(test)]

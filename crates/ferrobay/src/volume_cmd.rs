@@ -130,11 +130,12 @@ pub enum VolumeCommand {
         throttle: ThrottleArgs,
     },
     /// Replace a member with a new device and rebuild onto it. MEMBER: its index or its
-    /// device spec.
+    /// device spec. Cluster volumes (--meta/--api): DEVICE is a storage node that gets a
+    /// new namespace for it; the owning processor node swaps it in and rebuilds.
     ReplaceMember {
         name: String,
         member: String,
-        /// The new device.
+        /// The new device (local volumes), or a storage node (cluster volumes).
         device: String,
         #[command(flatten)]
         throttle: ThrottleArgs,

@@ -19,19 +19,9 @@ use test_guest::{GuestConfig, spawn};
 
 const GUEST_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Why the guest cannot run here (see `testkit::prereq`), or None.
-fn skip_reason() -> Option<String> {
-    if let Err(e) = test_guest::find_qemu() {
-        return Some(e.to_string());
-    }
-    test_guest::GuestImage::ensure()
-        .err()
-        .map(|e| format!("no guest image: {e}"))
-}
-
 #[test]
 fn linux_host_finds_every_volume_through_the_cdc() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = test_guest::unavailable() {
         testkit::prereq::missing(why);
         return;
     }
@@ -64,9 +54,10 @@ fn linux_host_finds_every_volume_through_the_cdc() {
         .stdout
         .iter()
         .find_map(|l| l.strip_prefix("API: http://"))
-        .unwrap_or_else(|| panic!("no API line:\n{banner}"))
-        .trim()
-        .to_string();
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|url| url.trim_end_matches("/api/v1").to_string())
+        .unwrap_or_else(|| panic!("no API line:\n{banner}"));
+    let token = data_dir.join("api-token").display().to_string();
 
     let cfg = GuestConfig::new("cdc", include_str!("guest/cdc.sh"))
         .env("CDC_PORT", cdc_port)
@@ -83,6 +74,7 @@ fn linux_host_finds_every_volume_through_the_cdc() {
             "volume", "create", "vol1", "--level", "raid5", "--size", "32M",
         ])
         .args(["--storage-nodes", "n1,n2,n3", "--api", &api])
+        .args(["--api-token-file", &token])
         .output()
         .expect("ferrobay volume create");
     assert!(

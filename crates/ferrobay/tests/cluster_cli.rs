@@ -475,6 +475,13 @@ fn check_cdc(dir: &tempfile::TempDir, meta_url: &str, n1_api: &str, logs: &dyn F
     // The volume on each processor node's listener, then every drive.
     let all = [drive(1), drive(2), drive(3), vol.clone(), vol.clone()];
     wait(host, &all, "the CDC lists the cluster");
+    // Storage nodes of a cluster keep the cluster's API token in their data dir.
+    let token = dir
+        .path()
+        .join("n1")
+        .join("api-token")
+        .display()
+        .to_string();
     for p in ["p1", "p2"] {
         let (ok, out, err) = ferrobay(&[
             "node",
@@ -482,6 +489,8 @@ fn check_cdc(dir: &tempfile::TempDir, meta_url: &str, n1_api: &str, logs: &dyn F
             "allow",
             "--api",
             n1_api,
+            "--api-token-file",
+            &token,
             &drive(1),
             &control::records::processor_hostnqn(p),
         ]);

@@ -21,16 +21,6 @@ use test_guest::{GuestConfig, spawn};
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 const MAX_VALUE: u64 = 1 << 20;
 
-/// Why the guest cannot run here, or None.
-fn skip_reason() -> Option<String> {
-    if let Err(e) = test_guest::find_qemu() {
-        return Some(e.to_string());
-    }
-    test_guest::GuestImage::ensure()
-        .err()
-        .map(|e| format!("no guest image: {e}"))
-}
-
 /// Runs `ferrobay node ARGS --data-dir DIR`; its stdout, or a panic with its stderr.
 fn node_cli(data: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(ferrobay_bin())
@@ -50,7 +40,7 @@ fn node_cli(data: &std::path::Path, args: &[&str]) -> String {
 
 #[test]
 fn linux_host_stores_and_retrieves_through_a_kv_namespace() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = test_guest::unavailable() {
         testkit::prereq::missing(why);
         return;
     }

@@ -12,21 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::object_cluster::{ACCESS_KEY, ObjectCluster, SECRET_KEY};
 use md5::{Digest, Md5};
+use testkit::data::{assert_same, pattern};
 use testkit::s3::S3Client;
 
 const BUCKET: &str = "load";
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn md5_hex(data: &[u8]) -> String {
     hex_lower(&Md5::digest(data))
@@ -34,18 +23,6 @@ fn md5_hex(data: &[u8]) -> String {
 
 fn hex_lower(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Compares bodies without printing megabytes on a mismatch.
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: {} bytes read, {} written, first difference at {first:?}",
-            got.len(),
-            want.len()
-        );
-    }
 }
 
 /// One object a worker wrote: key, size, seed, the ETag the PUT returned.

@@ -16,18 +16,9 @@ use test_guest::{GuestConfig, spawn};
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 
-fn skip_reason() -> Option<String> {
-    if let Err(e) = test_guest::find_qemu() {
-        return Some(e.to_string());
-    }
-    test_guest::GuestImage::ensure()
-        .err()
-        .map(|e| format!("no guest image: {e}"))
-}
-
 #[test]
 fn linux_host_reads_the_extended_smart_and_telemetry_logs() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = test_guest::unavailable() {
         testkit::prereq::missing(why);
         return;
     }

@@ -159,6 +159,41 @@ fn up_serves_a_volume_and_keeps_its_data_across_restarts() {
     assert!(shown.status.success(), "{shown:?}");
     let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("status JSON");
     assert_eq!(view["record"]["name"], "vol0", "{view:#}");
+    // replace-member on a cluster volume goes to the owner through the API; what cannot
+    // be done is refused in one line and changes nothing.
+    let replace = |member: &str, node: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrobay"))
+            .args([
+                "volume",
+                "replace-member",
+                "vol0",
+                member,
+                node,
+                "--api",
+                &api,
+            ])
+            .arg("--api-token-file")
+            .arg(&token_path)
+            .output()
+            .expect("run ferrobay volume replace-member");
+        assert!(!out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    };
+    assert_eq!(
+        replace("7", "n1"),
+        "ferrobay: volume vol0 has no member 7 (its members are 0..2)"
+    );
+    let same_domain = replace("1", "n1");
+    assert!(
+        same_domain.contains("n1 holds member 0 of volume vol0 already"),
+        "{same_domain}"
+    );
+    let after = status(Some(&token_path));
+    let after: serde_json::Value = serde_json::from_slice(&after.stdout).expect("status JSON");
+    assert_eq!(
+        after["record"], view["record"],
+        "a refusal changed the record"
+    );
     write_and_check(&c, false);
     let status = up.interrupt();
     assert!(status.success(), "exit {status}:\n{}", up.log());
@@ -195,27 +230,31 @@ fn up_on_a_taken_port_says_so_in_one_line() {
 /// host, the drives only for the processor node.
 #[test]
 fn up_moves_the_cdc_off_a_taken_8009_and_says_so() {
-    // Hold 8009 ourselves (another `up` of a parallel test may have it for a while).
+    // 8009 must be taken when `up` starts: held here when free; otherwise someone else
+    // (another process, or another test's `up`) holds it, and if it was let go just as
+    // `up` started (no note printed), try again.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let _held = loop {
-        match std::net::TcpListener::bind("127.0.0.1:8009") {
-            Ok(l) => break l,
-            Err(e) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "127.0.0.1:8009 stays taken: {e}"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(200));
-            }
-        }
-    };
     let dir = scratch_dir("up-cdc");
-    let mut up = Up::start(
-        &dir.path().join("data"),
-        free_port(),
-        dir.path().join("up.log"),
-    );
-    up.wait_connect_line();
+    let (mut up, _held) = loop {
+        let held = std::net::TcpListener::bind("127.0.0.1:8009").ok();
+        let data_dir = dir.path().join("data");
+        let mut up = Up::start(&data_dir, free_port(), dir.path().join("up.log"));
+        up.wait_connect_line();
+        if up
+            .stdout
+            .join("\n")
+            .contains("Note: 127.0.0.1:8009 is in use")
+        {
+            break (up, held);
+        }
+        assert!(held.is_none(), "8009 held here, yet no note:\n{}", up.log());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "8009 was never taken when up started"
+        );
+        let status = up.interrupt();
+        assert!(status.success(), "exit {status}:\n{}", up.log());
+    };
     let out = up.stdout.join("\n");
     assert!(
         out.contains("Note: 127.0.0.1:8009 is in use") && out.contains("--cdc-port"),

@@ -15,19 +15,9 @@ use test_guest::{GuestConfig, spawn};
 const GUEST_TIMEOUT: Duration = Duration::from_secs(120);
 const VOLUME_NQN: &str = "nqn.2026-01.io.ferrobay:vol:vol0";
 
-/// Why the guest cannot run here (see `testkit::prereq`), or None.
-fn skip_reason() -> Option<String> {
-    if let Err(e) = test_guest::find_qemu() {
-        return Some(e.to_string());
-    }
-    test_guest::GuestImage::ensure()
-        .err()
-        .map(|e| format!("no guest image: {e}"))
-}
-
 #[test]
 fn linux_host_connects_to_ferrobay_up() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = test_guest::unavailable() {
         testkit::prereq::missing(why);
         return;
     }

@@ -18,6 +18,10 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// Label pairs of one sample.
 pub type Labels = Vec<(String, String)>;
 
+/// One family of a table ([`Page::counters`], [`Page::gauges`]): the exported name, its
+/// help, and the value of a row.
+pub type Column<R> = (&'static str, &'static str, fn(&R) -> u64);
+
 #[derive(Debug, Clone)]
 enum Value {
     Int(u64),
@@ -42,7 +46,8 @@ pub struct Family {
     samples: Vec<(Labels, Value)>,
 }
 
-fn labels(pairs: &[(&str, &str)]) -> Labels {
+/// Label pairs made once, for samples of several families ([`Family::add_labels`]).
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
@@ -59,6 +64,18 @@ impl Family {
     /// Adds a real-valued sample (seconds, ratios).
     pub fn add_f64(&mut self, labels_: &[(&str, &str)], value: f64) -> &mut Family {
         self.samples.push((labels(labels_), Value::Float(value)));
+        self
+    }
+
+    /// Adds an integer sample with labels made already ([`labels`]).
+    pub fn add_labels(&mut self, labels_: Labels, value: u64) -> &mut Family {
+        self.samples.push((labels_, Value::Int(value)));
+        self
+    }
+
+    /// Adds a real-valued sample with labels made already ([`labels`]).
+    pub fn add_labels_f64(&mut self, labels_: Labels, value: f64) -> &mut Family {
+        self.samples.push((labels_, Value::Float(value)));
         self
     }
 
@@ -144,6 +161,26 @@ impl Page {
         self.family(name, help, MetricType::Histogram)
     }
 
+    /// One counter family per column, each with a sample per row (its labels, the thing
+    /// the column reads): figures that are fields of one snapshot per labelled thing.
+    pub fn counters<R>(&mut self, rows: &[(Labels, &R)], columns: &[Column<R>]) {
+        self.table(MetricType::Counter, rows, columns);
+    }
+
+    /// One gauge family per column, as [`Page::counters`].
+    pub fn gauges<R>(&mut self, rows: &[(Labels, &R)], columns: &[Column<R>]) {
+        self.table(MetricType::Gauge, rows, columns);
+    }
+
+    fn table<R>(&mut self, kind: MetricType, rows: &[(Labels, &R)], columns: &[Column<R>]) {
+        for (name, help, value) in columns {
+            let f = self.family(name, help, kind);
+            for (l, r) in rows {
+                f.add_labels(l.clone(), value(r));
+            }
+        }
+    }
+
     /// The page in the Prometheus text format.
     pub fn render(self) -> String {
         let mut registry = Registry::default();
@@ -216,6 +253,28 @@ mod tests {
             "ferrobay_x_latency_seconds_bucket{node=\"n1\",le=\"+Inf\"} 8",
             "ferrobay_x_latency_seconds_count{node=\"n1\"} 8",
             "ferrobay_x_latency_seconds_sum{node=\"n1\"} 0.0015",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn tables_give_a_family_per_column_and_a_sample_per_row() {
+        let rows = [
+            (labels(&[("disk", "a")]), &(1u64, 10u64)),
+            (labels(&[("disk", "b")]), &(2, 20)),
+        ];
+        let mut p = Page::new();
+        p.counters(&rows, &[("ferrobay_x_ops_total", "Ops.", |r| r.0)]);
+        p.gauges(&rows, &[("ferrobay_x_depth", "Depth.", |r| r.1)]);
+        let text = p.render();
+        for want in [
+            "# TYPE ferrobay_x_ops_total counter",
+            "ferrobay_x_ops_total{disk=\"a\"} 1",
+            "ferrobay_x_ops_total{disk=\"b\"} 2",
+            "# TYPE ferrobay_x_depth gauge",
+            "ferrobay_x_depth{disk=\"a\"} 10",
+            "ferrobay_x_depth{disk=\"b\"} 20",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -23,7 +23,9 @@ use crate::controller::{ConnectOptions, Controller};
 use crate::error::{HostError, Result};
 use crate::host_identity::HostIdentity;
 use crate::kv::{AnyKvNamespace, KvNamespace};
-use crate::multipath::{MultipathKvNamespace, MultipathNamespace, MultipathOptions, PathAddr};
+use crate::multipath::{
+    MultipathKvNamespace, MultipathNamespace, MultipathOptions, PathAddr, PathNs,
+};
 use crate::namespace::RemoteNamespace;
 
 /// The IANA port of NVMe/TCP I/O controllers, used when the URL names none.
@@ -207,22 +209,7 @@ impl NvmeTcpUrl {
         opts: &ConnectOptions,
     ) -> Result<RemoteNamespace> {
         let ctrl = self.connect(host, opts).await?;
-        let nsid = self.nsid_on(&ctrl).await?;
-        RemoteNamespace::open(&ctrl, nsid).await
-    }
-
-    async fn nsid_on(&self, ctrl: &Controller) -> Result<u32> {
-        match self.nsid {
-            Some(n) => Ok(n),
-            None => ctrl
-                .active_namespaces()
-                .await?
-                .first()
-                .copied()
-                .ok_or_else(|| {
-                    HostError::invalid(self.to_string(), "the subsystem has no active namespace")
-                }),
-        }
+        <RemoteNamespace as PathNs>::open(&ctrl, self.nsid).await
     }
 
     /// Opens the namespace as a block device: through one controller for one address, as
@@ -252,11 +239,7 @@ impl NvmeTcpUrl {
     ) -> Result<AnyKvNamespace> {
         if self.more_paths.is_empty() {
             let ctrl = self.connect(host, opts).await?;
-            let opened = match self.nsid {
-                Some(n) => KvNamespace::open(&ctrl, n).await,
-                None => KvNamespace::open_first(&ctrl).await,
-            };
-            return match opened {
+            return match <KvNamespace as PathNs>::open(&ctrl, self.nsid).await {
                 Ok(ns) => Ok(AnyKvNamespace::Single(ns)),
                 Err(e) => {
                     ctrl.disconnect().await;

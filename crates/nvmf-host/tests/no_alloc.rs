@@ -14,6 +14,7 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use blockdev::{BlockDevice, IO_FUTURE_INLINE_BYTES, IoBuf, RamDevice, WriteFlags};
@@ -44,11 +45,7 @@ const IOS_PER_WORKER: u64 = 2_000;
 
 /// Starts the target on its own runtime (threads marked "target") with two listeners;
 /// returns their addresses.
-fn start_target() -> (
-    std::net::SocketAddr,
-    std::net::SocketAddr,
-    std::sync::mpsc::Sender<()>,
-) {
+fn start_target() -> (SocketAddr, SocketAddr, std::sync::mpsc::Sender<()>) {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
@@ -259,8 +256,12 @@ async fn measure_kv(what: &str, ns: &Arc<AnyKvNamespace>) {
     );
 }
 
-#[test]
-fn steady_state_kv_commands_allocate_nothing() {
+/// Starts the target and runs `body` with its two listeners' addresses and the
+/// connect options of the measurements, on a host runtime whose threads count as
+/// `HOST`; one test at a time.
+fn with_target<Fut: std::future::Future<Output = ()>>(
+    body: impl FnOnce(SocketAddr, SocketAddr, ConnectOptions) -> Fut,
+) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let (addr, addr2, stop) = start_target();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -269,13 +270,20 @@ fn steady_state_kv_commands_allocate_nothing() {
         .on_thread_start(|| set_thread_tag(HOST))
         .build()
         .unwrap();
-    rt.block_on(async move {
-        let o = ConnectOptions {
-            io_queues: 2,
-            queue_size: 32,
-            kato_ms: 60_000,
-            ..ConnectOptions::default()
-        };
+    let o = ConnectOptions {
+        io_queues: 2,
+        queue_size: 32,
+        // No keep-alive traffic during the measurement.
+        kato_ms: 60_000,
+        ..ConnectOptions::default()
+    };
+    rt.block_on(body(addr, addr2, o));
+    let _ = stop.send(());
+}
+
+#[test]
+fn steady_state_kv_commands_allocate_nothing() {
+    with_target(|addr, addr2, o| async move {
         let c = Controller::connect(addr, NQN, &host(), &o).await.unwrap();
         let ns = Arc::new(AnyKvNamespace::Single(
             KvNamespace::open(&c, KV_NSID).await.unwrap(),
@@ -297,27 +305,11 @@ fn steady_state_kv_commands_allocate_nothing() {
         )
         .await;
     });
-    let _ = stop.send(());
 }
 
 #[test]
 fn steady_state_io_allocates_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (addr, addr2, stop) = start_target();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .on_thread_start(|| set_thread_tag(HOST))
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let o = ConnectOptions {
-            io_queues: 2,
-            queue_size: 32,
-            // No keep-alive traffic during the measurement.
-            kato_ms: 60_000,
-            ..ConnectOptions::default()
-        };
+    with_target(|addr, addr2, o| async move {
         let c = Controller::connect(addr, NQN, &host(), &o).await.unwrap();
         let ns = Arc::new(c.namespace(1).await.unwrap());
         measure("RemoteNamespace::read_at/write_at", &ns, None).await;
@@ -359,5 +351,4 @@ fn steady_state_io_allocates_nothing() {
         }
         measure("MultipathNamespace as BlockDevice", &ns, Some(mp)).await;
     });
-    let _ = stop.send(());
 }

@@ -32,7 +32,6 @@
 //! `FERROBAY_BENCH_ROUNDS` (default 3). Without `--bench` (`cargo test --benches`) it runs
 //! one short round as a smoke test and writes no file.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -299,17 +298,6 @@ fn render(configs: &[ConfigResult]) -> String {
     s
 }
 
-fn output_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FERROBAY_BENCH_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or_else(|| tmp.clone(), PathBuf::from)
-        .join("bench")
-        .join("qos.json")
-}
-
 fn main() -> ExitCode {
     let full = std::env::args().any(|a| a == "--bench");
     let settings = Settings {
@@ -366,12 +354,12 @@ fn main() -> ExitCode {
     };
     println!("{json}");
     if full {
-        let path = output_path();
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, format!("{json}\n")));
-        match written {
+        let path = testkit::bench::output_path(
+            "FERROBAY_BENCH_OUT",
+            env!("CARGO_TARGET_TMPDIR"),
+            "qos.json",
+        );
+        match testkit::bench::write_report(&path, &json) {
             Ok(()) => eprintln!("qos bench: wrote {}", path.display()),
             Err(e) => eprintln!("qos bench: cannot write {}: {e}", path.display()),
         }

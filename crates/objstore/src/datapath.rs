@@ -5,9 +5,11 @@
 //! Write quorum is k shards per stripe: with up to m stores of a piece down, writes go on
 //! and the piece is reported degraded, for the healer to complete when the stores return.
 
+use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use blockdev::IoBuf;
 use bytes::Bytes;
 use erasure::ReedSolomon;
 use futures::future::join_all;
@@ -15,7 +17,7 @@ use futures::future::join_all;
 use crate::format::{self, HEADER_BYTES, ShardHeader};
 use crate::layout::{Geometry, LayoutError, Piece};
 use crate::placement::{PlacementError, StoreSet};
-use crate::shard::{ShardError, ShardStore, StoreMode};
+use crate::shard::{ShardError, ShardStore, StoreMode, buffers as shard_buffers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -84,6 +86,23 @@ impl Default for DataPathConfig {
     }
 }
 
+/// Bytes `within` of a stripe whose data is `chunks` (the data shards' payloads in
+/// order), without copying.
+fn cut(chunks: Vec<Bytes>, within: Range<usize>) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut base = 0;
+    for c in chunks {
+        let (lo, hi) = (base, base + c.len());
+        base = hi;
+        let start = within.start.max(lo);
+        let end = within.end.min(hi);
+        if start < end {
+            out.push(c.slice(start - lo..end - lo));
+        }
+    }
+    out
+}
+
 pub struct DataPath {
     /// Swapped whole when the stores change ([`DataPath::set_stores`]); each operation
     /// works on the set it started with.
@@ -93,7 +112,8 @@ pub struct DataPath {
 
 /// The outcome of one shard fetch.
 enum Fetched {
-    Ok(Vec<u8>),
+    /// The shard's payload (checked).
+    Ok(Bytes),
     /// Not there, or not the shard asked for: rebuild and rewrite.
     Bad(String),
     /// The store could not be reached: rebuild, cannot rewrite now.
@@ -239,6 +259,21 @@ impl DataPath {
             .await
     }
 
+    async fn put_shard_buf(
+        &self,
+        piece: &Piece,
+        stripe: u32,
+        shard: usize,
+        value: IoBuf,
+    ) -> Result<(), ShardError> {
+        let store = self
+            .store_of(piece, shard)
+            .map_err(ShardError::Unavailable)?;
+        let key = piece.address(stripe, shard).key();
+        self.timed("store", store.store_buf(key, value, StoreMode::Upsert))
+            .await
+    }
+
     async fn fetch(&self, piece: &Piece, stripe: u32, shard: usize) -> Fetched {
         let store = match self.store_of(piece, shard) {
             Ok(s) => s,
@@ -246,13 +281,15 @@ impl DataPath {
         };
         let address = piece.address(stripe, shard);
         let expected_len = HEADER_BYTES + piece.payload_len(stripe);
-        let mut buf = vec![0u8; expected_len];
-        match self
-            .timed("retrieve", store.retrieve(address.key(), &mut buf))
+        let value = match self
+            .timed(
+                "retrieve",
+                store.retrieve_value(address.key(), expected_len),
+            )
             .await
         {
-            Ok(size) if size == expected_len => {}
-            Ok(size) => {
+            Ok((value, size)) if size == expected_len => value,
+            Ok((_, size)) => {
                 return Fetched::Bad(format!(
                     "shard {shard} on {} is {size} bytes, expected {expected_len}",
                     store.id()
@@ -260,21 +297,26 @@ impl DataPath {
             }
             Err(ShardError::Unavailable(e)) => return Fetched::Unreachable(e),
             Err(e) => return Fetched::Bad(format!("shard {shard} on {}: {e}", store.id())),
-        }
-        match format::decode(&buf, &address) {
-            Ok((_, payload)) => Fetched::Ok(payload.to_vec()),
+        };
+        match format::decode(&value, &address) {
+            // The payload stays in the buffer it was received into.
+            Ok(_) => Fetched::Ok(value.slice(HEADER_BYTES..)),
             Err(e) => Fetched::Bad(format!("shard {shard} on {}: {e}", store.id())),
         }
     }
 
-    fn shard_value(piece: &Piece, stripe: u32, shard: usize, payload: &[u8]) -> Bytes {
-        let header = ShardHeader {
+    fn shard_header(piece: &Piece, stripe: u32, shard: usize, payload_bytes: usize) -> ShardHeader {
+        ShardHeader {
             address: piece.address(stripe, shard),
             data_shards: piece.geometry.data,
             parity_shards: piece.geometry.parity,
-            payload_bytes: payload.len() as u32,
+            payload_bytes: payload_bytes as u32,
             stripe_data_bytes: piece.stripe_len(stripe) as u32,
-        };
+        }
+    }
+
+    fn shard_value(piece: &Piece, stripe: u32, shard: usize, payload: &[u8]) -> Bytes {
+        let header = Self::shard_header(piece, stripe, shard, payload.len());
         Bytes::from(format::encode(&header, payload))
     }
 
@@ -285,7 +327,22 @@ impl DataPath {
         piece: &Piece,
         stripe: u32,
     ) -> Result<(Vec<u8>, StripeHealth), DataError> {
+        let all = 0..piece.stripe_len(stripe);
+        let (chunks, health) = self.read_stripe_chunks(piece, stripe, all).await?;
+        Ok((chunks.concat(), health))
+    }
+
+    /// [`read_stripe`](Self::read_stripe) of the stripe's object bytes `within`, as
+    /// slices of the data shards' payloads in order: the bytes stay in the buffers they
+    /// were received into.
+    pub async fn read_stripe_chunks(
+        &self,
+        piece: &Piece,
+        stripe: u32,
+        within: Range<usize>,
+    ) -> Result<(Vec<Bytes>, StripeHealth), DataError> {
         piece.validate()?;
+        debug_assert!(within.end <= piece.stripe_len(stripe));
         let k = piece.k();
         let n = piece.geometry.total();
         let mut fetched: Vec<Option<Fetched>> = (0..n).map(|_| None).collect();
@@ -303,24 +360,20 @@ impl DataPath {
                 fetched[k + j] = Some(f);
             }
         }
-        let (shards, health) = self.rebuild(piece, stripe, fetched).await?;
-        let len = piece.stripe_len(stripe);
-        let mut data = Vec::with_capacity(k * piece.payload_len(stripe));
-        for s in &shards[..k] {
-            data.extend_from_slice(s);
-        }
-        data.truncate(len);
-        Ok((data, health))
+        let (mut shards, health) = self.rebuild(piece, stripe, fetched).await?;
+        shards.truncate(k);
+        Ok((cut(shards, within), health))
     }
 
-    /// Rebuilds the missing shards among `fetched` (None: not read), rewrites the bad
-    /// ones, and returns all k+m shards that were read or rebuilt.
+    /// Rebuilds the missing data shards among `fetched` (None: not read) and the bad
+    /// ones, rewrites the bad ones, and returns all k+m shards: those read or rebuilt,
+    /// empty for shards neither read nor needed (parity with all data shards good).
     async fn rebuild(
         &self,
         piece: &Piece,
         stripe: u32,
         fetched: Vec<Option<Fetched>>,
-    ) -> Result<(Vec<Vec<u8>>, StripeHealth), DataError> {
+    ) -> Result<(Vec<Bytes>, StripeHealth), DataError> {
         let k = piece.k();
         let n = piece.geometry.total();
         let plen = piece.payload_len(stripe);
@@ -328,25 +381,25 @@ impl DataPath {
         let mut present = vec![false; n];
         let mut to_rewrite = Vec::new();
         let mut causes = Vec::new();
-        let mut shards: Vec<Vec<u8>> = Vec::with_capacity(n);
+        let mut shards: Vec<Bytes> = Vec::with_capacity(n);
         for (i, f) in fetched.into_iter().enumerate() {
             match f {
                 Some(Fetched::Ok(p)) => {
                     present[i] = true;
                     shards.push(p);
+                    continue;
                 }
                 Some(Fetched::Bad(e)) => {
                     to_rewrite.push(i);
                     causes.push(e);
-                    shards.push(vec![0u8; plen]);
                 }
                 Some(Fetched::Unreachable(e)) => {
                     health.unreachable += 1;
                     causes.push(e);
-                    shards.push(vec![0u8; plen]);
                 }
-                None => shards.push(vec![0u8; plen]),
+                None => {}
             }
+            shards.push(Bytes::new());
         }
         let readable = present.iter().filter(|p| **p).count();
         if readable < k {
@@ -360,10 +413,28 @@ impl DataPath {
                 cause: causes.join("; "),
             });
         }
-        if readable < n {
+        // What must be computed: missing data shards (the caller's bytes) and bad shards
+        // (to rewrite). Parity that was not read is not computed for nothing.
+        let mut wanted: Vec<usize> = (0..k).filter(|&i| !present[i]).collect();
+        wanted.extend(to_rewrite.iter().copied().filter(|&i| i >= k));
+        if !wanted.is_empty() {
             let rs = ReedSolomon::new(k, piece.m())?;
-            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(Vec::as_mut_slice).collect();
-            rs.reconstruct(&mut refs, &present)?;
+            let mut bufs: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    if present[i] {
+                        shards[i].to_vec()
+                    } else if wanted.contains(&i) {
+                        vec![0u8; plen]
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
+            let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+            rs.reconstruct_some(&mut refs, &present, &wanted)?;
+            for &i in &wanted {
+                shards[i] = Bytes::from(std::mem::take(&mut bufs[i]));
+            }
         }
         if !to_rewrite.is_empty() {
             tracing::warn!(
@@ -513,21 +584,35 @@ impl PieceWriter<'_> {
         let k = self.piece.k();
         let n = self.piece.geometry.total();
         let plen = self.piece.payload_len(stripe);
-        let mut shards: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; plen]).collect();
-        for (i, chunk) in data.chunks(plen).enumerate() {
-            shards[i][..chunk.len()].copy_from_slice(chunk);
+        // Each shard value is built in place: payload (data copied in once, parity
+        // encoded into it), then the header in front of it; the buffer goes to the store
+        // as it is.
+        let mut shards: Vec<IoBuf> = (0..n)
+            .map(|_| shard_buffers::take(HEADER_BYTES + plen))
+            .collect();
+        for (i, shard) in shards[..k].iter_mut().enumerate() {
+            let payload = &mut shard[HEADER_BYTES..];
+            let chunk = data.get(i * plen..).unwrap_or(&[]);
+            let chunk = &chunk[..chunk.len().min(plen)];
+            payload[..chunk.len()].copy_from_slice(chunk);
+            payload[chunk.len()..].fill(0);
         }
         {
             let (d, p) = shards.split_at_mut(k);
-            let d: Vec<&[u8]> = d.iter().map(Vec::as_slice).collect();
-            let mut p: Vec<&mut [u8]> = p.iter_mut().map(Vec::as_mut_slice).collect();
+            let d: Vec<&[u8]> = d.iter().map(|b| &b[HEADER_BYTES..]).collect();
+            let mut p: Vec<&mut [u8]> = p.iter_mut().map(|b| &mut b[HEADER_BYTES..]).collect();
             self.rs.encode(&d, &mut p)?;
         }
         let piece = &self.piece;
-        let results = join_all(shards.iter().enumerate().map(|(i, payload)| {
-            let value = DataPath::shard_value(piece, stripe, i, payload);
-            self.dp.put_shard(piece, stripe, i, value)
-        }))
+        for (i, shard) in shards.iter_mut().enumerate() {
+            format::encode_in_place(&DataPath::shard_header(piece, stripe, i, plen), shard);
+        }
+        let results = join_all(
+            shards
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| self.dp.put_shard_buf(piece, stripe, i, value)),
+        )
         .await;
         let mut causes = Vec::new();
         let mut written = 0;

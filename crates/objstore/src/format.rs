@@ -100,25 +100,36 @@ pub fn encode(header: &ShardHeader, payload: &[u8]) -> Vec<u8> {
         payload.len() <= MAX_PAYLOAD_BYTES,
         "shard payload too large"
     );
-    assert_eq!(payload.len(), header.payload_bytes as usize);
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
-    out.extend_from_slice(&header.address.piece);
-    out.extend_from_slice(&header.address.stripe.to_le_bytes());
-    out.push(header.address.shard);
-    out.push(header.data_shards);
-    out.push(header.parity_shards);
-    out.push(0);
-    out.extend_from_slice(&header.payload_bytes.to_le_bytes());
-    out.extend_from_slice(&header.stripe_data_bytes.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    debug_assert_eq!(out.len(), CRC_OFFSET);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out), payload);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(payload);
+    let mut out = vec![0u8; HEADER_BYTES + payload.len()];
+    out[HEADER_BYTES..].copy_from_slice(payload);
+    encode_in_place(header, &mut out);
     out
+}
+
+/// Writes the header of a shard value whose payload is already in place:
+/// `value[HEADER_BYTES..]` is the payload, `value[..HEADER_BYTES]` is overwritten.
+pub fn encode_in_place(header: &ShardHeader, value: &mut [u8]) {
+    assert!(value.len() >= HEADER_BYTES, "no room for the shard header");
+    let (head, payload) = value.split_at_mut(HEADER_BYTES);
+    assert!(
+        payload.len() <= MAX_PAYLOAD_BYTES,
+        "shard payload too large"
+    );
+    assert_eq!(payload.len(), header.payload_bytes as usize);
+    head[0..4].copy_from_slice(&MAGIC);
+    head[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    head[6..8].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
+    head[8..24].copy_from_slice(&header.address.piece);
+    head[24..28].copy_from_slice(&header.address.stripe.to_le_bytes());
+    head[28] = header.address.shard;
+    head[29] = header.data_shards;
+    head[30] = header.parity_shards;
+    head[31] = 0;
+    head[32..36].copy_from_slice(&header.payload_bytes.to_le_bytes());
+    head[36..40].copy_from_slice(&header.stripe_data_bytes.to_le_bytes());
+    head[40..44].copy_from_slice(&[0; 4]);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..CRC_OFFSET]), payload);
+    head[CRC_OFFSET..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {

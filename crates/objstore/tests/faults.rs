@@ -10,6 +10,7 @@ use common::{Rig, bytes, md5_hex};
 use objstore::index::{ObjectData, ops};
 use objstore::layout::Geometry;
 use objstore::objects::ingest::IngestRequest;
+use testkit::data::assert_same;
 
 const G21: Geometry = Geometry { data: 2, parity: 1 };
 const G42: Geometry = Geometry { data: 4, parity: 2 };
@@ -193,18 +194,6 @@ async fn a_store_killed_under_load_loses_no_acknowledged_put() {
         acked.len(),
         failed.len()
     );
-}
-
-/// Compares bodies without printing megabytes on a mismatch.
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: {} bytes read, {} written, first difference at {first:?}",
-            got.len(),
-            want.len()
-        );
-    }
 }
 
 /// Shards the index references (every stripe of every piece, k+m each).

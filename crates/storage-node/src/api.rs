@@ -6,6 +6,14 @@ use utoipa::ToSchema;
 
 use crate::state::Extent;
 
+mod telemetry;
+
+pub use self::telemetry::{
+    DrivePrediction, DriveTelemetry, ErrorCountsView, IoTelemetry, LatencyView, MediaView,
+    NamespaceTelemetry, OpClassView, Prediction, PredictionReason, PredictionReport,
+    TelemetryReport,
+};
+
 /// Suggested HTTP port of a node (`/metrics` and this API), used by `ferrobay node ...`
 /// when no address is given.
 pub const DEFAULT_HTTP_PORT: u16 = 9420;
@@ -192,6 +200,10 @@ pub struct DriveHealth {
     pub device_write_bytes: u64,
     pub device_flushes: u64,
     pub media_errors: u64,
+    /// The failure-prediction grade (`docs/prediction.md`); absent until the drive was
+    /// graded once (a second after the node started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 /// `GET /api/v1/health`.

@@ -87,7 +87,7 @@ pub enum Origin {
 }
 
 /// Unix time in milliseconds (0 if the clock is before 1970).
-fn now_unix_ms() -> u64 {
+pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -26,4 +26,4 @@ pub mod text;
 
 pub use http::{ClientError, NodeClient};
 pub use naming::{NodeDrive, parse_node_drive};
-pub use node::{NodeConfig, NodeError, StorageNode};
+pub use node::{DriveWrapper, NodeConfig, NodeError, StorageNode};

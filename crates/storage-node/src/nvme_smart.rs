@@ -145,38 +145,30 @@ fn is_controller_name(n: &str) -> bool {
 /// What controller `controller` reports; not reported when it cannot be asked (no
 /// permission, gone, an error status) or when its log says so (temperature 0).
 pub fn read_media_health(admin: &dyn NvmeAdmin, controller: &Path) -> MediaHealth {
-    let page = match admin.smart_log(controller) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::debug!(controller = %controller.display(), error = %e, "no SMART log");
-            return MediaHealth::default();
-        }
-    };
-    let Ok(log) = SmartLog::decode(&page) else {
-        return MediaHealth::default();
-    };
+    let m = read_media_reading(admin, controller);
     MediaHealth {
-        composite_temperature_k: (log.composite_temperature_k != 0)
-            .then_some(log.composite_temperature_k),
-        // Above 100 % is not a percentage: a drive that says so reports nothing usable.
-        available_spare: (log.available_spare_pct <= 100
-            && log.available_spare_threshold_pct <= 100)
-            .then_some(AvailableSpare {
-                pct: log.available_spare_pct,
-                threshold_pct: log.available_spare_threshold_pct,
-            }),
+        composite_temperature_k: m.temperature_k,
+        available_spare: m
+            .available_spare_pct
+            .zip(m.available_spare_threshold_pct)
+            .map(|(pct, threshold_pct)| AvailableSpare { pct, threshold_pct }),
     }
 }
 
 /// Everything the drive's SMART log says that telemetry and prediction use (temperature,
 /// wear, spare, its own media error count); all `None` when it cannot be asked.
 pub fn read_media_reading(admin: &dyn NvmeAdmin, controller: &Path) -> telemetry::MediaReading {
-    let Ok(page) = admin.smart_log(controller) else {
-        return telemetry::MediaReading::default();
+    let page = match admin.smart_log(controller) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!(controller = %controller.display(), error = %e, "no SMART log");
+            return telemetry::MediaReading::default();
+        }
     };
     let Ok(log) = SmartLog::decode(&page) else {
         return telemetry::MediaReading::default();
     };
+    // Above 100 % is not a percentage: a drive that says so reports no spare.
     let spare_ok = log.available_spare_pct <= 100 && log.available_spare_threshold_pct <= 100;
     telemetry::MediaReading {
         temperature_k: (log.composite_temperature_k != 0).then_some(log.composite_temperature_k),

@@ -2,7 +2,7 @@
 //! `/metrics` (drives and namespaces) and the processor node's (volume members). Names
 //! are in `docs/node-api.md`; every family is in base units.
 
-use httpapi::metrics::Page;
+use httpapi::metrics::{Labels, Page};
 use telemetry::hist::{BUCKETS, bucket_lower_us};
 use telemetry::{ErrorKind, Grade, MediaReading, OpClass, TelemetrySnapshot};
 
@@ -33,20 +33,12 @@ fn export_bounds() -> Vec<(usize, f64)> {
 pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[TelemetryRow<'_>]) {
     let bounds = export_bounds();
     let bound_secs: Vec<f64> = bounds.iter().map(|b| b.1).collect();
-    let with = |r: &TelemetryRow<'_>, extra: &[(&'static str, &str)]| -> Vec<(String, String)> {
+    let with = |r: &TelemetryRow<'_>, extra: &[(&'static str, &str)]| -> Labels {
         r.labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
             .collect()
-    };
-    let add = |f: &mut httpapi::metrics::Family, l: &[(String, String)], v: u64| {
-        let refs: Vec<(&str, &str)> = l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        f.add(&refs, v);
-    };
-    let add_f = |f: &mut httpapi::metrics::Family, l: &[(String, String)], v: f64| {
-        let refs: Vec<(&str, &str)> = l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        f.add_f64(&refs, v);
     };
     let f = page.histogram(
         &format!("{prefix}_io_op_latency_seconds"),
@@ -74,7 +66,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
     );
     for r in rows {
         for op in OpClass::ALL {
-            add(f, &with(r, &[("op", op.name())]), r.counters.ops(op));
+            f.add_labels(with(r, &[("op", op.name())]), r.counters.ops(op));
         }
     }
     let f = page.counter(
@@ -82,14 +74,14 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
         &format!("Bytes read from the {what}."),
     );
     for r in rows {
-        add(f, &with(r, &[]), r.counters.read_bytes);
+        f.add_labels(with(r, &[]), r.counters.read_bytes);
     }
     let f = page.counter(
         &format!("{prefix}_io_write_bytes_total"),
         &format!("Bytes written to the {what}."),
     );
     for r in rows {
-        add(f, &with(r, &[]), r.counters.write_bytes);
+        f.add_labels(with(r, &[]), r.counters.write_bytes);
     }
     let f = page.counter(
         &format!("{prefix}_io_errors_total"),
@@ -99,7 +91,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
     );
     for r in rows {
         for k in ErrorKind::ALL {
-            add(f, &with(r, &[("kind", k.name())]), r.counters.errors(k));
+            f.add_labels(with(r, &[("kind", k.name())]), r.counters.errors(k));
         }
     }
     let f = page.gauge(
@@ -107,7 +99,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
         &format!("Operations in flight on the {what} now."),
     );
     for r in rows {
-        add(f, &with(r, &[]), r.counters.in_flight);
+        f.add_labels(with(r, &[]), r.counters.in_flight);
     }
     let f = page.gauge(
         &format!("{prefix}_io_queue_depth_average"),
@@ -116,7 +108,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
         ),
     );
     for r in rows {
-        add_f(f, &with(r, &[]), r.counters.queue_depth_avg());
+        f.add_labels_f64(with(r, &[]), r.counters.queue_depth_avg());
     }
     type MediaField = fn(&MediaReading) -> Option<f64>;
     let media: [(&str, &str, MediaField); 4] = [
@@ -145,7 +137,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
         ),
     ];
     for (name, help, field) in media {
-        let values: Vec<(Vec<(String, String)>, f64)> = rows
+        let values: Vec<(Labels, f64)> = rows
             .iter()
             .filter_map(|r| Some((with(r, &[]), field(&r.media?)?)))
             .collect();
@@ -154,7 +146,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
         }
         let f = page.gauge(&format!("{prefix}_{name}"), help);
         for (l, v) in values {
-            add_f(f, &l, v);
+            f.add_labels_f64(l, v);
         }
     }
     let graded: Vec<&TelemetryRow<'_>> = rows.iter().filter(|r| r.grade.is_some()).collect();
@@ -164,7 +156,7 @@ pub fn add_families(page: &mut Page, prefix: &str, what: &str, rows: &[Telemetry
             "Failure prediction grade: 0 ok, 1 suspect, 2 failing (docs/prediction.md).",
         );
         for r in graded {
-            add(f, &with(r, &[]), r.grade.map_or(0, |g| g as u64));
+            f.add_labels(with(r, &[]), r.grade.map_or(0, |g| g as u64));
         }
     }
 }

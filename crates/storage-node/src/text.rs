@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::api::{HealthReport, NamespaceView, SubsystemView};
+use crate::api::{
+    HealthReport, IoTelemetry, NamespaceView, PredictionReport, SubsystemView, TelemetryReport,
+};
 
 /// A size for people: `1.5 KiB`, `64.0 MiB` (the format of every Ferrobay table; the
 /// JSON forms carry exact bytes).
@@ -11,11 +13,13 @@ pub fn human_bytes(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Rows under a header as aligned columns (every column as wide as its widest cell, in
+/// characters), two spaces apart, no trailing blanks: the shape of every Ferrobay table.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
@@ -201,10 +205,134 @@ pub fn health_text(h: &HealthReport) -> String {
     out
 }
 
+/// Rows of one device's I/O, one per operation class that saw any operation.
+fn io_rows(device: &str, io: &IoTelemetry) -> Vec<Vec<String>> {
+    let classes = [
+        ("read", &io.read),
+        ("write", &io.write),
+        ("flush", &io.flush),
+        ("other", &io.other),
+    ];
+    classes
+        .iter()
+        .filter(|(_, c)| c.ops > 0 || c.latency.count > 0)
+        .map(|(name, c)| {
+            vec![
+                device.to_string(),
+                name.to_string(),
+                c.ops.to_string(),
+                human_bytes(c.bytes),
+                c.latency.p50_us.to_string(),
+                c.latency.p99_us.to_string(),
+                c.latency.p999_us.to_string(),
+                c.latency.max_us.to_string(),
+            ]
+        })
+        .collect()
+}
+
+/// The columns of [`io_rows`].
+const IO_HEADER: [&str; 8] = [
+    "DEVICE", "OP", "OPS", "BYTES", "P50_US", "P99_US", "P999_US", "MAX_US",
+];
+
+/// `node telemetry`: per drive its errors, queue depth, SMART reading and grade, then the
+/// latency per operation class of each drive and namespace (classes with no operation
+/// left out).
+pub fn telemetry_text(t: &TelemetryReport) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let drives: Vec<Vec<String>> = t
+        .drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.drive.clone(),
+                d.io.errors.media.to_string(),
+                d.io.errors.transport.to_string(),
+                d.io.errors.other.to_string(),
+                d.io.queue_depth.to_string(),
+                format!("{:.2}", d.io.queue_depth_avg),
+                opt(d
+                    .media
+                    .temperature_k
+                    .map(|k| format!("{}C", i32::from(k) - 273))),
+                opt(d.media.percentage_used.map(|p| format!("{p}%"))),
+                opt(d.media.available_spare_pct.map(|p| format!("{p}%"))),
+                opt(d.prediction.as_ref().map(|p| p.grade.to_string())),
+            ]
+        })
+        .collect();
+    let mut out = format!("node {}\n", t.node);
+    out.push_str(&table(
+        &[
+            "DRIVE",
+            "MEDIA_ERR",
+            "TRANSPORT_ERR",
+            "OTHER_ERR",
+            "QD",
+            "QD_AVG",
+            "TEMP",
+            "USED",
+            "SPARE",
+            "GRADE",
+        ],
+        &drives,
+    ));
+    let mut rows = Vec::new();
+    for d in &t.drives {
+        rows.extend(io_rows(&d.drive, &d.io));
+    }
+    for n in &t.namespaces {
+        rows.extend(io_rows(&format!("{}/{}", n.subsystem_nqn, n.nsid), &n.io));
+    }
+    if !rows.is_empty() {
+        out.push('\n');
+        out.push_str(&table(&IO_HEADER, &rows));
+    }
+    out
+}
+
+/// `node predictions`: one row per drive with its grade, since when and why.
+pub fn predictions_text(p: &PredictionReport) -> String {
+    let rows: Vec<Vec<String>> = p
+        .drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.drive.clone(),
+                d.prediction.grade.to_string(),
+                d.prediction
+                    .since_unix_ms
+                    .map_or_else(|| "-".to_string(), unix_ms_text),
+                if d.prediction.reason.is_empty() {
+                    "-".to_string()
+                } else {
+                    d.prediction.reason.clone()
+                },
+            ]
+        })
+        .collect();
+    let mut out = format!("node {}\n", p.node);
+    out.push_str(&table(&["DRIVE", "GRADE", "SINCE", "REASON"], &rows));
+    out
+}
+
+/// A Unix time in ms as RFC 3339 UTC, to the second (`2026-11-28T04:33:01Z`).
+pub fn unix_ms_text(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::AttachmentView;
+
+    #[test]
+    fn dates() {
+        assert_eq!(unix_ms_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(unix_ms_text(1_700_000_000_000), "2023-11-14T22:13:20Z");
+    }
 
     #[test]
     fn sizes_and_tables() {
@@ -250,6 +378,84 @@ mod tests {
              nqn.x      1     nvm   d0     8.0 MiB   512    -        -     ab     none\n\
              nqn.x      2     kv    d0     64.0 MiB  -      6.0 KiB  3     ab     none\n\
              namespace 2 of nqn.x: KV store not serving: corrupt KV store: no valid checkpoint\n"
+        );
+    }
+
+    #[test]
+    fn telemetry_and_prediction_tables() {
+        use crate::api::{
+            DrivePrediction, DriveTelemetry, IoTelemetry, LatencyView, MediaView,
+            NamespaceTelemetry, OpClassView, Prediction, PredictionReport, TelemetryReport,
+        };
+        let io = IoTelemetry {
+            write: OpClassView {
+                ops: 12,
+                bytes: 12 << 16,
+                latency: LatencyView {
+                    count: 12,
+                    mean_us: 90,
+                    p50_us: 95,
+                    p99_us: 223,
+                    p999_us: 223,
+                    max_us: 223,
+                },
+            },
+            ..IoTelemetry::default()
+        };
+        let failing = Prediction {
+            grade: telemetry::Grade::Failing,
+            reason: "media_errors: 8 media errors".into(),
+            reasons: vec![],
+            since_unix_ms: Some(1_764_302_400_000),
+        };
+        let t = TelemetryReport {
+            node: "n1".into(),
+            drives: vec![DriveTelemetry {
+                drive: "d0".into(),
+                io,
+                media: MediaView {
+                    temperature_k: Some(310),
+                    available_spare_pct: Some(97),
+                    ..MediaView::default()
+                },
+                prediction: Some(failing.clone()),
+            }],
+            namespaces: vec![NamespaceTelemetry {
+                subsystem_nqn: "nqn.x".into(),
+                nsid: 1,
+                drive: "d0".into(),
+                io,
+            }],
+        };
+        let text = telemetry_text(&t);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "node n1");
+        assert!(lines[1].starts_with("DRIVE  MEDIA_ERR"), "{text}");
+        assert!(
+            lines[2].starts_with("d0 ") && lines[2].ends_with("37C   -     97%    failing"),
+            "{text}"
+        );
+        let rows: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.contains(" write "))
+            .copied()
+            .collect();
+        assert_eq!(rows.len(), 2, "drive and namespace, reads left out: {text}");
+        assert!(
+            rows[1].starts_with("nqn.x/1")
+                && rows[1].ends_with("768.0 KiB  95      223     223      223"),
+            "{text}"
+        );
+        let p = PredictionReport {
+            node: "n1".into(),
+            drives: vec![DrivePrediction {
+                drive: "d0".into(),
+                prediction: failing,
+            }],
+        };
+        assert_eq!(
+            predictions_text(&p),
+            "node n1\nDRIVE  GRADE    SINCE                 REASON\nd0     failing  2025-11-28T04:00:00Z  media_errors: 8 media errors\n"
         );
     }
 }

@@ -1,24 +1,30 @@
 //! Drive telemetry on a real node: I/O from the project's initiator over NVMe/TCP is
 //! counted per drive and per namespace (operations, bytes, latency per class), sampled into
 //! the series, graded, and read back through the extended SMART (C0h) and Telemetry
-//! Host-Initiated (07h) log pages.
+//! Host-Initiated (07h) log pages; and the same figures and the drives' grades through the
+//! node's REST API (`/api/v1/telemetry`, `/api/v1/predictions`, `/api/v1/health`), with a
+//! drive that returns media errors graded suspect, then failing.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use ::telemetry::{Grade, OpClass};
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
+use blockdev::{FaultAction, FaultHandle, FaultOps, FaultRule, FaultyDevice};
 use nvme_proto::log::ext_smart::kind;
 use nvme_proto::log::telemetry::LSP_CREATE;
 use nvme_proto::log::{ExtSmartLog, GetLogPageCommand, TelemetryHeader, lid};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl, RemoteNamespace};
-use storage_node::{NodeConfig, StorageNode, parse_node_drive};
+use storage_node::{DriveWrapper, NodeClient, NodeConfig, StorageNode, parse_node_drive};
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 
 fn config(dir: &Path) -> NodeConfig {
     let mut cfg = NodeConfig::new("n1", dir.join("data"));
     cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    // Not the default port 8009: tests run in parallel.
+    cfg.discovery_listen = Some("127.0.0.1:0".parse().unwrap());
     let spec = format!("file:{}:32M", dir.join("d0.img").display());
     cfg.drives = vec![parse_node_drive(&spec).unwrap()];
     cfg
@@ -141,5 +147,120 @@ async fn io_is_counted_per_drive_and_namespace_and_served_in_log_pages() {
     assert_eq!(captured.records.len(), 2);
     assert!(captured.records[1].ops[0] >= 15);
     drop(ns);
+    node.shutdown().await.unwrap();
+}
+
+/// A node whose drive d0 sits behind a fault injector (inside the telemetry meter, so
+/// the faults it returns are counted like a real drive's), with its HTTP API.
+fn faulty_config(dir: &Path) -> (NodeConfig, Arc<Mutex<Option<FaultHandle>>>) {
+    let mut cfg = config(dir);
+    cfg.http_listen = Some("127.0.0.1:0".parse().unwrap());
+    let handle: Arc<Mutex<Option<FaultHandle>>> = Arc::default();
+    let h = handle.clone();
+    cfg.wrap_drive = Some(DriveWrapper(Arc::new(move |_name, dev| {
+        let faulty = Arc::new(FaultyDevice::new(dev));
+        *h.lock().unwrap() = Some(faulty.handle());
+        faulty
+    })));
+    (cfg, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_and_predictions_routes_show_the_io_and_a_failing_drive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, faults) = faulty_config(dir.path());
+    let node = StorageNode::start(cfg).await.unwrap();
+    let faults = faults.lock().unwrap().clone().unwrap();
+    let api = NodeClient::new(node.http_addr().unwrap().to_string())
+        .with_token(Some(node.api_token().as_str().to_string()));
+    let ns = open(&node).await;
+
+    // Known I/O: 12 writes of 64 KiB, 7 reads of 64 KiB, one flush.
+    let chunk: u64 = 64 << 10;
+    let mut buf = IoBuf::from_slice(&vec![0xA7; chunk as usize]);
+    for i in 0..12u64 {
+        buf = ns
+            .write(i * chunk, buf, WriteFlags::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..7u64 {
+        buf = ns.read(i * chunk, buf).await.unwrap();
+    }
+    ns.flush().await.unwrap();
+
+    let t = api.telemetry().await.unwrap();
+    assert_eq!(t.node, "n1");
+    let d0 = t.drives.iter().find(|d| d.drive == "d0").unwrap();
+    let n1 = t
+        .namespaces
+        .iter()
+        .find(|n| n.subsystem_nqn == NQN && n.nsid == 1)
+        .unwrap();
+    assert_eq!(n1.drive, "d0");
+    for (what, io) in [("drive", &d0.io), ("namespace", &n1.io)] {
+        assert_eq!((io.write.ops, io.write.bytes), (12, 12 * chunk), "{what}");
+        assert_eq!((io.read.ops, io.read.bytes), (7, 7 * chunk), "{what}");
+        assert!(io.flush.ops >= 1, "{what}: {io:?}");
+        assert_eq!(io.write.latency.count, 12, "{what}");
+        assert_eq!(io.read.latency.count, 7, "{what}");
+        let l = io.write.latency;
+        assert!(
+            0 < l.p50_us && l.p50_us <= l.p99_us && l.p99_us <= l.p999_us && l.p999_us <= l.max_us,
+            "{what}: {l:?}"
+        );
+        assert_eq!(io.errors.media + io.errors.transport + io.errors.other, 0);
+        assert_eq!(io.queue_depth, 0, "{what}: nothing in flight");
+        assert!(io.queue_depth_avg >= 1.0, "{what}: {io:?}");
+    }
+    assert_eq!(
+        d0.media.temperature_k, None,
+        "a file drive reports no SMART"
+    );
+
+    // Graded ok once sampled.
+    node.telemetry().tick();
+    let p = api.predictions().await.unwrap();
+    assert_eq!(p.drives.len(), 1);
+    assert_eq!(p.drives[0].drive, "d0");
+    assert_eq!(p.drives[0].prediction.grade, Grade::Ok);
+    assert_eq!(p.drives[0].prediction.reason, "");
+    let ok_since = p.drives[0].prediction.since_unix_ms.unwrap();
+
+    // The drive starts failing reads: the host sees the errors, the route the grade.
+    faults.add(FaultRule::new(FaultOps::READ, FaultAction::Media).times(2));
+    for i in 0..2u64 {
+        let r = ns.read(i * chunk, IoBuf::new_zeroed(chunk as usize)).await;
+        assert!(r.is_err(), "read {i} should fail");
+    }
+    node.telemetry().tick();
+    let p = api.predictions().await.unwrap();
+    let g = &p.drives[0].prediction;
+    assert_eq!(g.grade, Grade::Suspect, "{g:?}");
+    assert!(
+        g.reason.starts_with("media_errors: 2 media errors"),
+        "{g:?}"
+    );
+    assert_eq!(g.reasons[0].rule, "media_errors");
+    assert!(g.since_unix_ms.unwrap() >= ok_since, "{g:?}");
+    let t = api.telemetry().await.unwrap();
+    assert_eq!(t.drives[0].io.errors.media, 2);
+    assert_eq!(
+        t.drives[0].prediction.as_ref().unwrap().grade,
+        Grade::Suspect
+    );
+
+    // More errors in the window: failing, also on the drive's health row.
+    faults.add(FaultRule::new(FaultOps::READ, FaultAction::Media).times(6));
+    for i in 0..6u64 {
+        let _ = ns.read(i * chunk, IoBuf::new_zeroed(chunk as usize)).await;
+    }
+    node.telemetry().tick();
+    let h = api.health().await.unwrap();
+    let g = h.drives[0].prediction.as_ref().unwrap();
+    assert_eq!(g.grade, Grade::Failing, "{g:?}");
+    assert!(g.reason.contains("8 media errors"), "{g:?}");
+    let p = api.predictions().await.unwrap();
+    assert_eq!(p.drives[0].prediction, *g);
     node.shutdown().await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! Time seam: the I/O path reads a monotonic nanosecond counter through [`Clock`] so tests
-//! can measure latencies on a clock they move by hand.
+//! can measure latencies on a clock they move by hand. The QoS engine of `nvmf-target`
+//! runs on the same clock (its token buckets and contention controller).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -35,7 +36,7 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that moves only when told to.
+/// A clock that moves only when told to (tests, simulations).
 #[derive(Debug, Default)]
 pub struct ManualClock {
     ns: AtomicU64,
@@ -46,17 +47,50 @@ impl ManualClock {
         ManualClock::default()
     }
 
+    /// A clock that reads `ns` until moved.
+    pub fn at(ns: u64) -> ManualClock {
+        ManualClock {
+            ns: AtomicU64::new(ns),
+        }
+    }
+
+    /// Moves the clock forward by `ns`.
     pub fn advance_ns(&self, ns: u64) {
         self.ns.fetch_add(ns, Relaxed);
     }
 
+    /// Moves the clock to `ns` (never backwards: it is monotonic).
     pub fn set_ns(&self, ns: u64) {
-        self.ns.store(ns, Relaxed);
+        self.ns.fetch_max(ns, Relaxed);
     }
 }
 
 impl Clock for ManualClock {
     fn now_ns(&self) -> u64 {
         self.ns.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_only_moves_forward() {
+        let c = ManualClock::at(10);
+        c.advance_ns(5);
+        assert_eq!(c.now_ns(), 15);
+        c.set_ns(3);
+        assert_eq!(c.now_ns(), 15, "never backwards");
+        c.set_ns(100);
+        assert_eq!(c.now_ns(), 100);
+    }
+
+    #[test]
+    fn monotonic_clock_does_not_go_back() {
+        let c = MonotonicClock::new();
+        let a = c.now_ns();
+        let b = c.now_ns();
+        assert!(b >= a);
     }
 }

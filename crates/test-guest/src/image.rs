@@ -96,6 +96,17 @@ fn build_command_line(fio: bool) -> String {
     )
 }
 
+/// Why a guest cannot run here (no QEMU, no guest image), or None: what a guest test
+/// hands to `testkit::prereq::missing` before it skips.
+pub fn unavailable() -> Option<String> {
+    if let Err(e) = find_qemu() {
+        return Some(e.to_string());
+    }
+    GuestImage::ensure()
+        .err()
+        .map(|e| format!("no guest image: {e}"))
+}
+
 /// Path of QEMU, or [`GuestError::QemuMissing`].
 pub fn find_qemu() -> Result<PathBuf> {
     find_in_path(QEMU, std::env::var_os("PATH").as_deref()).ok_or(GuestError::QemuMissing)

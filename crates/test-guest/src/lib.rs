@@ -121,6 +121,6 @@ mod sync;
 pub use config::{DEFAULT_TIMEOUT, GuestConfig, shell_quote};
 pub use error::{GuestError, Result};
 pub use guest::{RunningGuest, free_port, run_job, spawn};
-pub use image::{GuestImage, QEMU, find_qemu, repo_root};
+pub use image::{GuestImage, QEMU, find_qemu, repo_root, unavailable};
 pub use qemu::{GUEST_ADDR, HOST_ADDR_FROM_GUEST};
 pub use record::{GuestRun, LOG_TAIL_LINES, Record};

@@ -23,6 +23,27 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Runs `binary args` (a ferrobay command, `RUST_LOG=warn`, no stdin): its stdout, or an
+/// error with the command, its exit status and output.
+pub fn run_cli(binary: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(binary)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run ferrobay {args:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "ferrobay {} failed ({}): {stdout}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(stdout)
+}
+
 /// SIGTERM to our own `child` and wait up to `timeout` for its exit; None if it still
 /// runs.
 pub fn terminate_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {

@@ -80,27 +80,11 @@ fn uri_encode(s: &str, keep_slash: bool) -> String {
     out
 }
 
+/// `YYYYMMDDTHHMMSSZ`, now: RFC 3339 to the second without its separators.
 fn amz_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 impl S3Client {
@@ -294,4 +278,24 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[(start + size + 2).min(b.len())..];
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn amz_date_is_basic_iso8601() {
+        let d = super::amz_date();
+        assert_eq!(d.len(), 16, "{d}");
+        assert!(
+            d.starts_with("20") && d.ends_with('Z') && &d[8..9] == "T",
+            "{d}"
+        );
+        assert!(
+            d[..8]
+                .bytes()
+                .chain(d[9..15].bytes())
+                .all(|b| b.is_ascii_digit()),
+            "{d}"
+        );
+    }
 }

@@ -170,25 +170,9 @@ impl Volume {
         let own = sbio::read_member(&*device).await?.best;
         let mut sb = self.inner.meta.lock().await;
         let mut topo = (*self.inner.topo()).clone();
-        if self.in_use(&topo, &device, own.as_ref(), &sb) {
-            return Err(VolumeError::Invalid(format!(
-                "{} is already part of the volume",
-                device.info().name
-            )));
-        }
-        if sb.members.len() >= crate::format::MAX_ENTRIES {
-            return Err(VolumeError::Invalid("member table full".into()));
-        }
-        let uuid = Uuid::new_v4();
-        let index = sb.members.len();
-        self.inner
-            .init_member_bitmap(index, &device)
-            .await
-            .map_err(|f| VolumeError::Member {
-                member: index,
-                name: device.info().name.clone(),
-                cause: f.err,
-            })?;
+        let uuid = self
+            .admit_new_member(&topo, &device, own.as_ref(), &sb)
+            .await?;
         sb.members.push(MemberEntry {
             failure_domain: failure_domain
                 .chars()
@@ -210,25 +194,38 @@ impl Volume {
         Ok(())
     }
 
-    pub(crate) fn check_slot_pub(&self, member: usize) -> Result<()> {
-        self.check_slot(member)
-    }
-
-    pub(crate) fn check_device_pub(&self, device: &Dev) -> Result<()> {
-        self.check_device(device)
-    }
-
-    pub(crate) fn in_use_pub(
+    /// Checks that `device` may join the volume as a new member-table entry (not in use
+    /// already, room in the table) and prepares its bitmap; returns the new entry's UUID.
+    /// The caller pushes the entry at index `sb.members.len()`.
+    pub(crate) async fn admit_new_member(
         &self,
         topo: &crate::topology::Topology,
         device: &Dev,
         own: Option<&Superblock>,
         sb: &Superblock,
-    ) -> bool {
-        self.in_use(topo, device, own, sb)
+    ) -> Result<Uuid> {
+        if self.in_use(topo, device, own, sb) {
+            return Err(VolumeError::Invalid(format!(
+                "{} is already part of the volume",
+                device.info().name
+            )));
+        }
+        if sb.members.len() >= crate::format::MAX_ENTRIES {
+            return Err(VolumeError::Invalid("member table full".into()));
+        }
+        let index = sb.members.len();
+        self.inner
+            .init_member_bitmap(index, device)
+            .await
+            .map_err(|f| VolumeError::Member {
+                member: index,
+                name: device.info().name.clone(),
+                cause: f.err,
+            })?;
+        Ok(Uuid::new_v4())
     }
 
-    fn check_slot(&self, member: usize) -> Result<()> {
+    pub(crate) fn check_slot(&self, member: usize) -> Result<()> {
         self.inner.check_usable()?;
         if member >= self.inner.geo.members() {
             return Err(VolumeError::Invalid(format!(
@@ -239,7 +236,7 @@ impl Volume {
         Ok(())
     }
 
-    fn check_device(&self, device: &Dev) -> Result<()> {
+    pub(crate) fn check_device(&self, device: &Dev) -> Result<()> {
         let info = device.info();
         let sb_need = self.inner.data_offset_bytes + self.inner.geo.member_bytes();
         if info.size_bytes < sb_need {

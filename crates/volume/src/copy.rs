@@ -53,42 +53,16 @@ impl Volume {
         member: usize,
         device: Arc<dyn BlockDevice>,
     ) -> Result<watch::Receiver<CopyProgress>> {
-        self.check_slot_pub(member)?;
-        self.check_device_pub(&device)?;
+        self.check_slot(member)?;
+        self.check_device(&device)?;
         let own = crate::sbio::read_member(&*device).await?.best;
         {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
-            if topo.slots[member].state != MemberState::Active {
-                return Err(VolumeError::Invalid(format!(
-                    "member {member} is {}: only an active member is copied (a failed one is replaced)",
-                    crate::assemble::state_name(topo.slots[member].state)
-                )));
-            }
-            if topo.spares.iter().any(|s| s.replaces.is_some()) {
-                return Err(VolumeError::Invalid(
-                    "a copy is already running (one at a time)".into(),
-                ));
-            }
-            if self.in_use_pub(&topo, &device, own.as_ref(), &sb) {
-                return Err(VolumeError::Invalid(format!(
-                    "{} is already part of the volume",
-                    device.info().name
-                )));
-            }
-            if sb.members.len() >= crate::format::MAX_ENTRIES {
-                return Err(VolumeError::Invalid("member table full".into()));
-            }
-            let uuid = Uuid::new_v4();
-            let index = sb.members.len();
-            self.inner
-                .init_member_bitmap(index, &device)
-                .await
-                .map_err(|f| VolumeError::Member {
-                    member: index,
-                    name: device.info().name.clone(),
-                    cause: f.err,
-                })?;
+            check_copy_source(&topo, member)?;
+            let uuid = self
+                .admit_new_member(&topo, &device, own.as_ref(), &sb)
+                .await?;
             let failure_domain = sb.members[member].failure_domain.clone();
             sb.members.push(MemberEntry {
                 failure_domain,
@@ -120,21 +94,11 @@ impl Volume {
         &self,
         member: usize,
     ) -> Result<watch::Receiver<CopyProgress>> {
-        self.check_slot_pub(member)?;
+        self.check_slot(member)?;
         let name = {
             let mut sb = self.inner.meta.lock().await;
             let mut topo = (*self.inner.topo()).clone();
-            if topo.slots[member].state != MemberState::Active {
-                return Err(VolumeError::Invalid(format!(
-                    "member {member} is {}: only an active member is copied (a failed one is replaced)",
-                    crate::assemble::state_name(topo.slots[member].state)
-                )));
-            }
-            if topo.spares.iter().any(|s| s.replaces.is_some()) {
-                return Err(VolumeError::Invalid(
-                    "a copy is already running (one at a time)".into(),
-                ));
-            }
+            check_copy_source(&topo, member)?;
             let Some(j) = topo.free_spare() else {
                 return Err(VolumeError::Invalid(
                     "no hot spare to copy onto (add one with add-spare)".into(),
@@ -525,4 +489,20 @@ pub(crate) fn promote_replacement(
         ..entry
     };
     true
+}
+
+/// Slot `member` can be copied: it is active and no other copy runs.
+fn check_copy_source(topo: &Topology, member: usize) -> Result<()> {
+    if topo.slots[member].state != MemberState::Active {
+        return Err(VolumeError::Invalid(format!(
+            "member {member} is {}: only an active member is copied (a failed one is replaced)",
+            crate::assemble::state_name(topo.slots[member].state)
+        )));
+    }
+    if topo.spares.iter().any(|s| s.replaces.is_some()) {
+        return Err(VolumeError::Invalid(
+            "a copy is already running (one at a time)".into(),
+        ));
+    }
+    Ok(())
 }

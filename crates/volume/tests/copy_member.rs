@@ -12,19 +12,30 @@ use std::time::Duration;
 use blockdev::{BlockDevice, FaultAction, FaultOps, FaultRule, FaultyDevice, RamDevice};
 use common::*;
 use rand::Rng;
-use volume::{LevelSpec, MemberState, TaskPhase, Volume, VolumeState};
+use volume::{LevelSpec, MemberState, TaskPhase, Volume, VolumeConfig, VolumeState};
 
 const SU: u64 = 64 << 10;
 
 async fn filled(level: LevelSpec, n: usize, seed: u64) -> (Members, Volume, Vec<u8>) {
+    filled_with(config(level, SU, MIB), n, seed).await
+}
+
+async fn filled_with(cfg: VolumeConfig, n: usize, seed: u64) -> (Members, Volume, Vec<u8>) {
     let m = ram_members(n, 6 * MIB);
-    let vol = Volume::create("cp", config(level, SU, MIB), m.devs.clone(), vec![])
+    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
         .await
         .unwrap();
     let mut r = rng(seed);
     let model = random_bytes(&mut r, vol.size_bytes() as usize);
     write(&vol, 0, &model).await;
     (m, vol, model)
+}
+
+/// RAID 5 with a copy checkpoint every 512 KiB.
+fn checkpointed_raid5() -> VolumeConfig {
+    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
+    cfg.options.checkpoint_bytes = 512 << 10;
+    cfg
 }
 
 /// A new device whose writes take `delay` (so a copy is still running when we look).
@@ -35,6 +46,22 @@ fn slow_device(name: &str, delay: Duration) -> (Arc<dyn BlockDevice>, blockdev::
         h.add(FaultRule::new(FaultOps::WRITE, FaultAction::Delay(delay)));
     }
     (Arc::new(f), h)
+}
+
+/// Waits until the running copy has done at least `min_bytes`, and checks it is not done
+/// (the tests' runtime has one thread: nothing else runs between this and the caller's
+/// next step).
+async fn copy_underway(vol: &Volume, min_bytes: u64) {
+    let mut progress = vol.copy_progress().expect("a copy runs");
+    progress
+        .wait_for(|p| p.bytes_done >= min_bytes)
+        .await
+        .expect("copy progress");
+    let p = progress.borrow().clone();
+    assert!(
+        p.bytes_done < p.bytes_total,
+        "the copy is still running: {p:?}"
+    );
 }
 
 /// Random writes of 4 KiB..64 KiB into `vol` and `model`.
@@ -101,17 +128,11 @@ async fn copy_every_layout_with_writes_during_the_copy_and_no_degraded_window() 
 
 #[tokio::test]
 async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
-    let m = ram_members(4, 6 * MIB);
-    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
-    cfg.options.checkpoint_bytes = 512 << 10;
-    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
-        .await
-        .unwrap();
-    let mut model = random_bytes(&mut rng(3), vol.size_bytes() as usize);
-    write(&vol, 0, &model).await;
-    let (new, _h) = slow_device("new", Duration::from_millis(2));
+    let (m, vol, mut model) = filled_with(checkpointed_raid5(), 4, 3).await;
+    let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(1, new.clone()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Past the first checkpoint (every 512 KiB).
+    copy_underway(&vol, 640 << 10).await;
     scribble(&vol, &mut model, 4, 10).await;
     vol.stop().await.unwrap();
     // Examine sees the replacement and its checkpoint.
@@ -139,17 +160,10 @@ async fn a_stopped_copy_resumes_at_its_checkpoint_after_assembly() {
 
 #[tokio::test]
 async fn a_copy_cut_by_a_crash_starts_over_and_completes() {
-    let m = ram_members(4, 6 * MIB);
-    let mut cfg = config(LevelSpec::Raid5, SU, MIB);
-    cfg.options.checkpoint_bytes = 512 << 10;
-    let vol = Volume::create("cp", cfg, m.devs.clone(), vec![])
-        .await
-        .unwrap();
-    let mut model = random_bytes(&mut rng(21), vol.size_bytes() as usize);
-    write(&vol, 0, &model).await;
-    let (new, _h) = slow_device("new", Duration::from_millis(2));
+    let (m, vol, mut model) = filled_with(checkpointed_raid5(), 4, 21).await;
+    let (new, _h) = slow_device("new", Duration::from_millis(5));
     vol.copy_member(2, new.clone()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    copy_underway(&vol, 1).await;
     scribble(&vol, &mut model, 22, 10).await;
     // The power goes: nothing more is written, no clean flag.
     vol.detach();
@@ -183,7 +197,7 @@ async fn a_member_failing_during_the_copy_hands_over_to_the_replacement() {
     let (m, vol, mut model) = filled(LevelSpec::Raid5, 4, 5).await;
     let (new, _h) = slow_device("new", Duration::from_millis(1));
     vol.copy_member(3, new).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    copy_underway(&vol, 1).await;
     // The drive dies for good: the next write to it fails it.
     m.faults[3].add(FaultRule::new(FaultOps::ALL, FaultAction::Offline));
     scribble(&vol, &mut model, 6, 20).await;

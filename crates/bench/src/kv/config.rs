@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, check_queues};
 use crate::kv::stamp::HEADER_BYTES;
 
 /// Which commands a KV run sends.
@@ -104,18 +104,7 @@ impl KvBenchConfig {
                 "--verify needs values of at least {HEADER_BYTES} bytes (the stamp's header)"
             )));
         }
-        if self.iodepth == 0 || self.iodepth > 4096 {
-            return Err(ConfigError(format!(
-                "--iodepth {} out of range 1..=4096",
-                self.iodepth
-            )));
-        }
-        if self.jobs == 0 || self.jobs > 256 {
-            return Err(ConfigError(format!(
-                "--jobs {} out of range 1..=256",
-                self.jobs
-            )));
-        }
+        check_queues(self.iodepth, self.jobs)?;
         if self.key_base.checked_add(self.keys).is_none() {
             return Err(ConfigError(format!(
                 "--keys {} from key {} overflows the key index",

@@ -6,15 +6,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use blockdev::IoBuf;
-use hdrhistogram::Histogram;
 
 use super::config::{KvBenchConfig, KvPattern};
 use super::stamp::{ValueCheck, check_value, key_of, stamp_value};
 use super::{KvOpError, KvTarget};
-use crate::job::{MAX_LATENCY_NS, Shared, new_histogram};
+use crate::job::{LoadResult, MAX_LATENCY_NS, Rng, Shared};
 use crate::report::KvVerifyReport;
 use crate::slots::IoSlots;
 use crate::verify::MAX_FIRST_ERRORS;
@@ -24,17 +23,10 @@ use crate::verify::MAX_FIRST_ERRORS;
 const UNKNOWN: u32 = u32::MAX;
 
 pub(crate) struct KvJobResult {
-    pub retrieve_hist: Histogram<u64>,
-    pub store_hist: Histogram<u64>,
-    pub retrieves: u64,
-    pub stores: u64,
-    pub retrieve_bytes: u64,
-    pub store_bytes: u64,
+    pub load: LoadResult,
+    /// Retrieves of keys without a value.
     pub not_found: u64,
-    pub errors: u64,
-    pub first_error: Option<String>,
     pub verify: KvVerifyReport,
-    pub load_elapsed: Duration,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,21 +70,6 @@ async fn one_op<T: KvTarget>(
         result,
         buf,
         write_id,
-    }
-}
-
-/// splitmix64, as the block mode.
-pub(super) struct Rng(pub(super) u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 
@@ -140,10 +117,7 @@ impl<T: KvTarget> Job<'_, T> {
     }
 
     fn note_error(&mut self, what: String) {
-        self.res.errors += 1;
-        if self.res.first_error.is_none() {
-            self.res.first_error = Some(what);
-        }
+        self.res.load.error(|| what);
     }
 
     fn verify_error(&mut self, what: String) {
@@ -240,21 +214,13 @@ pub(crate) async fn kv_job<T: KvTarget>(
             .map(|_| IoBuf::new_zeroed(cfg.value_size_bytes as usize))
             .collect(),
         res: KvJobResult {
-            retrieve_hist: new_histogram(),
-            store_hist: new_histogram(),
-            retrieves: 0,
-            stores: 0,
-            retrieve_bytes: 0,
-            store_bytes: 0,
+            load: LoadResult::new(),
             not_found: 0,
-            errors: 0,
-            first_error: None,
             verify: KvVerifyReport::default(),
-            load_elapsed: Duration::ZERO,
         },
     };
     load(&mut j, job_index, keys).await;
-    j.res.load_elapsed = t0.elapsed();
+    j.res.load.load_elapsed = t0.elapsed();
     if tracks {
         read_back(&mut j).await;
     }
@@ -352,9 +318,9 @@ async fn load<T: KvTarget>(j: &mut Job<'_, T>, job_index: u32, keys: u64) {
         } = done;
         match (op, result) {
             (Op::Store, Ok(_)) => {
-                let _ = j.res.store_hist.record(lat_ns);
-                j.res.stores += 1;
-                j.res.store_bytes += value_bytes;
+                let _ = j.res.load.write_hist.record(lat_ns);
+                j.res.load.write_ios += 1;
+                j.res.load.write_bytes += value_bytes;
                 j.shared.bytes.fetch_add(value_bytes, Ordering::Relaxed);
                 if let Some(w) = j.last_write.get_mut(slot as usize) {
                     *w = write_id;
@@ -369,18 +335,18 @@ async fn load<T: KvTarget>(j: &mut Job<'_, T>, job_index: u32, keys: u64) {
                 j.note_error(format!("store of key {}: {e}", j.first_key + slot));
             }
             (Op::Retrieve, Ok(size)) => {
-                let _ = j.res.retrieve_hist.record(lat_ns);
-                j.res.retrieves += 1;
+                let _ = j.res.load.read_hist.record(lat_ns);
+                j.res.load.read_ios += 1;
                 let got = u64::from(size).min(value_bytes);
-                j.res.retrieve_bytes += got;
+                j.res.load.read_bytes += got;
                 j.shared.bytes.fetch_add(got, Ordering::Relaxed);
                 if cfg.verify {
                     j.check(slot, size, &buf);
                 }
             }
             (Op::Retrieve, Err(KvOpError::NotFound)) => {
-                let _ = j.res.retrieve_hist.record(lat_ns);
-                j.res.retrieves += 1;
+                let _ = j.res.load.read_hist.record(lat_ns);
+                j.res.load.read_ios += 1;
                 j.not_found(slot);
             }
             (Op::Retrieve, Err(e)) => {

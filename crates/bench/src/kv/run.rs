@@ -2,17 +2,16 @@
 //! they run, and their results merged into one report.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::KvTarget;
 use super::config::KvBenchConfig;
 use super::job::kv_job;
 use crate::cpu::CpuTime;
-use crate::job::{Shared, new_histogram};
+use crate::job::{LoadResult, Shared};
 use crate::progress::Progress;
-use crate::report::{KvReport, KvVerifyReport, LatencyReport, Report};
-use crate::run::BenchError;
+use crate::report::{KvReport, KvVerifyReport, Report};
+use crate::run::{BenchError, wait_for_jobs};
 use crate::verify::MAX_FIRST_ERRORS;
 
 /// Runs the configured KV load against `target` and reports what happened. With
@@ -44,38 +43,10 @@ pub async fn run_kv<T: KvTarget>(
             ))
         })
         .collect();
-    let deadline = (cfg.runtime_ms > 0).then(|| t0 + Duration::from_millis(cfg.runtime_ms));
-    let mut tick = tokio::time::interval(progress.interval());
-    tick.tick().await;
-    let all = futures::future::join_all(handles);
-    tokio::pin!(all);
-    let results = loop {
-        tokio::select! {
-            r = &mut all => break r,
-            _ = tick.tick() => {
-                progress.update(
-                    t0.elapsed(),
-                    shared.ios.load(Ordering::Relaxed),
-                    shared.bytes.load(Ordering::Relaxed),
-                    shared.read_back.load(Ordering::Relaxed),
-                );
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    shared.stop.store(true, Ordering::Relaxed);
-                }
-            }
-            _ = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            } => shared.stop.store(true, Ordering::Relaxed),
-        }
-    };
+    let results = wait_for_jobs(handles, &shared, progress, t0, cfg.runtime_ms).await;
     let cpu = CpuTime::now().since(&cpu0);
     progress.finish();
 
-    let mut retrieve_hist = new_histogram();
-    let mut store_hist = new_histogram();
     let mut rep = Report {
         target: target_name.to_string(),
         pattern: cfg.pattern.name().into(),
@@ -89,41 +60,15 @@ pub async fn run_kv<T: KvTarget>(
         value_size_bytes: cfg.value_size_bytes,
         ..KvReport::default()
     };
+    let mut load = LoadResult::new();
     let mut verify = KvVerifyReport::default();
-    let mut load_elapsed = Duration::ZERO;
     for r in results {
         let r = r.map_err(|_| BenchError::Worker("a KV job ended without a result".into()))?;
-        retrieve_hist
-            .add(&r.retrieve_hist)
-            .map_err(|e| BenchError::Worker(e.to_string()))?;
-        store_hist
-            .add(&r.store_hist)
-            .map_err(|e| BenchError::Worker(e.to_string()))?;
-        rep.read_ios += r.retrieves;
-        rep.write_ios += r.stores;
-        rep.read_bytes += r.retrieve_bytes;
-        rep.write_bytes += r.store_bytes;
-        rep.errors += r.errors;
-        if rep.first_error.is_none() {
-            rep.first_error = r.first_error;
-        }
+        load.merge(r.load)?;
         kv.retrieves_not_found += r.not_found;
-        load_elapsed = load_elapsed.max(r.load_elapsed);
         verify.merge(r.verify, MAX_FIRST_ERRORS);
     }
-    rep.elapsed_s = load_elapsed.as_secs_f64();
-    let ios = rep.read_ios + rep.write_ios;
-    let secs = rep.elapsed_s.max(1e-9);
-    rep.iops = ios as f64 / secs;
-    rep.mb_per_s = (rep.read_bytes + rep.write_bytes) as f64 / secs / 1e6;
-    rep.read_latency = LatencyReport::from_histogram(&retrieve_hist);
-    rep.write_latency = LatencyReport::from_histogram(&store_hist);
-    rep.cpu_s = cpu.total().as_secs_f64();
-    rep.cpu_s_per_million_ios = if ios > 0 {
-        rep.cpu_s / ios as f64 * 1e6
-    } else {
-        0.0
-    };
+    load.fill(&mut rep, &cpu);
     if cfg.verify {
         kv.verify = Some(verify);
     }

@@ -141,7 +141,7 @@ async fn a_store_pass_then_a_retrieve_pass_verify_clean() {
 
 #[test]
 fn a_retrieve_pass_visits_every_key_once() {
-    let mut rng = super::job::Rng(7);
+    let mut rng = crate::job::Rng(7);
     for n in [1u64, 2, 3, 10, 256, 1000, 4096, 99_991] {
         let stride = super::job::coprime_stride(n, &mut rng);
         let mut seen: Vec<u64> = (0..n)

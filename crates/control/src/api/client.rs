@@ -8,8 +8,11 @@ use httpapi::{ClientError, HttpClient};
 use meta::schema::EventPage;
 use serde::de::DeserializeOwned;
 
-use super::{API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces};
+use super::{
+    API_PREFIX, MoveRequest, NodeDrives, NodeHosts, NodeNamespaces, NodePredictions, NodeTelemetry,
+};
 use crate::error::ControlError;
+use crate::provision::replace::{ReplaceMember, ReplaceRequest};
 use crate::provision::{CreateVolume, VolumeView};
 use crate::records::{NodeRecord, VolumeQos, VolumeRecord, VolumeStatusRecord};
 use nvmf_target::QosLimits;
@@ -59,30 +62,17 @@ impl ApiClient {
         }
     }
 
-    /// One call; `Ok(None)` for 404 when `allow_404`.
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Vec<u8>>,
-        allow_404: bool,
-    ) -> Result<Option<T>, ControlError> {
-        match self.http.call(method, path, body).await {
-            Ok(v) => Ok(Some(v)),
-            Err(ClientError::Api { status: 404, .. }) if allow_404 => Ok(None),
-            Err(e) => Err(self.transport(e)),
-        }
-    }
-
+    /// One call; any refusal (404 too) is an error.
     async fn must<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ControlError> {
-        self.call(method, path, body, false)
-            .await?
-            .ok_or_else(|| ControlError::NotFound(format!("{path}: not found")))
+        self.http
+            .call(method, path, body)
+            .await
+            .map_err(|e| self.transport(e))
     }
 
     fn json<T: serde::Serialize>(v: &T) -> Result<Option<Vec<u8>>, ControlError> {
@@ -101,8 +91,15 @@ impl ApiClient {
 
     /// `None` when there is no such volume.
     pub async fn volume(&self, name: &str) -> Result<Option<VolumeView>, ControlError> {
-        self.call("GET", &Self::p(&["volumes", name]), None, true)
+        match self
+            .http
+            .call("GET", &Self::p(&["volumes", name]), None)
             .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, .. }) => Ok(None),
+            Err(e) => Err(self.transport(e)),
+        }
     }
 
     /// The owner's live status of a volume (404 when no processor node owns it).
@@ -136,6 +133,26 @@ impl ApiClient {
         Ok(())
     }
 
+    /// Replaces member `slot` of volume `name` with a new namespace on `storage_node`
+    /// (`POST .../members/{slot}/replace`).
+    pub async fn replace_member(
+        &self,
+        name: &str,
+        slot: usize,
+        storage_node: &str,
+    ) -> Result<ReplaceRequest, ControlError> {
+        let body = Self::json(&ReplaceMember {
+            storage_node: storage_node.to_string(),
+        })?;
+        let slot = slot.to_string();
+        self.must(
+            "POST",
+            &Self::p(&["volumes", name, "members", &slot, "replace"]),
+            body,
+        )
+        .await
+    }
+
     pub async fn nodes(&self) -> Result<Vec<NodeRecord>, ControlError> {
         self.must("GET", &Self::p(&["nodes"]), None).await
     }
@@ -148,6 +165,31 @@ impl ApiClient {
     /// The namespaces of every storage node.
     pub async fn namespaces(&self) -> Result<Vec<NodeNamespaces>, ControlError> {
         self.must("GET", &Self::p(&["namespaces"]), None).await
+    }
+
+    /// The drive and namespace telemetry of every storage node.
+    pub async fn telemetry(&self) -> Result<Vec<NodeTelemetry>, ControlError> {
+        self.must("GET", &Self::p(&["telemetry"]), None).await
+    }
+
+    /// The telemetry of one storage node.
+    pub async fn node_telemetry(
+        &self,
+        node: &str,
+    ) -> Result<storage_node::api::TelemetryReport, ControlError> {
+        self.must("GET", &Self::p(&["nodes", node, "telemetry"]), None)
+            .await
+    }
+
+    /// The failure-prediction grades of every node (drives and volume members).
+    pub async fn predictions(&self) -> Result<Vec<NodePredictions>, ControlError> {
+        self.must("GET", &Self::p(&["predictions"]), None).await
+    }
+
+    /// The grades of one node.
+    pub async fn node_predictions(&self, node: &str) -> Result<NodePredictions, ControlError> {
+        self.must("GET", &Self::p(&["nodes", node, "predictions"]), None)
+            .await
     }
 
     /// The access lists of every storage node.
@@ -169,7 +211,6 @@ impl ApiClient {
         self.must("GET", &path, None).await
     }
 
-    /// The Prometheus text of `/metrics`.
     /// The volume's QoS limits.
     pub async fn volume_qos(&self, name: &str) -> Result<VolumeQos, ControlError> {
         self.must("GET", &Self::p(&["volumes", name, "qos"]), None)
@@ -206,6 +247,7 @@ impl ApiClient {
         .await
     }
 
+    /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> Result<String, ControlError> {
         self.http
             .text("/metrics")

@@ -11,14 +11,14 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::routes::{events, nodes, qos, system, volumes};
+use super::routes::{events, nodes, qos, system, telemetry, volumes};
 use super::server::ApiState;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(
         title = "Ferrobay cluster API",
-        description = "The cluster from one place: storage and processor nodes, drives, namespaces and access lists of every storage node, volumes, events. Served by every processor node and by `ferrobay up`. Every call but /metrics, /healthz and this document needs the bearer token; errors are `{\"error\": \"...\"}` (docs/api.md).",
+        description = "The cluster from one place: storage and processor nodes, drives, namespaces and access lists of every storage node, volumes, telemetry, failure predictions, events. Served by every processor node and by `ferrobay up`. Every call but /metrics, /healthz and this document needs the bearer token; errors are `{\"error\": \"...\"}` (docs/api.md).",
         license(name = "Apache-2.0"),
         version = "1"
     ),
@@ -30,6 +30,7 @@ use super::server::ApiState;
         (name = "volumes", description = "Erasure-coded volumes: create, move, delete, status"),
         (name = "events", description = "The cluster's event log"),
         (name = "qos", description = "QoS limits of volumes and of hosts on them (docs/qos.md)"),
+        (name = "telemetry", description = "Drive and namespace telemetry of storage nodes, and failure-prediction grades of drives and volume members (docs/prediction.md)"),
     )
 )]
 struct ClusterApiDoc;
@@ -57,6 +58,10 @@ pub(crate) fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(qos::put_volume_qos, qos::delete_volume_qos))
         .routes(routes!(volumes::replace_member))
         .routes(routes!(events::list_events))
+        .routes(routes!(telemetry::all_telemetry))
+        .routes(routes!(telemetry::node_telemetry))
+        .routes(routes!(telemetry::all_predictions))
+        .routes(routes!(telemetry::node_predictions))
 }
 
 /// The cluster API's OpenAPI document (what `/api/v1/openapi.json` serves).

@@ -27,6 +27,9 @@ pub struct ApiConfig {
     /// The serving node's name (for `/healthz`).
     pub node_name: String,
     pub metrics: Option<MetricsFn>,
+    /// The serving processor node's member health (grades of the volumes it owns), for
+    /// `GET /api/v1/predictions`; `None`: a server without a processor node.
+    pub health: Option<Arc<crate::health::HealthMonitor>>,
 }
 
 /// The state every handler gets.

@@ -2,9 +2,7 @@
 //! the three storage nodes (created on the first run), an embedded SQLite index and the
 //! root user's key pair under `DIR/s3/`, and a gateway on the pool (EC 2+1).
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,32 +41,12 @@ impl std::fmt::Debug for KeyPair {
     }
 }
 
-/// `len` characters of `alphabet`, from the system's random source (uuid v4 bytes).
-fn random_text(len: usize, alphabet: &[u8]) -> String {
-    let mut out = String::with_capacity(len);
-    while out.len() < len {
-        for b in uuid::Uuid::new_v4().as_bytes() {
-            // Rejection sampling keeps every character equally likely.
-            let limit = 256 - 256 % alphabet.len();
-            if usize::from(*b) < limit && out.len() < len {
-                out.push(char::from(alphabet[usize::from(*b) % alphabet.len()]));
-            }
-        }
-    }
-    out
-}
-
 impl KeyPair {
     fn generate() -> KeyPair {
+        let c = Credentials::generate();
         KeyPair {
-            access_key: format!(
-                "FB{}",
-                random_text(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-            ),
-            secret_key: random_text(
-                40,
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-            ),
+            access_key: c.access_key,
+            secret_key: c.secret_key,
         }
     }
 }
@@ -93,34 +71,13 @@ pub fn load_or_create_key_pair(path: &Path) -> Result<KeyPair, DevClusterError> 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let keys = KeyPair::generate();
             let json = serde_json::to_vec_pretty(&keys).map_err(|e| err(e.to_string()))?;
-            write_private(path, &json).map_err(|e| err(e.to_string()))?;
+            // Readable by its owner only: write_atomic's temporary file is made 0600
+            // (tempfile's default) and renamed into place.
+            blockdev::write_atomic(path, &json).map_err(|e| err(e.to_string()))?;
             Ok(keys)
         }
         Err(e) => Err(err(e.to_string())),
     }
-}
-
-/// Writes a file only its owner can read: a temporary file made with mode 0600, synced,
-/// renamed over `path`, the directory synced.
-fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .map_or("credentials".into(), |n| n.to_string_lossy())
-    ));
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// What `ferrobay up` prints about its gateway.

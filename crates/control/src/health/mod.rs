@@ -51,6 +51,8 @@ struct State {
     store: SeriesStore,
     volumes: BTreeMap<String, Watched>,
     grades: BTreeMap<String, Assessment>,
+    /// Per member key: the clock's ms when its current grade began.
+    graded_since_ms: BTreeMap<String, u64>,
     events: VecDeque<HealthEvent>,
 }
 
@@ -69,6 +71,10 @@ pub struct MemberGrade {
     pub member: usize,
     pub device: String,
     pub assessment: Assessment,
+    /// How long it has had this grade, ms on the monitor's clock.
+    pub graded_for_ms: u64,
+    /// A proactive copy of this member onto a spare, started by this monitor, runs now.
+    pub proactive_copy: bool,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -133,6 +139,7 @@ impl HealthMonitor {
         let prefix = format!("member/{name}/");
         st.store.retain(|k| !k.starts_with(&prefix));
         st.grades.retain(|k, _| !k.starts_with(&prefix));
+        st.graded_since_ms.retain(|k, _| !k.starts_with(&prefix));
     }
 
     /// One round at the clock's time: a sample per member, grades, policy. Returns the
@@ -190,6 +197,9 @@ impl HealthMonitor {
                     .get(&a.source)
                     .map(|x| x.grade)
                     .unwrap_or(Grade::Ok);
+                if a.grade != before || !st.graded_since_ms.contains_key(&a.source) {
+                    st.graded_since_ms.insert(a.source.clone(), now_ms);
+                }
                 if a.grade != before {
                     events.push(HealthEvent {
                         t_ms: now_ms,
@@ -313,16 +323,28 @@ impl HealthMonitor {
 
     /// Every member's latest grade.
     pub fn grades(&self) -> Vec<MemberGrade> {
+        let now_ms = self.clock.now_ns() / 1_000_000;
         let st = lock(&self.state);
         st.grades
             .values()
             .filter_map(|a| {
                 let l = st.store.labels(&a.source)?;
+                let volume = l.get("volume")?.clone();
+                let member = l.get("member")?.parse().ok()?;
+                let device = l.get("device")?.clone();
+                let proactive_copy = st
+                    .volumes
+                    .get(&volume)
+                    .and_then(|w| w.copying.as_ref())
+                    .is_some_and(|(m, d)| *m == member && *d == device);
+                let since = st.graded_since_ms.get(&a.source).copied().unwrap_or(now_ms);
                 Some(MemberGrade {
-                    volume: l.get("volume")?.clone(),
-                    member: l.get("member")?.parse().ok()?,
-                    device: l.get("device")?.clone(),
+                    volume,
+                    member,
+                    device,
                     assessment: a.clone(),
+                    graded_for_ms: now_ms.saturating_sub(since),
+                    proactive_copy,
                 })
             })
             .collect()
@@ -419,6 +441,7 @@ impl HealthMonitor {
 fn keep_grades(st: &mut State) {
     let keys: Vec<String> = st.store.sources().map(str::to_string).collect();
     st.grades.retain(|k, _| keys.contains(k));
+    st.graded_since_ms.retain(|k, _| keys.contains(k));
 }
 
 /// Structured log line of an event (the cluster event log takes them once it exists).

@@ -10,9 +10,9 @@ use meta::schema::{Severity, SubjectKind, put_json, release_ownership};
 use nvmf_target::AnaState;
 
 use super::export_device::ExportDevice;
-use super::node::now_unix_ms;
 use super::takeover::Owned;
 use super::{Ctx, status};
+use crate::events::now_unix_ms;
 use crate::events::{self, kind};
 use crate::records::{HandoffRecord, handoff_key};
 

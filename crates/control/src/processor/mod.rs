@@ -277,6 +277,7 @@ impl Processor {
                             health.clone(),
                             target.clone(),
                         )),
+                        health: Some(health.clone()),
                     },
                 )
                 .await?,
@@ -290,7 +291,7 @@ impl Processor {
         );
         record.api_addr = api.as_ref().map(ApiServer::local_addr);
         record.slot = Some(slot);
-        record.started_unix_ms = node::now_unix_ms();
+        record.started_unix_ms = crate::events::now_unix_ms();
         // The record lists the volume subsystems as they are exported (and access lists
         // as they change), for the central discovery controller.
         let exporter = target.clone();

@@ -323,11 +323,16 @@ impl EventWatch {
             crate::events::kind::REBUILD_STARTED,
             meta::schema::Severity::Info,
             format!(
-                "volume {}: {} rebuild of member {} started ({} bytes)",
+                "volume {}: {} rebuild of member {} started{}",
                 self.volume,
                 if r.partial { "partial" } else { "full" },
                 r.member,
-                r.bytes_total
+                // Not known yet at the first progress report of a full rebuild.
+                if r.bytes_total > 0 {
+                    format!(" ({} bytes)", r.bytes_total)
+                } else {
+                    String::new()
+                }
             ),
             r.member,
         );

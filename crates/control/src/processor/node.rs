@@ -2,19 +2,13 @@
 //! cntlid range) and its lease with the NodeRecord under it.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use meta::MetaStore;
 
 use crate::ControlError;
 use crate::records::NodeRecord;
 use crate::registration::{Registration, register_node};
-
-pub(crate) fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Registers `record` under a new lease of `ttl_ms` (after a lost lease too: its start
 /// time stays the node's).

@@ -7,8 +7,8 @@ use meta::schema::{get_json, put_json};
 
 use super::Ctx;
 use super::error::ProcessorError;
-use super::node::now_unix_ms;
 use super::takeover::Owned;
+use crate::events::now_unix_ms;
 use crate::records::{VolumeStatusRecord, volume_status_key};
 
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);

@@ -9,7 +9,6 @@ pub mod sizing;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use blockdev::BlockDevice;
 use meta::schema::{
@@ -21,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use volume::{LevelSpec, Volume, VolumeConfig};
 
 use crate::error::ControlError;
+use crate::events::now_unix_ms;
 use crate::records::{
     ANA_GROUPS, HandoffRecord, MemberRecord, NodeRecord, NodeRole, VolumeRecord,
     VolumeStatusRecord, ana_group_key, handoff_key, volume_nqn, volume_status_key,
@@ -107,12 +107,6 @@ pub struct VolumeView {
     pub owner: Option<OwnerRecord>,
     /// What the owner last published.
     pub status: Option<VolumeStatusRecord>,
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The checked request: what the create path works from.

@@ -9,6 +9,7 @@ use bench::kv::{KvBenchConfig, KvPattern, run_kv};
 use bench::{BenchConfig, CpuTime, Pattern, Progress, Report};
 use blockdev::{BlockDevice, IoBuf, WriteFlags};
 use serde_json::{Value, json};
+use testkit::stats::median;
 
 use crate::node::Rig;
 use crate::settings::Settings;
@@ -58,19 +59,6 @@ fn side(r: &Report, store_side: bool) -> anyhow::Result<Side> {
         p99_us: lat.p99_us,
         cpu_s_per_million_ops: r.cpu_s_per_million_ios,
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return 0.0;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
 }
 
 /// The rounds of both sides of one pair, their medians and the ratio of `figure`.

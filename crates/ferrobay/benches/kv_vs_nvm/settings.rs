@@ -22,12 +22,6 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-/// `<target>` (the parent of `CARGO_TARGET_TMPDIR`, which cargo sets for benches).
-pub fn target_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().map_or_else(|| tmp.clone(), PathBuf::from)
-}
-
 impl Settings {
     pub fn from_env(full: bool) -> Settings {
         let media = if full {
@@ -42,8 +36,10 @@ impl Settings {
                 .map(|m| m.trim().to_string())
                 .filter(|m| !m.is_empty())
                 .collect(),
-            dir: std::env::var_os("FERROBAY_BENCH_DIR")
-                .map_or_else(|| target_dir().join("bench-tmp"), PathBuf::from),
+            dir: std::env::var_os("FERROBAY_BENCH_DIR").map_or_else(
+                || testkit::bench::target_dir(env!("CARGO_TARGET_TMPDIR")).join("bench-tmp"),
+                PathBuf::from,
+            ),
             drive_bytes: if full {
                 env_u64("FERROBAY_BENCH_DRIVE_MIB").unwrap_or(4096) << 20
             } else {

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::kv_baseline::BaselineSummary;
 use crate::s3load::{Case, LoadReport};
 
 /// One measured run of one case on one system.
@@ -153,6 +154,49 @@ pub(crate) fn table(results: &[CaseResult]) -> String {
             opt(x.p99, 2),
             opt(x.cpu_per_gib, 2),
             opt(x.cpu_per_kop, 2)
+        );
+    }
+    t
+}
+
+/// The KV Retrieve baseline beside the 1 MiB GET: MiB/s, CPU per GiB of the storage
+/// nodes and of the client (the gateway for S3, the KV bench processes for KV).
+pub(crate) fn baseline_table(b: &BaselineSummary, results: &[CaseResult]) -> String {
+    let mut t = format!(
+        "\n1 MiB GET beside KV Retrieve of its shards ({}-byte values, no gateway)\n\
+         {:<22} {:>9} {:>9} {:>9} {:>16} {:>16}\n",
+        b.value_bytes, "", "MiB/s", "p50 ms", "p99 ms", "nodes CPU s/GiB", "client CPU s/GiB"
+    );
+    t += &format!(
+        "{:<22} {:>9.1} {:>9.2} {:>9.2} {:>16} {:>16}\n",
+        "kv-retrieve (3 nodes)",
+        b.mib_per_s,
+        b.p50_ms,
+        b.p99_ms,
+        opt(b.storage_cpu_s_per_gib, 2),
+        opt(b.client_cpu_s_per_gib, 2)
+    );
+    if let Some(get) = results.iter().find(|r| r.case.name == "get-1MiB") {
+        let f = &get.ferrobay;
+        let gib = |cpu_s: f64| {
+            (f.mib_per_s > 0.0 && f.cpu_s_per_gib.is_some()).then(|| {
+                // CPU s/GiB of one side: its share of the whole.
+                let total = f.gateway_cpu_s + f.storage_cpu_s;
+                f.cpu_s_per_gib.unwrap_or(0.0) * if total > 0.0 { cpu_s / total } else { 0.0 }
+            })
+        };
+        t += &format!(
+            "{:<22} {:>9.1} {:>9.2} {:>9.2} {:>16} {:>16}\n",
+            "s3 get-1MiB",
+            f.mib_per_s,
+            f.p50_ms,
+            f.p99_ms,
+            opt(gib(f.storage_cpu_s), 2),
+            opt(gib(f.gateway_cpu_s), 2)
+        );
+        t += &format!(
+            "GET / KV Retrieve throughput: {}\n",
+            opt(ratio(f.mib_per_s, b.mib_per_s), 2)
         );
     }
     t

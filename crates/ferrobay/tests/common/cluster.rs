@@ -5,33 +5,11 @@
 //! of `common`).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 #[allow(unused_imports)] // each includer uses part of it
-pub use testkit::process::{Daemon, kill_if_running, terminate_child};
-
-/// Runs `binary args` (a ferrobay command, `RUST_LOG=warn`): its stdout, or an error with
-/// the command, its exit status and output.
-pub fn run_cli(binary: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(binary)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("run ferrobay {args:?}: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!(
-            "ferrobay {} failed ({}): {stdout}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(stdout)
-}
+pub use testkit::process::{Daemon, kill_if_running, run_cli, terminate_child};
 
 /// (owner, epoch) of a `volume status --json` view once the owner published its status.
 pub fn owner_of(view: &Value) -> Option<(String, u64)> {

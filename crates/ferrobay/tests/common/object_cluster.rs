@@ -7,35 +7,14 @@
 //! `common`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use testkit::process::{Daemon, die_with_parent};
+use testkit::process::{Daemon, die_with_parent, run_cli};
 
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
 pub const ACCESS_KEY: &str = "cluster-root";
 pub const SECRET_KEY: &str = "cluster-root-secret";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Runs a ferrobay command; its stdout, or the command, status and output.
-pub fn ferrobay_cli(binary: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(binary)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("run ferrobay {args:?}: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!(
-            "ferrobay {} failed ({}): {stdout}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(stdout)
-}
 
 pub struct ObjNode {
     pub name: String,
@@ -144,7 +123,7 @@ impl ObjectCluster {
     }
 
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
-        ferrobay_cli(&self.binary, args)
+        run_cli(&self.binary, args)
     }
 
     /// `ferrobay s3 pool create` over the three nodes, namespaces of `size`.

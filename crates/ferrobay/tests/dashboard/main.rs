@@ -203,6 +203,16 @@ async fn dashboard_on_ferrobay_up() {
         nodes,
         serde_json::json!(["p1:processor", "n1:storage", "n2:storage", "n3:storage"]),
     );
+    // Every drive shows the grade its node's prediction gave it (through the drives route).
+    let grades = b
+        .wait_js(
+            "drive grades",
+            "const g = [...document.querySelectorAll('tr[data-drive] td.grade')].map(t => t.textContent); \
+             return g.length >= 3 && g.every(t => t === 'ok') ? g : null;",
+            PAGE_TIMEOUT,
+        )
+        .await;
+    assert!(grades.as_array().is_some_and(|g| g.len() >= 3), "{grades}");
     let owner = b.text("tr[data-volume=\"vol0\"] td.owner").await;
     assert_eq!(owner, "p1 (epoch 1)");
     let members = b.text("tr[data-volume=\"vol0\"] .members").await;

@@ -47,6 +47,7 @@ pub(crate) use ops::{Attempt, KvRaw};
 use crate::controller::Controller;
 use crate::error::{HostError, Result};
 use crate::multipath::MultipathKvNamespace;
+use crate::namespace::AnaTransitionWait;
 use crate::queue::SubmitOptions;
 
 /// A result and the buffer the command carried, which comes back also on failure.
@@ -267,23 +268,14 @@ impl KvNamespace {
         F: FnMut(IoBuf) -> Fut,
         Fut: std::future::Future<Output = BufResult<T>>,
     {
-        let mut waited: Option<(tokio::time::Instant, std::time::Duration)> = None;
+        let mut ana = AnaTransitionWait::default();
         loop {
             let (r, back) = op(buf).await;
             match r {
                 Err(e) if e.is_ana_transition() => {
-                    let (since, delay) = *waited.get_or_insert((
-                        tokio::time::Instant::now(),
-                        crate::namespace::ANA_TRANSITION_FIRST_RETRY,
-                    ));
-                    if since.elapsed() >= self.ctrl.anatt() {
+                    if !ana.pause(self.ctrl.anatt()).await {
                         return (Err(e), back);
                     }
-                    tokio::time::sleep(delay).await;
-                    waited = Some((
-                        since,
-                        (delay * 2).min(crate::namespace::ANA_TRANSITION_MAX_RETRY),
-                    ));
                     buf = back;
                 }
                 r => return (r, back),

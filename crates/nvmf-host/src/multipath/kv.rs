@@ -132,19 +132,14 @@ impl MultipathKvNamespace {
             };
             let (r, back) = op(p.clone(), buf, attempt).await;
             buf = back;
-            let cause = match &r {
-                Err(e) => e.as_host_error().filter(should_failover),
-                Ok(_) => None,
-            };
-            match r {
-                Err(_) if cause.is_some() => {
-                    if let Some(h) = &cause {
-                        p.failed(h);
-                    }
+            let cause = r.as_ref().err().and_then(KvError::as_host_error);
+            match cause.filter(should_failover) {
+                Some(h) => {
+                    p.failed(&h);
                     // Whether the command reached the target is unknown.
                     attempt = Attempt::AGAIN;
                 }
-                r => {
+                None => {
                     if r.is_ok() {
                         p.count_io();
                     }

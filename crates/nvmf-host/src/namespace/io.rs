@@ -7,9 +7,7 @@ use nvme_proto::dsm::{Compare, WriteZeroes};
 use nvme_proto::opcode::io;
 use tokio::task::JoinSet;
 
-use super::{
-    ANA_TRANSITION_FIRST_RETRY, ANA_TRANSITION_MAX_RETRY, RemoteNamespace, SPLIT_PARALLELISM,
-};
+use super::{AnaTransitionWait, RemoteNamespace, SPLIT_PARALLELISM};
 use crate::error::{HostError, Result};
 use crate::queue::{Data, DataBuf, Dir, Outcome, Payload, QueuePair, SplitBuf, SubmitOptions};
 
@@ -44,20 +42,16 @@ impl RemoteNamespace {
         mut buf: IoBuf,
         fua: bool,
     ) -> Result<IoBuf> {
-        let mut waited: Option<(tokio::time::Instant, std::time::Duration)> = None;
+        let mut ana = AnaTransitionWait::default();
         loop {
             let (r, back) = self
                 .transfer_raw(opcode, offset_bytes, buf, fua, SubmitOptions::RETRY)
                 .await;
             match r {
                 Err(e) if e.is_ana_transition() => {
-                    let (since, delay) = *waited
-                        .get_or_insert((tokio::time::Instant::now(), ANA_TRANSITION_FIRST_RETRY));
-                    if since.elapsed() >= self.ctrl.anatt() {
+                    if !ana.pause(self.ctrl.anatt()).await {
                         return Err(e);
                     }
-                    tokio::time::sleep(delay).await;
-                    waited = Some((since, (delay * 2).min(ANA_TRANSITION_MAX_RETRY)));
                     buf = back;
                 }
                 r => return r.map(|()| back),

@@ -31,10 +31,34 @@ pub const MAX_BLOCKS_PER_COMMAND: u64 = 1 << 16;
 pub const SPLIT_PARALLELISM: usize = 32;
 /// First pause before re-sending a command that met an ANA transition on a single
 /// path; doubles up to [`ANA_TRANSITION_MAX_RETRY`].
-pub(crate) const ANA_TRANSITION_FIRST_RETRY: std::time::Duration =
-    std::time::Duration::from_millis(20);
-pub(crate) const ANA_TRANSITION_MAX_RETRY: std::time::Duration =
-    std::time::Duration::from_millis(500);
+const ANA_TRANSITION_FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+const ANA_TRANSITION_MAX_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The pauses of a command re-sent on a single path while it meets an ANA transition
+/// (block I/O of [`RemoteNamespace`], the commands of a [`crate::KvNamespace`]), until
+/// the controller's ANATT has passed since the first one (as the Linux host does
+/// without multipath).
+#[derive(Default)]
+pub(crate) struct AnaTransitionWait {
+    /// When the first transition was met, and the next pause.
+    waited: Option<(tokio::time::Instant, std::time::Duration)>,
+}
+
+impl AnaTransitionWait {
+    /// Pauses before the next attempt; false, at once, when `anatt` has passed since
+    /// the first transition (the command fails with it).
+    pub(crate) async fn pause(&mut self, anatt: std::time::Duration) -> bool {
+        let (since, delay) = *self
+            .waited
+            .get_or_insert((tokio::time::Instant::now(), ANA_TRANSITION_FIRST_RETRY));
+        if since.elapsed() >= anatt {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        self.waited = Some((since, (delay * 2).min(ANA_TRANSITION_MAX_RETRY)));
+        true
+    }
+}
 
 /// One namespace of a connected controller.
 pub struct RemoteNamespace {

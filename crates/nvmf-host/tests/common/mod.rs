@@ -18,15 +18,5 @@ pub fn host() -> HostIdentity {
     }
 }
 
-/// A deterministic pattern that differs per offset and per `seed`.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[allow(unused_imports)] // not every test binary that includes this uses it
+pub use testkit::data::pattern;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
+use super::QosClock;
 use super::bucket::Bucket;
-use super::clock::QosClock;
 use super::limits::QosLimits;
 
 /// Commands and waiting time one limit accounts for.
@@ -189,7 +189,7 @@ impl QosGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qos::clock::ManualClock;
+    use crate::qos::ManualClock;
 
     const S: u64 = 1_000_000_000;
 
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_tightest_limit_binds_and_is_accounted() {
-        let clock = Arc::new(ManualClock::new(S));
+        let clock = Arc::new(ManualClock::at(S));
         let g = gate(
             &[
                 QosLimits {
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn zero_byte_commands_pass_the_bandwidth_bucket() {
-        let clock = Arc::new(ManualClock::new(S));
+        let clock = Arc::new(ManualClock::at(S));
         let g = gate(
             &[QosLimits {
                 max_bytes_per_s: Some(1000),
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn the_cap_binds_when_set() {
-        let clock = Arc::new(ManualClock::new(S));
+        let clock = Arc::new(ManualClock::at(S));
         let g = gate(&[], clock.clone());
         for _ in 0..100 {
             assert!(!g.admit(4096).waits(), "no cap set: never waits");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::clock::MonotonicClock;
+use super::MonotonicClock;
 use super::gate::{LimitState, NsCap, QosGate};
 use super::limits::QosLimits;
 

@@ -11,7 +11,8 @@
 //! - `contention`: the feedback controller that caps other namespaces while one with a
 //!   minimum falls short (pure logic, tested against a simulated node).
 //! - `registry`: the target's configuration and state; [`stats`]: counters for metrics.
-//! - [`clock`]: time behind a trait ([`ManualClock`] for tests).
+//! - time: the `telemetry` crate's monotonic clock ([`QosClock`]; [`ManualClock`] for
+//!   tests).
 //!
 //! Commands that must wait are parked in their connection's throttle queue
 //! (`transport::throttle`), released in start-time order by the connection's own task:
@@ -19,7 +20,6 @@
 //! connection) per throttled command.
 
 pub(crate) mod bucket;
-pub mod clock;
 pub(crate) mod contention;
 pub(crate) mod gate;
 pub mod limits;
@@ -28,6 +28,8 @@ pub mod measure;
 pub(crate) mod registry;
 pub mod stats;
 
-pub use clock::{ManualClock, MonotonicClock, QosClock};
 pub use limits::{QOS_MAX_VALUE, QosKey, QosLimits, QosLimitsError};
 pub use stats::{QosCapStats, QosLimitStats, QosStats};
+/// The QoS engine's time: the monotonic nanosecond clock the drive meters read too, so
+/// that tests drive the token buckets and the contention controller by hand.
+pub use telemetry::clock::{Clock as QosClock, ManualClock, MonotonicClock};

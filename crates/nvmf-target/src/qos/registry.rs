@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::clock::{MonotonicClock, QosClock};
 use super::contention::{NsId, NsSample};
 use super::gate::{LimitState, NsCap, QosGate};
 use super::limits::{QosKey, QosLimits};
 use super::stats::{QosCapStats, QosLimitStats, QosStats};
+use super::{MonotonicClock, QosClock};
 use crate::sync::{lock, read, write};
 
 struct LimitEntry {

@@ -86,6 +86,33 @@ async fn round_trip_for_many_sizes() {
 }
 
 #[tokio::test]
+async fn a_healthy_read_asks_only_the_data_shards_and_chunks_are_the_stripe() {
+    let r = rig(6, 100);
+    let data = random_bytes(650, 3);
+    let (p, _) = write(&r.dp, G42, &data).await.expect("write");
+    let calls = |r: &Rig| -> Vec<u64> { r.faults.iter().map(|f| f.calls()).collect() };
+    let before = calls(&r);
+    let mut out = Vec::new();
+    for s in 0..p.stripes() {
+        let (chunks, h) =
+            r.dp.read_stripe_chunks(&p, s, 0..p.stripe_len(s))
+                .await
+                .expect("read");
+        assert_eq!(h, StripeHealth::default());
+        assert!(chunks.len() <= 4 && chunks.iter().all(|c| !c.is_empty()));
+        out.extend(chunks.iter().flat_map(|c| c.iter().copied()));
+    }
+    assert_eq!(out, data);
+    let after = calls(&r);
+    for (i, id) in p.stores.iter().enumerate() {
+        let s: usize = id[1..].parse().expect("id");
+        let asked = after[s] - before[s];
+        // 650 bytes in stripes of 400: two stripes, each asks every data shard once.
+        assert_eq!(asked, if i < 4 { 2 } else { 0 }, "shard {i} on {id}");
+    }
+}
+
+#[tokio::test]
 async fn m_stores_down_reads_and_writes_go_on_and_heal_completes() {
     let r = rig(6, 128);
     let data = random_bytes(5000, 1);
@@ -214,5 +241,23 @@ async fn delete_removes_every_shard_and_reports_unreachable_stores() {
     r.dp.delete_piece(&p).await.expect("delete again");
     for m in &r.mems {
         assert_eq!(m.list(ShardKey::MIN, 10).await.expect("list"), vec![]);
+    }
+}
+
+#[test]
+fn cut_takes_exactly_the_range_across_chunks() {
+    let data: Vec<u8> = (0..30).collect();
+    let chunks = || {
+        vec![
+            Bytes::copy_from_slice(&data[..12]),
+            Bytes::copy_from_slice(&data[12..24]),
+            Bytes::copy_from_slice(&data[24..]),
+        ]
+    };
+    for start in 0..30 {
+        for end in start + 1..=30 {
+            let got: Vec<u8> = cut(chunks(), start..end).concat();
+            assert_eq!(got, &data[start..end], "{start}..{end}");
+        }
     }
 }

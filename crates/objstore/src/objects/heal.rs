@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::ObjectLayer;
 use crate::datapath::{ShardCount, StripeHealth};
-use crate::index::{IndexError, ops};
+use crate::index::{Index, IndexError, ops};
+use crate::layout::Piece;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReapStats {
@@ -85,12 +86,7 @@ impl ObjectLayer {
         }
     }
 
-    async fn heal_one(
-        &self,
-        piece: &crate::layout::Piece,
-        deep: bool,
-        stats: &mut HealStats,
-    ) -> bool {
+    async fn heal_one(&self, piece: &Piece, deep: bool, stats: &mut HealStats) -> bool {
         stats.pieces_checked += 1;
         match self.data.heal_piece(piece, deep).await {
             Ok(h) => {
@@ -133,31 +129,48 @@ impl ObjectLayer {
     /// repairing what it can and recording what it cannot.
     pub async fn scan(&self, deep: bool) -> Result<HealStats, IndexError> {
         let mut stats = HealStats::default();
-        let mut cursor = 0i64;
-        loop {
-            let batch = self
-                .index
-                .read(move |tx| ops::object_pieces_after(tx, cursor, BATCH))
-                .await?;
-            let Some(last) = batch.last().map(|(id, _)| *id) else {
-                break;
-            };
-            for (_, pieces) in batch {
-                for piece in pieces {
-                    if !self.heal_one(&piece, deep, &mut stats).await {
-                        self.mark_degraded(vec![piece]).await;
-                    }
+        let mut referenced = ReferencedPieces::ObjectsAfter(0);
+        while let Some(pieces) = referenced.next(&self.index).await? {
+            for piece in pieces {
+                if !self.heal_one(&piece, deep, &mut stats).await {
+                    self.mark_degraded(vec![piece]).await;
                 }
-            }
-            cursor = last;
-        }
-        let parts = self.index.read(ops::part_pieces).await?;
-        for piece in parts {
-            if !self.heal_one(&piece, deep, &mut stats).await {
-                self.mark_degraded(vec![piece]).await;
             }
         }
         Ok(stats)
+    }
+}
+
+/// Every piece the index references, a batch at a time: object versions (after a
+/// cursor), then multipart parts.
+enum ReferencedPieces {
+    ObjectsAfter(i64),
+    Parts,
+    Done,
+}
+
+impl ReferencedPieces {
+    async fn next(&mut self, index: &Index) -> Result<Option<Vec<Piece>>, IndexError> {
+        loop {
+            match *self {
+                ReferencedPieces::ObjectsAfter(cursor) => {
+                    let batch = index
+                        .read(move |tx| ops::object_pieces_after(tx, cursor, BATCH))
+                        .await?;
+                    let Some(last) = batch.last().map(|(id, _)| *id) else {
+                        *self = ReferencedPieces::Parts;
+                        continue;
+                    };
+                    *self = ReferencedPieces::ObjectsAfter(last);
+                    return Ok(Some(batch.into_iter().flat_map(|(_, p)| p).collect()));
+                }
+                ReferencedPieces::Parts => {
+                    *self = ReferencedPieces::Done;
+                    return Ok(Some(index.read(ops::part_pieces).await?));
+                }
+                ReferencedPieces::Done => return Ok(None),
+            }
+        }
     }
 }
 
@@ -192,24 +205,11 @@ impl ObjectLayer {
     /// multipart parts), changing nothing: what `ferrobay s3 check` prints.
     pub async fn check(&self) -> Result<CheckReport, IndexError> {
         let mut report = CheckReport::default();
-        let mut cursor = 0i64;
-        loop {
-            let batch = self
-                .index
-                .read(move |tx| ops::object_pieces_after(tx, cursor, BATCH))
-                .await?;
-            let Some(last) = batch.last().map(|(id, _)| *id) else {
-                break;
-            };
-            for (_, pieces) in batch {
-                for piece in pieces {
-                    report.add(self.data.count_shards(&piece).await);
-                }
+        let mut referenced = ReferencedPieces::ObjectsAfter(0);
+        while let Some(pieces) = referenced.next(&self.index).await? {
+            for piece in pieces {
+                report.add(self.data.count_shards(&piece).await);
             }
-            cursor = last;
-        }
-        for piece in self.index.read(ops::part_pieces).await? {
-            report.add(self.data.count_shards(&piece).await);
         }
         Ok(report)
     }

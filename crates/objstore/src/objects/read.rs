@@ -135,8 +135,10 @@ impl ObjectLayer {
                 let layer = self.clone();
                 let piece = pieces[seg.piece].clone();
                 async move {
-                    let (data, health) = layer.data.read_stripe(&piece, seg.stripe).await?;
-                    let bytes = Bytes::from(data).slice(seg.within.clone());
+                    let (bytes, health) = layer
+                        .data
+                        .read_stripe_chunks(&piece, seg.stripe, seg.within.clone())
+                        .await?;
                     Ok::<_, DataError>((bytes, health.degraded().then_some(piece)))
                 }
             })
@@ -144,14 +146,21 @@ impl ObjectLayer {
         futures::pin_mut!(reads);
         while let Some(r) = reads.next().await {
             match r {
-                Ok((bytes, bad)) => {
+                Ok((chunks, bad)) => {
                     if let Some(p) = bad
                         && !degraded.iter().any(|d: &Piece| d.id == p.id)
                     {
                         degraded.push(p);
                     }
-                    if tx.send(Ok(bytes)).await.is_err() {
-                        break; // the client went away
+                    let mut gone = false;
+                    for bytes in chunks {
+                        if tx.send(Ok(bytes)).await.is_err() {
+                            gone = true; // the client went away
+                            break;
+                        }
+                    }
+                    if gone {
+                        break;
                     }
                 }
                 Err(e) => {

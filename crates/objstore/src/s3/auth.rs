@@ -16,6 +16,30 @@ pub struct Credentials {
     pub secret_key: String,
 }
 
+impl Credentials {
+    /// A new key pair from the system's randomness: the access key `FB` and 18 of `A-Z0-9`,
+    /// the secret 40 letters and digits.
+    pub fn generate() -> Credentials {
+        fn random_text(len: usize, alphabet: &[u8]) -> String {
+            use rand::Rng as _;
+            let mut rng = rand::rng();
+            (0..len)
+                .map(|_| char::from(alphabet[rng.random_range(0..alphabet.len())]))
+                .collect()
+        }
+        Credentials {
+            access_key: format!(
+                "FB{}",
+                random_text(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+            ),
+            secret_key: random_text(
+                40,
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+            ),
+        }
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print a secret.

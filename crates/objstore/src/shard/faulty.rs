@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use blockdev::IoBuf;
 use bytes::Bytes;
 
 use super::{ShardError, ShardKey, ShardStore, StoreMode};
@@ -108,6 +109,32 @@ impl ShardStore for FaultyShardStore {
             buf[copied / 2] ^= 0x5a;
         }
         Ok(size)
+    }
+
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        self.enter().await?;
+        self.inner.store_buf(key, value, mode).await
+    }
+
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        self.enter().await?;
+        let (value, size) = self.inner.retrieve_value(key, max).await?;
+        if self.faults.corrupt_reads.load(Ordering::SeqCst) && !value.is_empty() {
+            let mut bad = value.to_vec();
+            let at = bad.len() / 2;
+            bad[at] ^= 0x5a;
+            return Ok((Bytes::from(bad), size));
+        }
+        Ok((value, size))
     }
 
     async fn delete(&self, key: ShardKey) -> Result<(), ShardError> {

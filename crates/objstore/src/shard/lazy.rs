@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use blockdev::IoBuf;
 use bytes::Bytes;
 
 use super::{ShardError, ShardKey, ShardStore, StoreMode};
@@ -125,7 +126,7 @@ async fn connect_loop(shared: Arc<Shared>, connect: ConnectFn) {
             Err(e) => {
                 // The first failure and then every 10th: a node that is down for long
                 // does not flood the log.
-                if attempts == 1 || attempts % 10 == 0 {
+                if attempts == 1 || attempts.is_multiple_of(10) {
                     tracing::warn!(store = %shared.id, attempts, "connecting shard store: {e}; retrying");
                 }
                 *shared
@@ -155,6 +156,23 @@ impl ShardStore for LazyShardStore {
 
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError> {
         self.inner()?.retrieve(key, buf).await
+    }
+
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        self.inner()?.store_buf(key, value, mode).await
+    }
+
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        self.inner()?.retrieve_value(key, max).await
     }
 
     async fn delete(&self, key: ShardKey) -> Result<(), ShardError> {

@@ -11,6 +11,7 @@
 //! [`FaultyShardStore`] (wraps any store to inject down / slow / corrupt),
 //! [`LazyShardStore`] (connects another store in the background: unavailable until then).
 
+pub(crate) mod buffers;
 mod dir;
 mod faulty;
 mod lazy;
@@ -26,6 +27,7 @@ pub use nvme::{NvmeKvShardStore, NvmeKvShardStoreOptions};
 use std::fmt;
 
 use async_trait::async_trait;
+use blockdev::IoBuf;
 use bytes::Bytes;
 
 /// A key of a KV namespace: 16 bytes (the NVMe KV maximum), here always a hash.
@@ -123,6 +125,32 @@ pub trait ShardStore: Send + Sync + 'static {
     /// Copies the value of `key` into `buf` (at most `buf.len()` bytes) and returns the
     /// value's full size, which may exceed `buf.len()` (then only a prefix was copied).
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError>;
+
+    /// [`store`](Self::store) of a value in an I/O buffer the store may keep or hand on
+    /// as it is (the data path builds shard values in place): stores whose transport
+    /// takes I/O buffers send it without a copy.
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        self.store(key, buffers::into_bytes(value), mode).await
+    }
+
+    /// The value of `key` as [`Bytes`] (at most `max` bytes of it), and the value's full
+    /// size, as [`retrieve`](Self::retrieve) tells. Stores that receive into I/O buffers
+    /// hand that buffer out without a copy.
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        let mut buf = buffers::take(max);
+        let size = self.retrieve(key, &mut buf).await?;
+        buf.set_len(size.min(max));
+        Ok((buffers::into_bytes(buf), size))
+    }
 
     /// Removes `key`; [`ShardError::KeyNotFound`] if it was not there.
     async fn delete(&self, key: ShardKey) -> Result<(), ShardError>;

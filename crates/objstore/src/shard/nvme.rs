@@ -40,11 +40,12 @@
 //! that races a Store of the same key may report success for a key the Store re-created;
 //! the data path never does both at once.
 //!
-//! Values are copied once each way (into an owned I/O buffer for the queue, and out of
-//! it into the caller's slice): the trait hands out borrowed buffers, the queue needs
-//! owned ones that live as long as the command, whatever the caller does.
+//! The data path's values travel without a copy in this process: [`ShardStore::store_buf`]
+//! sends the caller's I/O buffer as it is, [`ShardStore::retrieve_value`] receives into a
+//! pooled buffer and hands it out as [`Bytes`]. `store` and `retrieve` (borrowed slices)
+//! copy once, into or out of a pooled buffer (through `store_buf` and `retrieve_value`).
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,7 +56,9 @@ use nvmf_host::{
     NvmeTcpUrl, PathInfo, PathPolicy,
 };
 
-use super::{MAX_VALUE_BYTES, ShardError, ShardKey, ShardStore, StoreMode, check_value_size};
+use super::{
+    MAX_VALUE_BYTES, ShardError, ShardKey, ShardStore, StoreMode, buffers, check_value_size,
+};
 
 /// How a [`NvmeKvShardStore`] connects and how long it waits; see the module docs.
 #[derive(Debug, Clone)]
@@ -90,37 +93,16 @@ impl Default for NvmeKvShardStoreOptions {
     }
 }
 
-/// Where the store's namespace stands.
-enum Conn {
-    Ready(Arc<MultipathKvNamespace>),
-    /// Not connected yet (background connect): why the last attempt failed.
-    Connecting(String),
-}
-
 struct Inner {
     id: String,
     failure_domain: String,
     url: NvmeTcpUrl,
     options: NvmeKvShardStoreOptions,
-    conn: RwLock<Conn>,
-    /// The background connect of [`NvmeKvShardStore::connect_in_background`].
-    connecting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    ns: Arc<MultipathKvNamespace>,
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if let Some(t) = self
-            .connecting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            t.abort();
-        }
-    }
-}
-
-/// A shard store on one NVMe KV namespace; see the module docs.
+/// A shard store on one NVMe KV namespace; see the module docs. A store that must exist
+/// before its node answers is wrapped in a [`LazyShardStore`](super::LazyShardStore).
 #[derive(Clone)]
 pub struct NvmeKvShardStore {
     inner: Arc<Inner>,
@@ -131,7 +113,6 @@ impl std::fmt::Debug for NvmeKvShardStore {
         f.debug_struct("NvmeKvShardStore")
             .field("id", &self.inner.id)
             .field("url", &self.inner.url.to_string())
-            .field("connected", &self.is_connected())
             .finish()
     }
 }
@@ -188,85 +169,14 @@ impl NvmeKvShardStore {
                 failure_domain: failure_domain.into(),
                 url: url.clone(),
                 options,
-                conn: RwLock::new(Conn::Ready(Arc::new(ns))),
-                connecting: Mutex::new(None),
+                ns: Arc::new(ns),
             }),
         })
     }
 
-    /// A store that connects in the background (retrying with the reconnect backoff
-    /// until it succeeds) and is [`ShardError::Unavailable`], naming the last failure,
-    /// until then: for a gateway that must start while some storage nodes are down.
-    /// Needs a tokio runtime. Fails only for a URL without an NSID.
-    pub fn connect_in_background(
-        url: &NvmeTcpUrl,
-        id: impl Into<String>,
-        failure_domain: impl Into<String>,
-        host: &HostIdentity,
-        options: NvmeKvShardStoreOptions,
-    ) -> Result<NvmeKvShardStore, HostError> {
-        check_url(url)?;
-        let store = NvmeKvShardStore {
-            inner: Arc::new(Inner {
-                id: id.into(),
-                failure_domain: failure_domain.into(),
-                url: url.clone(),
-                options,
-                conn: RwLock::new(Conn::Connecting("not connected yet".into())),
-                connecting: Mutex::new(None),
-            }),
-        };
-        let weak = Arc::downgrade(&store.inner);
-        let host = host.clone();
-        let task = tokio::spawn(async move {
-            let mut delay = Duration::from_millis(0);
-            loop {
-                tokio::time::sleep(delay).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let (url, options) = (inner.url.clone(), inner.options.clone());
-                drop(inner);
-                let r = open(&url, &host, &options).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let mut conn = inner.conn.write().unwrap_or_else(|p| p.into_inner());
-                match r {
-                    Ok(ns) => {
-                        tracing::info!(store = %inner.id, url = %url, "shard store connected");
-                        *conn = Conn::Ready(Arc::new(ns));
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(store = %inner.id, url = %url, "shard store not connected: {e}");
-                        *conn = Conn::Connecting(e.to_string());
-                    }
-                }
-                let first = options.connect.reconnect_delay_ms.max(1);
-                let max = options.connect.reconnect_delay_max_ms.max(first);
-                delay = if delay.is_zero() {
-                    Duration::from_millis(first)
-                } else {
-                    (delay * 2).min(Duration::from_millis(max))
-                };
-            }
-        });
-        *store
-            .inner
-            .connecting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(task);
-        Ok(store)
-    }
-
-    /// Whether the namespace was opened (its paths may still be down).
-    pub fn is_connected(&self) -> bool {
-        matches!(&*self.read(), Conn::Ready(_))
-    }
-
-    /// The namespace's paths and their states (empty until connected).
+    /// The namespace's paths and their states.
     pub fn paths(&self) -> Vec<PathInfo> {
-        match &*self.read() {
-            Conn::Ready(ns) => ns.paths(),
-            Conn::Connecting(_) => Vec::new(),
-        }
+        self.inner.ns.paths()
     }
 
     pub fn url(&self) -> &NvmeTcpUrl {
@@ -275,24 +185,7 @@ impl NvmeKvShardStore {
 
     /// Disconnects every path; later operations are `Unavailable`.
     pub async fn disconnect(&self) {
-        let ns = match &*self.read() {
-            Conn::Ready(ns) => Some(ns.clone()),
-            Conn::Connecting(_) => None,
-        };
-        if let Some(ns) = ns {
-            ns.disconnect().await;
-        }
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Conn> {
-        self.inner.conn.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn ns(&self) -> Result<Arc<MultipathKvNamespace>, ShardError> {
-        match &*self.read() {
-            Conn::Ready(ns) => Ok(ns.clone()),
-            Conn::Connecting(why) => Err(self.unavailable(why)),
-        }
+        self.inner.ns.disconnect().await;
     }
 
     fn unavailable(&self, why: &str) -> ShardError {
@@ -322,7 +215,7 @@ impl NvmeKvShardStore {
         F: FnOnce(Arc<MultipathKvNamespace>) -> Fut,
         Fut: std::future::Future<Output = Result<T, KvError>>,
     {
-        let ns = self.ns()?;
+        let ns = self.inner.ns.clone();
         let limit = Duration::from_millis(self.inner.options.op_timeout_ms);
         match tokio::time::timeout(limit, op(ns)).await {
             Ok(r) => r.map_err(|e| self.map(e)),
@@ -363,24 +256,61 @@ impl ShardStore for NvmeKvShardStore {
 
     async fn store(&self, key: ShardKey, value: Bytes, mode: StoreMode) -> Result<(), ShardError> {
         check_value_size(&value)?;
-        let buf = IoBuf::from_slice(&value);
-        self.run("store", |ns| async move {
-            ns.store(&key.0, buf, store_mode(mode)).await.0
-        })
-        .await
+        let mut buf = buffers::take(value.len());
+        buf.copy_from_slice(&value);
+        self.store_buf(key, buf, mode).await
+    }
+
+    async fn store_buf(
+        &self,
+        key: ShardKey,
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> Result<(), ShardError> {
+        check_value_size(&value)?;
+        let mut back = None;
+        let r = self
+            .run("store", |ns| {
+                let back = &mut back;
+                async move {
+                    let (r, buf) = ns.store(&key.0, value, store_mode(mode)).await;
+                    *back = Some(buf);
+                    r
+                }
+            })
+            .await;
+        if let Some(buf) = back {
+            buffers::give_back(buf);
+        }
+        r
+    }
+
+    async fn retrieve_value(
+        &self,
+        key: ShardKey,
+        max: usize,
+    ) -> Result<(Bytes, usize), ShardError> {
+        let n = max.min(MAX_VALUE_BYTES);
+        let buf = buffers::take(n);
+        let (size, mut got) = self
+            .run("retrieve", |ns| async move {
+                let (r, b) = ns.retrieve(&key.0, buf).await;
+                match r {
+                    Ok(size) => Ok((size as usize, b)),
+                    Err(e) => {
+                        buffers::give_back(b);
+                        Err(e)
+                    }
+                }
+            })
+            .await?;
+        got.set_len(size.min(n));
+        Ok((buffers::into_bytes(got), size))
     }
 
     async fn retrieve(&self, key: ShardKey, buf: &mut [u8]) -> Result<usize, ShardError> {
-        // No value is larger than MAX_VALUE_BYTES: a larger buffer is not sent.
-        let n = buf.len().min(MAX_VALUE_BYTES);
-        let (size, got) = self
-            .run("retrieve", |ns| async move {
-                let (r, b) = ns.retrieve(&key.0, IoBuf::new_zeroed(n)).await;
-                r.map(|size| (size as usize, b))
-            })
-            .await?;
-        let copied = size.min(n);
-        buf[..copied].copy_from_slice(&got[..copied]);
+        let (value, size) = self.retrieve_value(key, buf.len()).await?;
+        buf[..value.len()].copy_from_slice(&value);
         Ok(size)
     }
 
@@ -476,20 +406,30 @@ mod tests {
         format!("127.0.0.1:{port}").parse().expect("addr")
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn meets_the_contract_over_a_real_target() {
-        let dir = tempfile::tempdir().expect("dir");
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &["ram:128M".into()],
-        ))
-        .await
-        .expect("node");
+    fn any_port() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("addr")
+    }
+
+    /// A storage node on `drive`, a KV namespace on it and a store connected to it.
+    async fn node_with_store(
+        dir: &Path,
+        listen: SocketAddr,
+        drive: String,
+    ) -> (StorageNode, NvmeKvShardStore) {
+        let node = StorageNode::start(config(dir, listen, &[drive]))
+            .await
+            .expect("node");
         let url = kv_namespace(&node, None).await;
         let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
             .await
             .expect("connect");
+        (node, s)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn meets_the_contract_over_a_real_target() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (node, s) = node_with_store(dir.path(), any_port(), "ram:128M".into()).await;
         assert_eq!((s.id(), s.failure_domain()), ("n1/kv1", "n1"));
         contract::check(&s).await;
         s.disconnect().await;
@@ -501,13 +441,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let listen = listen_addr();
         let drive = format!("file:{}:128M", dir.path().join("d0.img").display());
-        let node = StorageNode::start(config(dir.path(), listen, std::slice::from_ref(&drive)))
-            .await
-            .expect("node");
-        let url = kv_namespace(&node, None).await;
-        let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
-            .await
-            .expect("connect");
+        let (node, s) = node_with_store(dir.path(), listen, drive).await;
         let k = ShardKey([3; 16]);
         let v = Bytes::from(vec![0x5Au8; 70_000]);
         s.store(k, v.clone(), StoreMode::Upsert)
@@ -560,17 +494,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let img = dir.path().join("d0.img");
         let drive = format!("file:{}:128M", img.display());
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &[drive],
-        ))
-        .await
-        .expect("node");
-        let url = kv_namespace(&node, None).await;
-        let s = NvmeKvShardStore::connect(&url, "n1/kv1", "n1", &host(), Default::default())
-            .await
-            .expect("connect");
+        let (node, s) = node_with_store(dir.path(), any_port(), drive).await;
         // A value no other bytes on the drive look like.
         let v: Vec<u8> = (0..65_536u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -609,24 +533,38 @@ mod tests {
         node.shutdown().await.expect("shutdown");
     }
 
+    /// How a gateway starts while a node is down: the store wrapped in a
+    /// [`LazyShardStore`](crate::shard::LazyShardStore) is Unavailable until it connects.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_store_connecting_in_the_background_waits_for_its_node() {
+    async fn a_lazy_store_waits_for_its_node() {
         let dir = tempfile::tempdir().expect("dir");
         let listen = listen_addr();
         let url = NvmeTcpUrl::parse(&format!(
             "nvme+tcp://{listen}/nqn.2026-01.io.ferrobay:n1:d0/1"
         ))
         .expect("url");
-        let options = NvmeKvShardStoreOptions {
-            connect: ConnectOptions {
-                reconnect_delay_ms: 50,
-                reconnect_delay_max_ms: 200,
-                ..NvmeKvShardStoreOptions::default().connect
-            },
-            ..Default::default()
-        };
-        let s = NvmeKvShardStore::connect_in_background(&url, "n1/kv1", "n1", &host(), options)
-            .expect("store");
+        let connected = Arc::new(std::sync::OnceLock::new());
+        let made = connected.clone();
+        let s = crate::shard::LazyShardStore::connect(
+            "n1/kv1",
+            "n1",
+            Box::new(move || {
+                let (url, made) = (url.clone(), made.clone());
+                Box::pin(async move {
+                    let s = NvmeKvShardStore::connect(
+                        &url,
+                        "n1/kv1",
+                        "n1",
+                        &host(),
+                        Default::default(),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    let _ = made.set(s.clone());
+                    Ok(Arc::new(s) as Arc<dyn ShardStore>)
+                })
+            }),
+        );
         let k = ShardKey([1; 16]);
         let e = s.exist(k).await.expect_err("no node yet");
         assert!(e.is_unavailable(), "{e:?}");
@@ -635,33 +573,25 @@ mod tests {
             .await
             .expect("node");
         assert_eq!(kv_namespace(&node, None).await.nsid, Some(1));
-        let mut ok = false;
-        for _ in 0..200 {
-            if s.is_connected() && s.exist(k).await == Ok(false) {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(ok, "connected once the node and its namespace exist: {s:?}");
+        assert!(
+            s.wait_connected(Duration::from_secs(15)).await,
+            "connected once the node and its namespace exist"
+        );
+        assert_eq!(s.exist(k).await, Ok(false));
         s.store(k, Bytes::from_static(b"v"), StoreMode::OnlyIfAbsent)
             .await
             .expect("store");
         assert_eq!(s.exist(k).await, Ok(true));
-        s.disconnect().await;
+        connected.get().expect("connected").disconnect().await;
         node.shutdown().await.expect("shutdown");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_namespace_that_cannot_hold_shards_is_refused() {
         let dir = tempfile::tempdir().expect("dir");
-        let node = StorageNode::start(config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("addr"),
-            &["ram:256M".into()],
-        ))
-        .await
-        .expect("node");
+        let node = StorageNode::start(config(dir.path(), any_port(), &["ram:256M".into()]))
+            .await
+            .expect("node");
         let small = kv_namespace(&node, Some(1 << 20)).await;
         let e = NvmeKvShardStore::connect(&small, "s", "n1", &host(), Default::default())
             .await

@@ -83,15 +83,7 @@ impl Rig {
 
 /// Deterministic pseudo-random bytes.
 pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    testkit::data::pattern(len, seed)
 }
 
 pub fn md5_hex(data: &[u8]) -> String {

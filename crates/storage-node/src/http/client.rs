@@ -10,7 +10,8 @@ use nvmf_target::{QosKey, QosLimits};
 
 use crate::api::{
     API_PREFIX, AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport,
-    HostRequest, NamespaceView, NodeInfo, QosEntry, QosList, SubsystemView,
+    HostRequest, NamespaceView, NodeInfo, PredictionReport, QosEntry, QosList, SubsystemView,
+    TelemetryReport,
 };
 
 /// Calls a node's control API at `host:port`.
@@ -25,10 +26,7 @@ fn path(parts: &[&str]) -> String {
 
 /// `/api/v1/qos/{nqn}/{nsid|all}/{host|all}`.
 fn qos_path(key: &QosKey) -> String {
-    let nsid = key
-        .nsid
-        .map_or_else(|| "all".to_string(), |n| n.to_string());
-    let host = key.host_nqn.as_deref().unwrap_or("all");
+    let (nsid, host) = super::qos_routes::key_segments(key);
     path(&["qos", &key.subsystem_nqn, &nsid, host])
 }
 
@@ -182,6 +180,14 @@ impl NodeClient {
     /// Removes the limits of `key`; the limits it had.
     pub async fn clear_qos(&self, key: &QosKey) -> Result<QosLimits, ClientError> {
         self.http.call("DELETE", &qos_path(key), None).await
+    }
+
+    pub async fn telemetry(&self) -> Result<TelemetryReport, ClientError> {
+        self.http.call("GET", &path(&["telemetry"]), None).await
+    }
+
+    pub async fn predictions(&self) -> Result<PredictionReport, ClientError> {
+        self.http.call("GET", &path(&["predictions"]), None).await
     }
 
     pub async fn health(&self) -> Result<HealthReport, ClientError> {

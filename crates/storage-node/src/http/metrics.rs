@@ -3,7 +3,7 @@
 //! `docs/node-api.md`.
 
 use blockdev::DeviceStats;
-use httpapi::metrics::Page;
+use httpapi::metrics::{Column, Labels, Page, labels};
 use nvmf_target::LATENCY_BUCKETS_US;
 use nvmf_target::TargetStats;
 
@@ -54,73 +54,62 @@ pub fn stats_page(
         "Open NVMe/TCP connections (one per queue).",
     )
     .add(&[("node", node)], conns.len() as u64);
-    type ConnField = fn(&nvmf_target::ConnStatsSnapshot) -> u64;
-    let conn_metrics: [(&str, &str, ConnField, bool); 7] = [
+    let conn_rows: Vec<(Labels, &nvmf_target::ConnStatsSnapshot)> = conns
+        .iter()
+        .map(|c| {
+            let l = labels(&[
+                ("node", node),
+                ("conn", &c.id.to_string()),
+                ("peer", &c.peer),
+                ("subsystem", &c.subsystem),
+                ("host", &c.host_nqn),
+                ("cntlid", &c.cntlid.to_string()),
+                ("qid", &c.qid.to_string()),
+            ]);
+            (l, c)
+        })
+        .collect();
+    let conn_counters: [Column<nvmf_target::ConnStatsSnapshot>; 6] = [
         (
             "ferrobay_connection_commands_total",
             "Commands received on the connection.",
             |c| c.commands,
-            true,
         ),
         (
             "ferrobay_connection_read_ops_total",
             "Reads on the connection.",
             |c| c.read_ops,
-            true,
         ),
         (
             "ferrobay_connection_write_ops_total",
             "Writes on the connection.",
             |c| c.write_ops,
-            true,
         ),
         (
             "ferrobay_connection_read_bytes_total",
             "Bytes read on the connection.",
             |c| c.read_bytes,
-            true,
         ),
         (
             "ferrobay_connection_write_bytes_total",
             "Bytes written on the connection.",
             |c| c.write_bytes,
-            true,
         ),
         (
             "ferrobay_connection_errors_total",
             "Commands failed on the connection.",
             |c| c.errors,
-            true,
         ),
-        (
+    ];
+    page.counters(&conn_rows, &conn_counters);
+    page.gauges(
+        &conn_rows,
+        &[(
             "ferrobay_connection_queue_depth",
             "Commands in flight on the connection.",
             |c| c.in_flight,
-            false,
-        ),
-    ];
-    for (name, help, field, counter) in conn_metrics {
-        let f = if counter {
-            page.counter(name, help)
-        } else {
-            page.gauge(name, help)
-        };
-        for c in conns {
-            let (id, cntlid, qid) = (c.id.to_string(), c.cntlid.to_string(), c.qid.to_string());
-            f.add(
-                &[
-                    ("node", node),
-                    ("conn", &id),
-                    ("peer", &c.peer),
-                    ("subsystem", &c.subsystem),
-                    ("host", &c.host_nqn),
-                    ("cntlid", &cntlid),
-                    ("qid", &qid),
-                ],
-                field(c),
-            );
-        }
-    }
+        )],
+    );
     let adm = &stats.admission;
     page.counter(
         "ferrobay_connections_refused_total",
@@ -164,8 +153,14 @@ pub fn stats_page(
     )
     .add(&nl, hs.error_log_entries);
 
-    type DriveField = fn(&DeviceStats) -> u64;
-    let drive_counters: [(&str, &str, DriveField); 6] = [
+    let drive_rows: Vec<(Labels, &DeviceStats)> = drives
+        .iter()
+        .map(|d| {
+            let l = labels(&[("node", node), ("drive", &d.name), ("spec", &d.spec)]);
+            (l, &d.stats)
+        })
+        .collect();
+    let drive_counters: [Column<DeviceStats>; 6] = [
         (
             "ferrobay_drive_read_ops_total",
             "Reads the drive completed.",
@@ -197,15 +192,7 @@ pub fn stats_page(
             |s| s.media_errors,
         ),
     ];
-    for (name, help, field) in drive_counters {
-        let f = page.counter(name, help);
-        for d in drives {
-            f.add(
-                &[("node", node), ("drive", &d.name), ("spec", &d.spec)],
-                field(&d.stats),
-            );
-        }
-    }
+    page.counters(&drive_rows, &drive_counters);
     render_kv(&mut page, node, kv);
     super::qos_metrics::add_qos_families(&mut page, node, qos);
     page
@@ -214,73 +201,61 @@ pub fn stats_page(
 /// The `ferrobay_namespace_*` families of a target's namespaces (also the processor
 /// node's, whose namespaces are volumes): I/O counters, queue depth, size, latency.
 pub fn namespace_families(page: &mut Page, node: &str, ns: &[nvmf_target::NamespaceStats]) {
-    type NsField = fn(&nvmf_target::NsStatsSnapshot) -> u64;
-    let counters: [(&str, &str, NsField); 7] = [
+    let rows: Vec<(Labels, &nvmf_target::NamespaceStats)> = ns
+        .iter()
+        .map(|n| (ns_labels(node, &n.subsystem, n.nsid), n))
+        .collect();
+    let counters: [Column<nvmf_target::NamespaceStats>; 7] = [
         (
             "ferrobay_namespace_read_ops_total",
             "Read commands completed successfully.",
-            |s| s.read_ops,
+            |n| n.stats.read_ops,
         ),
         (
             "ferrobay_namespace_write_ops_total",
             "Write commands completed successfully.",
-            |s| s.write_ops,
+            |n| n.stats.write_ops,
         ),
         (
             "ferrobay_namespace_other_ops_total",
             "Other I/O commands (flush, write zeroes, DSM, compare, reservations).",
-            |s| s.other_ops,
+            |n| n.stats.other_ops,
         ),
         (
             "ferrobay_namespace_read_bytes_total",
             "Bytes read by hosts.",
-            |s| s.read_bytes,
+            |n| n.stats.read_bytes,
         ),
         (
             "ferrobay_namespace_write_bytes_total",
             "Bytes written by hosts.",
-            |s| s.write_bytes,
+            |n| n.stats.write_bytes,
         ),
         (
             "ferrobay_namespace_errors_total",
             "I/O commands completed with an error status.",
-            |s| s.errors,
+            |n| n.stats.errors,
         ),
         (
             "ferrobay_namespace_media_errors_total",
             "I/O commands failed by a media error.",
-            |s| s.media_errors,
+            |n| n.stats.media_errors,
         ),
     ];
-    for (name, help, field) in counters {
-        let f = page.counter(name, help);
-        for n in ns {
-            let nsid = n.nsid.to_string();
-            f.add(
-                &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-                field(&n.stats),
-            );
-        }
-    }
-    let depth = page.gauge(
-        "ferrobay_namespace_queue_depth",
-        "I/O commands executing now.",
+    page.counters(&rows, &counters);
+    page.gauges(
+        &rows,
+        &[
+            (
+                "ferrobay_namespace_queue_depth",
+                "I/O commands executing now.",
+                |n| u64::try_from(n.stats.in_flight.max(0)).unwrap_or(0),
+            ),
+            ("ferrobay_namespace_size_bytes", "Namespace size.", |n| {
+                n.size_bytes
+            }),
+        ],
     );
-    for n in ns {
-        let nsid = n.nsid.to_string();
-        depth.add(
-            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-            u64::try_from(n.stats.in_flight.max(0)).unwrap_or(0),
-        );
-    }
-    let size = page.gauge("ferrobay_namespace_size_bytes", "Namespace size.");
-    for n in ns {
-        let nsid = n.nsid.to_string();
-        size.add(
-            &[("node", node), ("subsystem", &n.subsystem), ("nsid", &nsid)],
-            n.size_bytes,
-        );
-    }
     let bounds: Vec<f64> = LATENCY_BUCKETS_US
         .iter()
         .map(|us| *us as f64 / 1e6)
@@ -302,42 +277,35 @@ pub fn namespace_families(page: &mut Page, node: &str, ns: &[nvmf_target::Namesp
 
 /// Per-namespace figures of the KV stores: usage gauges and operation counters.
 fn render_kv(page: &mut Page, node: &str, kv: &[KvSample]) {
-    type UsageField = fn(&kv::Usage) -> u64;
-    let gauges: [(&str, &str, UsageField); 5] = [
-        ("ferrobay_kv_keys", "Keys stored.", |u| u.key_count),
+    let rows: Vec<(Labels, &KvSample)> = kv
+        .iter()
+        .map(|k| (ns_labels(node, &k.subsystem, k.nsid), k))
+        .collect();
+    let gauges: [Column<KvSample>; 5] = [
+        ("ferrobay_kv_keys", "Keys stored.", |k| k.usage.key_count),
         (
             "ferrobay_kv_used_bytes",
             "Bytes the live values take in the log (Identify NUSE).",
-            |u| u.live_bytes,
+            |k| k.usage.live_bytes,
         ),
         (
             "ferrobay_kv_garbage_bytes",
             "Bytes of overwritten and deleted values not yet compacted.",
-            |u| u.garbage_bytes,
+            |k| k.usage.garbage_bytes,
         ),
         (
             "ferrobay_kv_capacity_bytes",
             "Bytes of values the store accepts (Identify NSZE).",
-            |u| u.capacity_bytes,
+            |k| k.usage.capacity_bytes,
         ),
         (
             "ferrobay_kv_free_segments",
             "Log segments free for writing.",
-            |u| u64::from(u.free_segments),
+            |k| u64::from(k.usage.free_segments),
         ),
     ];
-    for (name, help, field) in gauges {
-        let f = page.gauge(name, help);
-        for k in kv {
-            let nsid = k.nsid.to_string();
-            f.add(
-                &[("node", node), ("subsystem", &k.subsystem), ("nsid", &nsid)],
-                field(&k.usage),
-            );
-        }
-    }
-    type StatsField = fn(&kv::Stats) -> u64;
-    let counters: [(&str, &str, StatsField); 15] = [
+    page.gauges(&rows, &gauges);
+    let counters: [Column<kv::Stats>; 15] = [
         ("ferrobay_kv_stores_total", "Values stored.", |s| s.stores),
         (
             "ferrobay_kv_store_bytes_total",
@@ -394,16 +362,18 @@ fn render_kv(page: &mut Page, node: &str, kv: &[KvSample]) {
             |s| s.space_stalls,
         ),
     ];
-    for (name, help, field) in counters {
-        let f = page.counter(name, help);
-        for k in kv {
-            let nsid = k.nsid.to_string();
-            f.add(
-                &[("node", node), ("subsystem", &k.subsystem), ("nsid", &nsid)],
-                field(&k.stats),
-            );
-        }
-    }
+    let stats_rows: Vec<(Labels, &kv::Stats)> =
+        rows.into_iter().map(|(l, k)| (l, &k.stats)).collect();
+    page.counters(&stats_rows, &counters);
+}
+
+/// The labels of a namespace's samples.
+fn ns_labels(node: &str, subsystem: &str, nsid: u32) -> Labels {
+    labels(&[
+        ("node", node),
+        ("subsystem", subsystem),
+        ("nsid", &nsid.to_string()),
+    ])
 }
 
 /// The node's `/metrics` page.

@@ -2,42 +2,36 @@
 //! nodes: per limit (commands and bytes through it, commands it held back and their wait,
 //! the configured rates) and per namespace capped by the contention controller.
 
-use httpapi::metrics::Page;
+use httpapi::metrics::{Column, Labels, Page, labels};
 use nvmf_target::{QosKey, QosStats};
 
-/// A key's labels: `subsystem`, `nsid` and `host` (`all` when the key covers them all).
-fn key_labels(key: &QosKey) -> [(&'static str, String); 3] {
-    [
-        ("subsystem", key.subsystem_nqn.clone()),
-        (
-            "nsid",
-            key.nsid
-                .map_or_else(|| "all".to_string(), |n| n.to_string()),
-        ),
-        (
-            "host",
-            key.host_nqn.clone().unwrap_or_else(|| "all".to_string()),
-        ),
-    ]
+/// A key's labels after `node`: `subsystem`, `nsid` and `host` (`all` when the key covers
+/// them all).
+fn key_labels(node: &str, key: &QosKey) -> Labels {
+    let (nsid, host) = super::qos_routes::key_segments(key);
+    labels(&[
+        ("node", node),
+        ("subsystem", &key.subsystem_nqn),
+        ("nsid", &nsid),
+        ("host", host),
+    ])
+}
+
+/// `l` with a `limit` label (`max` or `min`) added.
+fn with_limit(l: &Labels, kind: &str) -> Labels {
+    let mut l = l.clone();
+    l.push(("limit".to_string(), kind.to_string()));
+    l
 }
 
 /// Adds the QoS families of `stats` to `page`, each sample labelled `node`.
 pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
-    let rows: Vec<([(&str, String); 3], &nvmf_target::QosLimitStats)> = stats
+    let rows: Vec<(Labels, &nvmf_target::QosLimitStats)> = stats
         .limits
         .iter()
-        .map(|s| (key_labels(&s.key), s))
+        .map(|s| (key_labels(node, &s.key), s))
         .collect();
-    let labels = |l: &[(&'static str, String); 3]| -> Vec<(&'static str, String)> {
-        let mut v = vec![("node", node.to_string())];
-        v.extend(l.iter().cloned());
-        v
-    };
-    fn refs<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
-        v.iter().map(|(k, s)| (*k, s.as_str())).collect()
-    }
-    type Field = fn(&nvmf_target::QosLimitStats) -> u64;
-    let counters: [(&str, &str, Field); 3] = [
+    let counters: [Column<nvmf_target::QosLimitStats>; 3] = [
         (
             "ferrobay_qos_commands_total",
             "Commands that passed a QoS limit.",
@@ -54,18 +48,13 @@ pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
             |s| s.throttled_commands,
         ),
     ];
-    for (name, help, field) in counters {
-        let f = page.counter(name, help);
-        for (l, s) in &rows {
-            f.add(&refs(&labels(l)), field(s));
-        }
-    }
+    page.counters(&rows, &counters);
     let f = page.counter(
         "ferrobay_qos_throttled_seconds_total",
         "Time commands waited for a QoS limit.",
     );
     for (l, s) in &rows {
-        f.add_f64(&refs(&labels(l)), s.throttled_ns as f64 / 1e9);
+        f.add_labels_f64(l.clone(), s.throttled_ns as f64 / 1e9);
     }
     let f = page.gauge(
         "ferrobay_qos_limit_iops",
@@ -74,9 +63,7 @@ pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
     for (l, s) in &rows {
         for (kind, v) in [("max", s.limits.max_iops), ("min", s.limits.min_iops)] {
             if let Some(v) = v {
-                let mut ls = labels(l);
-                ls.push(("limit", kind.to_string()));
-                f.add(&refs(&ls), v);
+                f.add_labels(with_limit(l, kind), v);
             }
         }
     }
@@ -91,25 +78,21 @@ pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
         ];
         for (kind, v) in pairs {
             if let Some(v) = v {
-                let mut ls = labels(l);
-                ls.push(("limit", kind.to_string()));
-                f.add(&refs(&ls), v);
+                f.add_labels(with_limit(l, kind), v);
             }
         }
     }
     // Caps of the contention controller (only while a minimum is configured).
-    let caps: Vec<(Vec<(&'static str, String)>, &nvmf_target::QosCapStats)> = stats
+    let caps: Vec<(Labels, &nvmf_target::QosCapStats)> = stats
         .caps
         .iter()
         .map(|c| {
-            (
-                vec![
-                    ("node", node.to_string()),
-                    ("subsystem", c.subsystem_nqn.clone()),
-                    ("nsid", c.nsid.to_string()),
-                ],
-                c,
-            )
+            let l = labels(&[
+                ("node", node),
+                ("subsystem", &c.subsystem_nqn),
+                ("nsid", &c.nsid.to_string()),
+            ]);
+            (l, c)
         })
         .collect();
     let f = page.gauge(
@@ -118,7 +101,7 @@ pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
     );
     for (l, c) in &caps {
         if let Some(v) = c.cap_iops {
-            f.add(&refs(l), v);
+            f.add_labels(l.clone(), v);
         }
     }
     let f = page.gauge(
@@ -127,22 +110,23 @@ pub fn add_qos_families(page: &mut Page, node: &str, stats: &QosStats) {
     );
     for (l, c) in &caps {
         if let Some(v) = c.cap_bytes_per_s {
-            f.add(&refs(l), v);
+            f.add_labels(l.clone(), v);
         }
     }
-    let f = page.counter(
-        "ferrobay_qos_cap_throttled_commands_total",
-        "Commands a contention cap made wait.",
+    page.counters(
+        &caps,
+        &[(
+            "ferrobay_qos_cap_throttled_commands_total",
+            "Commands a contention cap made wait.",
+            |c| c.throttled_commands,
+        )],
     );
-    for (l, c) in &caps {
-        f.add(&refs(l), c.throttled_commands);
-    }
     let f = page.counter(
         "ferrobay_qos_cap_throttled_seconds_total",
         "Time commands waited for a contention cap.",
     );
     for (l, c) in &caps {
-        f.add_f64(&refs(l), c.throttled_ns as f64 / 1e9);
+        f.add_labels_f64(l.clone(), c.throttled_ns as f64 / 1e9);
     }
 }
 

@@ -20,6 +20,13 @@ use crate::node::StorageNode;
 /// The path value for "every namespace" / "every host".
 pub const ALL: &str = "all";
 
+/// The `{nsid}` and `{host}` of a key's path (also its metrics labels): the namespace ID
+/// and host NQN, or [`ALL`].
+pub(crate) fn key_segments(key: &QosKey) -> (String, &str) {
+    let nsid = key.nsid.map_or_else(|| ALL.to_string(), |n| n.to_string());
+    (nsid, key.host_nqn.as_deref().unwrap_or(ALL))
+}
+
 /// The key a `/qos/{nqn}/{nsid}/{host}` path names.
 fn key_of(nqn: String, nsid: &str, host: String) -> Result<QosKey, ApiError> {
     let nsid = match nsid {
@@ -108,6 +115,11 @@ mod tests {
         let k = key_of("nqn.s".into(), "3", "nqn.h".into()).unwrap();
         assert_eq!((k.nsid, k.host_nqn.as_deref()), (Some(3), Some("nqn.h")));
         assert!(key_of("nqn.s".into(), "x", "all".into()).is_err());
+        for (nsid, host) in [("all", "all"), ("3", "nqn.h"), ("all", "nqn.h")] {
+            let k = key_of("nqn.s".into(), nsid, host.into()).unwrap();
+            let (n, h) = key_segments(&k);
+            assert_eq!((n.as_str(), h), (nsid, host), "round trip");
+        }
     }
 
     #[test]

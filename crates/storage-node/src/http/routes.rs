@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 
 use crate::api::{
     AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport, HostRequest,
-    NamespaceView, NodeInfo, SubsystemView,
+    NamespaceView, NodeInfo, PredictionReport, SubsystemView, TelemetryReport,
 };
 use crate::node::{ErrorKind, NodeError, StorageNode};
 
@@ -36,6 +36,7 @@ use crate::node::{ErrorKind, NodeError, StorageNode};
     components(schemas(ErrorBody)),
     tags(
         (name = "node", description = "The node, its health and metrics"),
+        (name = "telemetry", description = "Drive and namespace telemetry, and each drive's failure-prediction grade (docs/prediction.md)"),
         (name = "namespaces", description = "Namespaces carved from the node's drives"),
         (name = "subsystems", description = "Subsystems and the hosts allowed to connect"),
         (name = "qos", description = "QoS limits per namespace and host, and the caps that keep minimums (docs/qos.md)"),
@@ -50,6 +51,8 @@ fn api_routes() -> OpenApiRouter<StorageNode> {
         .routes(routes!(healthz))
         .routes(routes!(node_info))
         .routes(routes!(health))
+        .routes(routes!(telemetry))
+        .routes(routes!(predictions))
         .routes(routes!(list_namespaces, create_namespace))
         .routes(routes!(get_namespace, delete_namespace))
         .routes(routes!(attach))
@@ -138,6 +141,21 @@ async fn node_info(State(node): State<StorageNode>) -> Response {
     responses((status = 200, body = HealthReport), (status = "default", body = ErrorBody)))]
 async fn health(State(node): State<StorageNode>) -> Response {
     ok(&node.health())
+}
+
+/// Per drive and namespace: operations, bytes and latency percentiles per operation
+/// class, errors by kind, queue depth; per drive its SMART reading and grade.
+#[utoipa::path(get, path = "/api/v1/telemetry", tag = "telemetry",
+    responses((status = 200, body = TelemetryReport), (status = "default", body = ErrorBody)))]
+async fn telemetry(State(node): State<StorageNode>) -> Response {
+    ok(&node.telemetry_report())
+}
+
+/// Each drive's failure-prediction grade (ok, suspect, failing), why, and since when.
+#[utoipa::path(get, path = "/api/v1/predictions", tag = "telemetry",
+    responses((status = 200, body = PredictionReport), (status = "default", body = ErrorBody)))]
+async fn predictions(State(node): State<StorageNode>) -> Response {
+    ok(&node.predictions())
 }
 
 /// Every namespace of the node.

@@ -14,11 +14,14 @@ use nvme_proto::log::ext_smart::{ExtSmartRecord, LatencySummary, kind};
 use nvmf_target::TelemetrySource;
 use serde::Serialize;
 use telemetry::{
-    Assessment, Clock, DeviceTelemetry, Grade, MediaReading, OpClass, PredictionConfig,
+    Assessment, Clock, DeviceTelemetry, Grade, MediaReading, OpClass, PredictionConfig, Sampler,
     SeriesStore, SeriesView, TelemetrySnapshot,
 };
 use uuid::Uuid;
 
+use crate::api::{
+    DriveTelemetry, IoTelemetry, MediaView, NamespaceTelemetry, Prediction, TelemetryReport,
+};
 use crate::catalog::Catalog;
 use crate::nvme_smart::{NvmeAdmin, nvme_controller_of, read_media_reading};
 
@@ -42,6 +45,12 @@ struct State {
     media: BTreeMap<Uuid, MediaReading>,
     media_read_ms: Option<u64>,
     grades: BTreeMap<String, Assessment>,
+    /// Per drive key: the clock's ms when its current grade began.
+    graded_since_ms: BTreeMap<String, u64>,
+    /// Wall clock ms minus the clock's ms, taken at the first dating and kept: every
+    /// answer dates a grade's start the same way (recomputing it per call moved "since"
+    /// by a millisecond between two routes).
+    wall_offset_ms: Option<i128>,
 }
 
 /// Meters, series and grades of one node's drives and namespaces.
@@ -189,17 +198,19 @@ impl NodeTelemetry {
             st.media = f;
             st.media_read_ms = Some(now_ms);
         }
-        let mut keep: Vec<String> = Vec::new();
+        type Reading = (
+            String,
+            BTreeMap<String, String>,
+            TelemetrySnapshot,
+            MediaReading,
+        );
+        let mut readings: Vec<Reading> = Vec::new();
         for (uuid, d) in &self.drives {
-            let key = drive_key(&d.name);
             let media = st.media.get(uuid).copied().unwrap_or_default();
             let labels = self.labels_drive(d);
-            st.store
-                .record(&key, &labels, now_ms, &d.meter.snapshot(), media);
-            keep.push(key);
+            readings.push((drive_key(&d.name), labels, d.meter.snapshot(), media));
         }
         for ((nqn, nsid), (drive, m)) in &namespaces {
-            let key = namespace_key(nqn, *nsid);
             let labels = BTreeMap::from([
                 ("node".to_string(), self.node.clone()),
                 ("subsystem".to_string(), nqn.clone()),
@@ -209,23 +220,34 @@ impl NodeTelemetry {
                     drive_names.get(drive).cloned().unwrap_or_default(),
                 ),
             ]);
-            st.store.record(
-                &key,
-                &labels,
-                now_ms,
-                &m.snapshot(),
-                MediaReading::default(),
-            );
-            keep.push(key);
+            let key = namespace_key(nqn, *nsid);
+            readings.push((key, labels, m.snapshot(), MediaReading::default()));
         }
-        st.store.retain(|k| keep.iter().any(|x| x == k));
+        Sampler::tick(
+            &mut st.store,
+            now_ms,
+            readings.iter().map(|(k, l, s, m)| (k.as_str(), l, s, *m)),
+        );
         let drive_keys: Vec<String> = self.drives.values().map(|d| drive_key(&d.name)).collect();
         let grades = telemetry::predict::assess_store(&self.config, now_ms, &st.store, "group");
-        st.grades = grades
+        let grades: BTreeMap<String, Assessment> = grades
             .into_iter()
             .filter(|a| drive_keys.contains(&a.source))
             .map(|a| (a.source.clone(), a))
             .collect();
+        let since: BTreeMap<String, u64> = grades
+            .iter()
+            .map(|(k, a)| {
+                let kept = st
+                    .grades
+                    .get(k)
+                    .filter(|b| b.grade == a.grade)
+                    .and_then(|_| st.graded_since_ms.get(k).copied());
+                (k.clone(), kept.unwrap_or(now_ms))
+            })
+            .collect();
+        st.grades = grades;
+        st.graded_since_ms = since;
         for a in st.grades.values().filter(|a| a.grade > Grade::Ok) {
             tracing::warn!(event = "prediction", source = %a.source, grade = %a.grade, reason = %a.summary(), "drive health prediction");
         }
@@ -234,6 +256,67 @@ impl NodeTelemetry {
     /// The grade of every drive (`drive/NAME`).
     pub fn grades(&self) -> Vec<Assessment> {
         lock(&self.state).grades.values().cloned().collect()
+    }
+
+    /// Every drive's grade as the API shows it, by drive name (`now_unix_ms`: the wall
+    /// clock now, to date each grade's start).
+    pub fn predictions(&self, now_unix_ms: u64) -> BTreeMap<String, Prediction> {
+        let now_ms = self.clock.now_ns() / 1_000_000;
+        let mut st = lock(&self.state);
+        let offset_ms = *st
+            .wall_offset_ms
+            .get_or_insert(i128::from(now_unix_ms) - i128::from(now_ms));
+        self.drives
+            .values()
+            .filter_map(|d| {
+                let key = drive_key(&d.name);
+                let a = st.grades.get(&key)?;
+                let since = st
+                    .graded_since_ms
+                    .get(&key)
+                    .map(|&t| u64::try_from(i128::from(t) + offset_ms).unwrap_or(0));
+                Some((d.name.clone(), Prediction::of(a, since)))
+            })
+            .collect()
+    }
+
+    /// Every drive's and namespace's counters, SMART reading and grade, as the API
+    /// shows them.
+    pub fn report(&self, now_unix_ms: u64) -> TelemetryReport {
+        let mut predictions = self.predictions(now_unix_ms);
+        let media = lock(&self.state).media.clone();
+        let drives = self
+            .drives
+            .iter()
+            .map(|(uuid, d)| DriveTelemetry {
+                drive: d.name.clone(),
+                io: IoTelemetry::of(&d.meter.snapshot()),
+                media: media
+                    .get(uuid)
+                    .copied()
+                    .map(MediaView::from)
+                    .unwrap_or_default(),
+                prediction: predictions.remove(&d.name),
+            })
+            .collect();
+        let namespaces = lock(&self.namespaces)
+            .iter()
+            .map(|((nqn, nsid), (drive, m))| NamespaceTelemetry {
+                subsystem_nqn: nqn.clone(),
+                nsid: *nsid,
+                drive: self
+                    .drives
+                    .get(drive)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default(),
+                io: IoTelemetry::of(&m.snapshot()),
+            })
+            .collect();
+        TelemetryReport {
+            node: self.node.clone(),
+            drives,
+            namespaces,
+        }
     }
 
     /// The latest state of every source (a serializable view for the API).
@@ -489,6 +572,18 @@ mod tests {
         // The healthy neighbour.
         let d1g = a.iter().find(|a| a.source == "drive/d1").unwrap();
         assert_eq!(d1g.grade, Grade::Ok);
+        // Since when, dated on the wall clock given: failing since second 12, ok since the
+        // first grading (second 1); the clock is at second 20.
+        let p = t.predictions(1_000_000);
+        assert_eq!(p["d0"].grade, Grade::Failing);
+        assert_eq!(p["d0"].since_unix_ms, Some(1_000_000 - 8_000));
+        assert!(
+            p["d0"].reason.starts_with("media_errors: "),
+            "{:?}",
+            p["d0"]
+        );
+        assert_eq!(p["d1"].since_unix_ms, Some(1_000_000 - 19_000));
+        assert_eq!(p["d1"].reason, "");
         // The extended SMART page carries the grade.
         t.namespace_meter("nqn.x", 1, d0);
         let page = TelemetrySource::ext_smart(&t, "nqn.x", None);

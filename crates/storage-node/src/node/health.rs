@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use crate::api::{DriveHealth, HealthReport};
+use crate::api::{DriveHealth, DrivePrediction, HealthReport, PredictionReport, TelemetryReport};
+use crate::catalog::now_unix_ms;
 
 use super::StorageNode;
 
@@ -49,7 +50,28 @@ impl StorageNode {
             .collect()
     }
 
+    /// `GET /api/v1/telemetry`: every drive's and namespace's I/O counters, latency
+    /// percentiles, SMART reading and grade.
+    pub fn telemetry_report(&self) -> TelemetryReport {
+        self.inner.telemetry.report(now_unix_ms())
+    }
+
+    /// `GET /api/v1/predictions`: every graded drive's grade, reasons and since when.
+    pub fn predictions(&self) -> PredictionReport {
+        PredictionReport {
+            node: self.name().to_string(),
+            drives: self
+                .inner
+                .telemetry
+                .predictions(now_unix_ms())
+                .into_iter()
+                .map(|(drive, prediction)| DrivePrediction { drive, prediction })
+                .collect(),
+        }
+    }
+
     pub fn health(&self) -> HealthReport {
+        let mut predictions = self.inner.telemetry.predictions(now_unix_ms());
         let stats = self.inner.target.stats();
         let (state, allocated): (_, BTreeMap<Uuid, (u64, u64)>) = {
             let c = self.catalog();
@@ -79,6 +101,7 @@ impl StorageNode {
                 uuid: d.uuid.to_string(),
                 serial: d.serial.clone(),
                 size_bytes: d.size_bytes,
+                prediction: predictions.remove(&d.name),
                 ..DriveHealth::default()
             };
             if let Some(&(used, free)) = allocated.get(&d.uuid) {

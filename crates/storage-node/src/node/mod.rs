@@ -72,6 +72,22 @@ pub struct NodeConfig {
     /// The local volume registry `volume:NAME` drives are found in (`None`: the default,
     /// `$FERROBAY_VOLUMES_DIR` or `/var/lib/ferrobay/volumes`, as `ferrobay volume`).
     pub volumes_dir: Option<PathBuf>,
+    /// Wraps each drive's device (by drive name) before it is metered: for tests that
+    /// inject faults on purpose (`None`: the drives as opened).
+    pub wrap_drive: Option<DriveWrapper>,
+}
+
+/// A function a test gives [`NodeConfig::wrap_drive`]: `(drive name, device) -> device`.
+#[derive(Clone)]
+pub struct DriveWrapper(
+    #[allow(clippy::type_complexity)]
+    pub  Arc<dyn Fn(&str, Arc<dyn BlockDevice>) -> Arc<dyn BlockDevice> + Send + Sync>,
+);
+
+impl std::fmt::Debug for DriveWrapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DriveWrapper")
+    }
 }
 
 impl NodeConfig {
@@ -90,6 +106,7 @@ impl NodeConfig {
             engine: IoEngine::Auto,
             default_namespace: true,
             volumes_dir: None,
+            wrap_drive: None,
         }
     }
 }
@@ -341,7 +358,11 @@ impl StorageNode {
                         .ok_or_else(|| NodeError::Internal("drive vanished from state".into()))?
                 }
             };
-            devices.insert(uuid, d.device);
+            let device = match &cfg.wrap_drive {
+                Some(w) => (w.0)(&d.plan.name, d.device),
+                None => d.device,
+            };
+            devices.insert(uuid, device);
         }
 
         // Every drive is metered: all I/O to it (its namespaces' included) is counted.

@@ -78,12 +78,18 @@ impl Assessment {
         if self.reasons.is_empty() {
             return self.grade.to_string();
         }
+        format!("{}: {}", self.grade, self.reasons_line())
+    }
+
+    /// The findings on one line, without the grade: `fail_slow: ...; media_errors: ...`
+    /// (empty when there is none).
+    pub fn reasons_line(&self) -> String {
         let r: Vec<String> = self
             .reasons
             .iter()
             .map(|r| format!("{}: {}", r.rule, r.detail))
             .collect();
-        format!("{}: {}", self.grade, r.join("; "))
+        r.join("; ")
     }
 }
 

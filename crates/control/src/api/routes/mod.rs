@@ -4,6 +4,7 @@ pub(crate) mod events;
 pub(crate) mod nodes;
 pub(crate) mod qos;
 pub(crate) mod system;
+pub(crate) mod telemetry;
 pub(crate) mod volumes;
 
 use httpapi::ApiError;

@@ -22,9 +22,9 @@ use crate::records::{NodeRecord, NodeRole};
 use crate::registration;
 
 /// Longest wait for one storage node's answer.
-const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn storage_nodes(cfg: &ApiState) -> Result<Vec<NodeRecord>, ApiError> {
+pub(super) async fn storage_nodes(cfg: &ApiState) -> Result<Vec<NodeRecord>, ApiError> {
     Ok(registration::list_nodes(cfg.store.as_ref())
         .await
         .map_err(err)?
@@ -34,7 +34,7 @@ async fn storage_nodes(cfg: &ApiState) -> Result<Vec<NodeRecord>, ApiError> {
 }
 
 /// The live storage node `name`, or 404 / 400.
-async fn storage_node(cfg: &ApiState, name: &str) -> Result<NodeRecord, ApiError> {
+pub(super) async fn storage_node(cfg: &ApiState, name: &str) -> Result<NodeRecord, ApiError> {
     let node = registration::get_node(cfg.store.as_ref(), name)
         .await
         .map_err(err)?
@@ -47,7 +47,7 @@ async fn storage_node(cfg: &ApiState, name: &str) -> Result<NodeRecord, ApiError
     Ok(node)
 }
 
-async fn client(cfg: &ApiState, node: &NodeRecord) -> Result<NodeClient, ControlError> {
+pub(super) async fn client(cfg: &ApiState, node: &NodeRecord) -> Result<NodeClient, ControlError> {
     Ok(crate::auth::node_client(cfg.store.as_ref(), node)
         .await?
         .with_timeout(NODE_TIMEOUT))
@@ -55,7 +55,7 @@ async fn client(cfg: &ApiState, node: &NodeRecord) -> Result<NodeClient, Control
 
 /// A storage node's refusal or silence as this API's error (its status if it answered,
 /// else 502).
-fn node_err(node: &str, e: ClientError) -> ApiError {
+pub(super) fn node_err(node: &str, e: ClientError) -> ApiError {
     match e {
         ClientError::Api { status, message } if status < 500 => ApiError::new(status, message),
         other => err(ControlError::storage(node, other)),
@@ -63,7 +63,7 @@ fn node_err(node: &str, e: ClientError) -> ApiError {
 }
 
 /// Asks every storage node at once; a node that fails gets its `error` instead.
-async fn fan_out<T, F, Fut>(
+pub(super) async fn fan_out<T, F, Fut>(
     cfg: &ApiState,
     ask: F,
 ) -> Result<Vec<(String, Result<T, String>)>, ApiError>
@@ -72,11 +72,20 @@ where
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
     let nodes = storage_nodes(cfg).await?;
+    if nodes.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One read of the token for all the nodes.
+    let token = crate::auth::cluster_token(cfg.store.as_ref())
+        .await
+        .map_err(err)?;
     let asks = nodes.iter().map(|n| {
-        let ask = &ask;
+        let (ask, token) = (&ask, &token);
         async move {
-            let r = match client(cfg, n).await {
-                Ok(c) => ask(c).await.map_err(|e| e.to_string()),
+            let r = match crate::auth::node_client_with(n, token) {
+                Ok(c) => ask(c.with_timeout(NODE_TIMEOUT))
+                    .await
+                    .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             (n.name.clone(), r)

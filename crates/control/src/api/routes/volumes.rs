@@ -51,13 +51,15 @@ pub(crate) async fn get_volume(
     State(cfg): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    match provision::volume_view(cfg.store.as_ref(), &name)
+    Ok(ok(&view(&cfg, &name).await?))
+}
+
+/// The view of volume `name`, or 404.
+async fn view(cfg: &ApiState, name: &str) -> Result<VolumeView, ApiError> {
+    provision::volume_view(cfg.store.as_ref(), name)
         .await
         .map_err(err)?
-    {
-        Some(v) => Ok(ok(&v)),
-        None => Err(ApiError::not_found(format!("no volume named {name:?}"))),
-    }
+        .ok_or_else(|| ApiError::not_found(format!("no volume named {name:?}")))
 }
 
 /// The owner's live view: member states, rebuild, resync and scrub progress.
@@ -69,15 +71,9 @@ pub(crate) async fn volume_status(
     State(cfg): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    match provision::volume_view(cfg.store.as_ref(), &name)
-        .await
-        .map_err(err)?
-    {
-        None => Err(ApiError::not_found(format!("no volume named {name:?}"))),
-        Some(VolumeView {
-            status: Some(s), ..
-        }) => Ok(ok(&s)),
-        Some(_) => Err(ApiError::not_found(format!(
+    match view(&cfg, &name).await?.status {
+        Some(s) => Ok(ok(&s)),
+        None => Err(ApiError::not_found(format!(
             "volume {name:?} has no status: no processor node owns it now"
         ))),
     }
