@@ -293,6 +293,7 @@ mod tests {
             notes: vec!["member 2 is missing".into()],
             read_bytes: 0,
             write_bytes: 0,
+            log: None,
         }
     }
 
