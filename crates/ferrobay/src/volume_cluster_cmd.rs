@@ -144,7 +144,16 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             domains,
             force,
             assume_clean,
+            layout,
+            compress,
+            log_block: _,
         } => {
+            if layout != "in-place" || compress.is_some() {
+                return Err(usage(
+                    "--layout log and --compress are for local volumes for now (cluster \
+                     volumes on processor nodes come later)",
+                ));
+            }
             if !spare.is_empty() || !domains.is_empty() || force || assume_clean {
                 return Err(usage(
                     "--spare, --domains, --force and --assume-clean are for local volumes \

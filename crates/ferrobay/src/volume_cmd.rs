@@ -82,6 +82,16 @@ pub enum VolumeCommand {
         /// Skip zeroing the members (only for devices known to be zero, e.g. new sparse files).
         #[arg(long)]
         assume_clean: bool,
+        /// Data layout: `in-place` (default) or `log` (full-stripe writes only, inline
+        /// compression; raid5, raid6 and K+M; local volumes).
+        #[arg(long, default_value = "in-place")]
+        layout: String,
+        /// With `--layout log`: off, lz4, zstd or zstd:LEVEL (1..22).
+        #[arg(long)]
+        compress: Option<String>,
+        /// With `--layout log`: logical block, the unit of compression (4k..64k).
+        #[arg(long, default_value = "4k")]
+        log_block: String,
     },
     /// Volumes in the registry.
     List {
@@ -296,8 +306,14 @@ async fn stop_and_report(
     let (_, mut st) = volume::registry::examine_registered(reg, name, engine).await?;
     st.last_resync = ran.last_resync;
     st.last_scrub = ran.last_scrub;
+    // The log layout's figures, after the checkpoint of the clean stop.
+    st.log = vol.status().log;
     let mut notes = ran.notes;
     for n in std::mem::take(&mut st.notes) {
+        // Examine's pointer to these figures: here they are.
+        if st.log.is_some() && n.starts_with("log layout,") {
+            continue;
+        }
         if !notes.contains(&n) {
             notes.push(n);
         }
@@ -397,6 +413,42 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--layout`, `--compress` and `--log-block` as a `VolumeConfig::log`.
+fn log_config(
+    layout: &str,
+    compress: Option<&str>,
+    log_block: &str,
+) -> anyhow::Result<Option<volume::LogConfig>> {
+    match layout {
+        "in-place" | "inplace" => {
+            if compress.is_some_and(|c| c != "off") {
+                return Err(crate::cluster::usage(
+                    "--compress needs --layout log (in-place volumes are not compressed)",
+                ));
+            }
+            Ok(None)
+        }
+        "log" => {
+            let compression: volume::Compression = compress
+                .unwrap_or("off")
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--compress: {e}"))?;
+            let block = blockdev::parse_size_bytes(log_block)?;
+            let mut c = volume::LogConfig::new(compression);
+            c.block_bytes = u32::try_from(block)
+                .ok()
+                .filter(|&b| volume::LogParams::block_bytes_valid(b))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--log-block {log_block}: a power of two from 4k to 64k")
+                })?;
+            Ok(Some(c))
+        }
+        other => Err(crate::cluster::usage(format!(
+            "--layout {other:?}: in-place or log"
+        ))),
+    }
+}
+
 pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
     if a.cluster() {
         return crate::volume_cluster_cmd::run(a).await;
@@ -417,6 +469,9 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             size,
             preferred_owner,
             json,
+            layout,
+            compress,
+            log_block,
         } => {
             if !storage_nodes.is_empty() || size.is_some() || preferred_owner.is_some() {
                 return Err(crate::cluster::usage(
@@ -438,6 +493,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             cfg.failure_domains = domains;
             cfg.force = force;
             cfg.assume_clean = assume_clean;
+            cfg.log = log_config(&layout, compress.as_deref(), &log_block)?;
             let devs = open_devices(&members, engine).await?;
             let spares = open_devices(&spare, engine).await?;
             let vol = Volume::create(&name, cfg, devs, spares)

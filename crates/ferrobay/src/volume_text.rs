@@ -72,6 +72,52 @@ pub fn status_text(s: &VolumeStatus) -> String {
             human_bytes(s.data_offset_bytes)
         ),
     );
+    if let Some(l) = &s.log {
+        line(
+            "Layout",
+            format!(
+                "log, compression {}, {} blocks",
+                l.compression,
+                human_bytes(u64::from(l.block_bytes))
+            ),
+        );
+        line(
+            "Compression",
+            format!(
+                "{:.2}x: {} logical in {} stored",
+                l.compression_ratio,
+                human_bytes(l.logical_bytes),
+                human_bytes(l.physical_bytes)
+            ),
+        );
+        line(
+            "Map",
+            format!(
+                "{} blocks mapped ({} per checkpoint)",
+                l.map_entries,
+                human_bytes(l.map_bytes)
+            ),
+        );
+        line(
+            "Stripes",
+            format!(
+                "{} free of {} ({} pending the next checkpoint), {} each",
+                l.segments_free,
+                l.segments_total,
+                l.segments_pending_free,
+                human_bytes(l.segment_bytes)
+            ),
+        );
+        line(
+            "GC",
+            format!(
+                "{} stripes cleaned, {} moved, write amplification {:.2}",
+                l.gc_segments,
+                human_bytes(l.gc_moved_bytes),
+                l.gc_write_amplification
+            ),
+        );
+    }
     line("State", volume_state_text(s));
     line("Generation", s.generation.to_string());
     line(
@@ -247,6 +293,7 @@ mod tests {
             notes: vec!["member 2 is missing".into()],
             read_bytes: 0,
             write_bytes: 0,
+            log: None,
         }
     }
 

@@ -650,3 +650,73 @@ fn copy_member_onto_the_spare_replaces_without_degrading() {
     let (ok, out) = ferrobay(&reg, &["volume", "copy-member", "c", "9"]);
     assert!(!ok && out.lines().count() == 1, "{out}");
 }
+
+/// A compressed log-layout volume: created, written and verified through `bench`,
+/// reported with its compression figures, and read back with a member file gone.
+#[test]
+fn log_layout_volume_with_compression() {
+    let tmp = scratch_dir("volume-cli-log");
+    let dir = tmp.path();
+    let reg = dir.join("reg");
+    let members: Vec<String> = (0..4)
+        .map(|i| file_spec(dir, &format!("l{i}.img"), "48M"))
+        .collect();
+    let members = members.join(",");
+    let (ok, out) = ferrobay(
+        &reg,
+        &[
+            "volume",
+            "create",
+            "c5",
+            "--level",
+            "raid5",
+            "--compress",
+            "lz4",
+            "--members",
+            &members,
+        ],
+    );
+    assert!(
+        !ok && out.contains("--compress needs --layout log"),
+        "{out}"
+    );
+    let (ok, out) = ferrobay(
+        &reg,
+        &[
+            "volume",
+            "create",
+            "c5",
+            "--level",
+            "raid5",
+            "--layout",
+            "log",
+            "--compress",
+            "zstd:5",
+            "--log-block",
+            "16k",
+            "--members",
+            &members,
+        ],
+    );
+    assert!(ok, "create failed:\n{out}");
+    assert!(
+        field(&out, "Layout").starts_with("log, compression zstd:5, 16.0 KiB blocks"),
+        "{out}"
+    );
+    write_all(&reg, "c5");
+    verify_all(&reg, "c5");
+    let (ok, out) = ferrobay(&reg, &["volume", "assemble", "c5"]);
+    assert!(ok, "{out}");
+    // The bench's stamps are pseudo-random: stored about as large as written.
+    assert!(field(&out, "Compression").contains("logical in"), "{out}");
+    assert!(field(&out, "Stripes").contains("free of"), "{out}");
+    let (ok, out) = ferrobay(&reg, &["volume", "assemble", "c5", "--json"]);
+    assert!(ok && out.contains("\"compression_ratio\""), "{out}");
+    let (ok, out) = ferrobay(&reg, &["volume", "status", "c5"]);
+    assert!(
+        ok && out.contains("log layout, compression zstd:5"),
+        "{out}"
+    );
+    std::fs::remove_file(dir.join("l2.img")).expect("remove member");
+    verify_all(&reg, "c5");
+}

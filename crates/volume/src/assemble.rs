@@ -302,6 +302,7 @@ impl Volume {
             )));
         }
         let auth = &survey.auth;
+        let meta_log = auth.log;
         let geo = survey.geo;
         let mut notes = survey.notes.clone();
         let mut sb = auth.clone();
@@ -513,7 +514,11 @@ impl Volume {
             inner.resync_dirty(&journaled).await?;
         }
         let copying = inner.topo().spares.iter().any(|s| s.replaces.is_some());
-        let volume = Volume::start(inner);
+        let log = match meta_log {
+            Some(p) => Some(crate::log::LogEngine::open(inner.clone(), p).await?),
+            None => None,
+        };
+        let volume = Volume::start_with_log(inner, log);
         if copying && volume.inner.opts.auto_rebuild {
             volume.inner.note("resuming the proactive copy".into());
             volume.inner.spawn_copy()?;

@@ -123,6 +123,9 @@ pub struct VolumeConfig {
     /// Skip zeroing the members' data areas (only if they are known to be zero, e.g. new
     /// sparse files): parity is then assumed consistent.
     pub assume_clean: bool,
+    /// Log-structured layout with inline compression (rotating levels only); `None`:
+    /// data in place (the default).
+    pub log: Option<crate::log::LogConfig>,
     pub options: EngineOptions,
 }
 
@@ -136,6 +139,7 @@ impl VolumeConfig {
             journal_bytes: DEFAULT_JOURNAL_BYTES,
             force: false,
             assume_clean: false,
+            log: None,
             options: EngineOptions::default(),
         }
     }

@@ -136,6 +136,7 @@ impl Volume {
             bitmap: plan.bitmap,
             journal_offset_bytes: plan.journal_offset_bytes,
             journal_bytes: plan.journal_bytes,
+            log: None,
             members: entries,
         };
 
@@ -180,6 +181,47 @@ impl Volume {
                 })
                 .collect(),
         };
+        if let Some(lc) = &config.log {
+            let Family::Rotating { k, .. } = params.family() else {
+                return Err(VolumeError::Invalid(
+                    "the log layout needs a parity level (raid5, raid6 or k+m)".into(),
+                ));
+            };
+            if !crate::log::LogParams::block_bytes_valid(lc.block_bytes) {
+                return Err(VolumeError::Invalid(format!(
+                    "log block of {} bytes: a power of two from 4 KiB to 64 KiB",
+                    lc.block_bytes
+                )));
+            }
+            if !(1..=95).contains(&lc.export_percent) {
+                return Err(VolumeError::Invalid(
+                    "log export percentage must be 1..=95".into(),
+                ));
+            }
+            let row = k as u64 * params.stripe_unit_bytes;
+            let logical_blocks = crate::log::format::LogGeometry::plan_logical_blocks(
+                geo.volume_bytes(),
+                row,
+                params.stripe_unit_bytes,
+                lc.block_bytes,
+                logical_block_bytes,
+                lc.export_percent,
+            );
+            crate::log::format::LogGeometry::new(
+                geo.volume_bytes(),
+                row,
+                params.stripe_unit_bytes,
+                lc.block_bytes,
+                logical_blocks,
+                logical_block_bytes,
+            )
+            .map_err(VolumeError::Invalid)?;
+            sb.log = Some(crate::log::LogParams {
+                compression: lc.compression,
+                block_bytes: lc.block_bytes,
+                logical_blocks,
+            });
+        }
         let info = volume_info(name, &geo, logical_block_bytes);
         let inner = Arc::new(Inner::new(sb.clone(), info, geo, topo, config.options)?);
         for (i, d) in all.iter().enumerate() {
@@ -197,8 +239,16 @@ impl Volume {
             inner.commit_locked(&mut meta, false).await?;
             sb = meta.clone();
         }
-        info!(volume = name, uuid = %sb.volume_uuid, layout = %params, "created");
-        Ok(Volume::start(inner))
+        let log = match sb.log {
+            Some(p) => {
+                let geo = crate::log::geometry(&inner, &p)?;
+                crate::log::LogEngine::format(&inner, &geo).await?;
+                Some(crate::log::LogEngine::open(inner.clone(), p).await?)
+            }
+            None => None,
+        };
+        info!(volume = name, uuid = %sb.volume_uuid, layout = %params, log = ?sb.log, "created");
+        Ok(Volume::start_with_log(inner, log))
     }
 }
 

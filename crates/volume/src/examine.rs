@@ -137,13 +137,23 @@ impl Volume {
             })
             .filter_map(|i| survey.by_entry[i].as_ref().map(|(d, _)| (i, d)))
             .collect();
+        if let Some(l) = &auth.log {
+            notes.push(format!(
+                "log layout, compression {}, {} KiB blocks: the compression ratio, map and \
+                 free stripes are reported by the assembled volume (assemble)",
+                l.compression,
+                l.block_bytes / 1024
+            ));
+        }
         let dirty = read_bitmap_union(auth, &bitmap_devs).await;
         let info = volume_info(&auth.name, &geo, auth.logical_block_bytes);
         let status = VolumeStatus {
             name: auth.name.clone(),
             uuid: auth.volume_uuid,
             layout: auth.layout,
-            size_bytes: info.size_bytes,
+            size_bytes: auth.log.map_or(info.size_bytes, |l| {
+                l.logical_blocks * u64::from(l.block_bytes)
+            }),
             logical_block_bytes: auth.logical_block_bytes,
             member_data_bytes: geo.member_bytes(),
             data_offset_bytes: auth.data_offset_bytes,
@@ -164,6 +174,7 @@ impl Volume {
             notes,
             read_bytes: 0,
             write_bytes: 0,
+            log: None,
         };
         Ok(Examination { status, shortfall })
     }

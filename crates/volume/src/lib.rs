@@ -97,6 +97,7 @@ mod intent;
 mod journal;
 pub mod layout;
 mod locks;
+pub mod log;
 mod probe;
 mod rebuild;
 pub mod registry;
@@ -114,6 +115,7 @@ pub use error::VolumeError;
 pub use examine::Examination;
 pub use format::MemberState;
 pub use layout::{LayoutParams, Level, LevelSpec};
+pub use log::{Compression, LogConfig, LogParams, LogStatus};
 pub use probe::{ProbeInfo, probe_device};
 pub use shortfall::{Shortfall, SlotReport};
 pub use status::{

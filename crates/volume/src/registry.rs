@@ -663,6 +663,7 @@ mod tests {
             notes: vec![],
             read_bytes: 0,
             write_bytes: 0,
+            log: None,
         }
     }
 

@@ -212,4 +212,7 @@ pub struct VolumeStatus {
     pub notes: Vec<String>,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Log layout: compression, map and space figures (`None`: data in place).
+    #[serde(default)]
+    pub log: Option<crate::log::LogStatus>,
 }

@@ -51,10 +51,17 @@ pub(crate) struct TaskState {
 /// An assembled volume. Implements [`BlockDevice`]; see the crate docs for the API.
 pub struct Volume {
     pub(crate) inner: Arc<Inner>,
+    /// The log layout over `inner`'s array space, if the volume has one.
+    pub(crate) log: Option<Arc<crate::log::LogEngine>>,
+    /// Its garbage collector and checkpointer.
+    keeper: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Volume {
-    pub(crate) fn start(inner: Arc<Inner>) -> Volume {
+    pub(crate) fn start_with_log(
+        inner: Arc<Inner>,
+        log: Option<Arc<crate::log::LogEngine>>,
+    ) -> Volume {
         let weak = Arc::downgrade(&inner);
         let _ = inner.me.set(weak.clone());
         let period = inner.opts.bitmap_quiet;
@@ -72,7 +79,23 @@ impl Volume {
         });
         inner.tasks().cleaner = Some(cleaner);
         inner.kick_rebuild();
-        Volume { inner }
+        let keeper = log.as_ref().map(|l| l.spawn_keeper());
+        Volume {
+            inner,
+            log,
+            keeper: std::sync::Mutex::new(keeper),
+        }
+    }
+
+    fn abort_keeper(&self) {
+        if let Some(k) = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            k.abort();
+        }
+    }
+
+    /// The log layout engine, if the volume has one.
+    pub fn log(&self) -> Option<&Arc<crate::log::LogEngine>> {
+        self.log.as_ref()
     }
 
     pub fn name(&self) -> &str {
@@ -85,7 +108,7 @@ impl Volume {
 
     /// Usable bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.inner.info.size_bytes
+        self.info().size_bytes
     }
 
     /// A snapshot of state, members, rebuild progress and the last scrub.
@@ -172,7 +195,7 @@ impl Volume {
             name: inner.name.clone(),
             uuid: inner.uuid,
             layout: *inner.geo.params(),
-            size_bytes: inner.info.size_bytes,
+            size_bytes: self.info().size_bytes,
             logical_block_bytes: inner.info.logical_block_bytes,
             member_data_bytes: inner.geo.member_bytes(),
             data_offset_bytes: inner.data_offset_bytes,
@@ -193,6 +216,7 @@ impl Volume {
             notes: tasks.notes.clone(),
             read_bytes: stats.read_bytes,
             write_bytes: stats.write_bytes,
+            log: self.log.as_ref().map(|l| l.status()),
         }
     }
 
@@ -218,9 +242,17 @@ impl Volume {
         }
         if self.inner.is_halted() {
             // Fenced or detached: nothing may be written, so no clean stop.
+            self.abort_keeper();
             self.cancel_tasks().await;
             self.inner.stopped.store(true, Ordering::Release);
             return Err(self.inner.fenced_error());
+        }
+        self.abort_keeper();
+        if let Some(log) = &self.log
+            && !self.inner.failed.load(Ordering::Acquire)
+        {
+            // The map in one piece: the next assembly replays nothing.
+            log.checkpoint().await?;
         }
         self.cancel_tasks().await;
         let inner = &self.inner;
@@ -327,6 +359,7 @@ impl Volume {
     /// I/O already issued is not waited for. The state is `Fenced`; `stop()` then fails.
     pub fn detach(&self) {
         self.inner.halt("detached by its owner".to_string(), true);
+        self.abort_keeper();
         let (cleaner, resync) = {
             let mut t = self.inner.tasks();
             (t.cleaner.take(), t.resync.take())
@@ -355,6 +388,7 @@ impl Drop for Volume {
     /// running (they hold the engine) find the volume halted and issue no member I/O.
     fn drop(&mut self) {
         self.inner.halt("volume handle dropped".to_string(), false);
+        self.abort_keeper();
         let mut t = self.inner.tasks();
         if let Some(c) = t.cleaner.take() {
             c.abort();
@@ -385,40 +419,51 @@ fn block_err(e: VolumeError) -> blockdev::BlockError {
 
 impl BlockDevice for Volume {
     fn info(&self) -> &DeviceInfo {
-        &self.inner.info
+        match &self.log {
+            Some(log) => &log.info,
+            None => &self.inner.info,
+        }
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
         IoFuture::new(async move {
-            self.inner
-                .read_volume(offset_bytes, buf)
-                .await
-                .map_err(block_err)
+            match &self.log {
+                Some(log) => log.read(offset_bytes, buf).await,
+                None => self.inner.read_volume(offset_bytes, buf).await,
+            }
+            .map_err(block_err)
         })
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
         IoFuture::new(async move {
-            self.inner
-                .write_volume(offset_bytes, buf, flags.fua)
-                .await
-                .map_err(block_err)
+            match &self.log {
+                Some(log) => log.write(offset_bytes, buf, flags.fua).await,
+                None => self.inner.write_volume(offset_bytes, buf, flags.fua).await,
+            }
+            .map_err(block_err)
         })
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
+            if let Some(log) = &self.log {
+                return log.flush().await.map_err(block_err);
+            }
             self.inner.check_usable().map_err(block_err)?;
             self.inner.flush_volume().await.map_err(block_err)
         })
     }
 
+    /// Log layout: the blocks leave the map (thin provisioning); in place: zeroes are
+    /// written, so parity and copies stay consistent.
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
-            self.inner
-                .zero_volume(offset_bytes, len_bytes)
-                .await
-                .map_err(block_err)
+            match &self.log {
+                Some(log) => log.trim(offset_bytes, len_bytes).await,
+                None => self.inner.zero_volume(offset_bytes, len_bytes).await,
+            }
+            .map_err(block_err)
         })
     }
 

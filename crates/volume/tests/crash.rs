@@ -11,10 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use blockdev::{
-    BlockDevice, BlockError, CrashRecorder, DeviceInfo, DeviceStats, IoBuf, IoFuture, RamDevice,
-    WriteFlags,
-};
+use blockdev::{BlockDevice, CrashRecorder, IoBuf, RamDevice, WriteFlags};
+use common::power::{Power, PowerCut};
 use common::*;
 use rand::Rng;
 use volume::{EngineOptions, LevelSpec, Volume};
@@ -23,81 +21,6 @@ const SECTOR: usize = 512;
 const SU: u64 = 4096;
 const REGION: u64 = 64 << 10;
 const MEMBER_BYTES: u64 = (1 << 20) + (256 << 10);
-
-/// Shared power switch: the `cut_at`-th modifying member op (write or flush) takes the
-/// crash images of every member and fails; everything after fails too.
-struct Power {
-    ops: AtomicU64,
-    cut_at: u64,
-    seed: u64,
-    cut: AtomicBool,
-    recorders: Vec<Arc<CrashRecorder>>,
-    images: Mutex<Option<Vec<RamDevice>>>,
-}
-
-impl Power {
-    fn tick(&self) -> Result<(), BlockError> {
-        if self.cut.load(Ordering::Acquire) {
-            return Err(BlockError::Closed);
-        }
-        let n = self.ops.fetch_add(1, Ordering::AcqRel);
-        if n == self.cut_at {
-            let imgs = self
-                .recorders
-                .iter()
-                .enumerate()
-                .map(|(i, r)| r.crash_image(self.seed * 1000 + i as u64))
-                .collect();
-            *self.images.lock().unwrap() = Some(imgs);
-            self.cut.store(true, Ordering::Release);
-            return Err(BlockError::Closed);
-        }
-        Ok(())
-    }
-}
-
-struct PowerCut {
-    inner: Arc<CrashRecorder>,
-    power: Arc<Power>,
-}
-
-impl BlockDevice for PowerCut {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
-    fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            if self.power.cut.load(Ordering::Acquire) {
-                return Err(BlockError::Closed);
-            }
-            self.inner.read(offset_bytes, buf).await
-        })
-    }
-    fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            self.power.tick()?;
-            self.inner.write(offset_bytes, buf, flags).await
-        })
-    }
-    fn flush(&self) -> IoFuture<'_, ()> {
-        IoFuture::new(async move {
-            self.power.tick()?;
-            self.inner.flush().await
-        })
-    }
-    fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        IoFuture::new(async move {
-            self.power.tick()?;
-            self.inner.write_zeroes(offset_bytes, len_bytes).await
-        })
-    }
-    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
-        self.write_zeroes(offset_bytes, len_bytes)
-    }
-    fn stats(&self) -> DeviceStats {
-        self.inner.stats()
-    }
-}
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -9,6 +9,10 @@ use crate::layout::{LayoutParams, Level, MAX_SLOTS};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"FBVOLUME";
 pub const FORMAT_VERSION: u32 = 1;
+/// Version of a superblock that describes a log-layout volume (header bytes 232..256
+/// used); in-place volumes keep writing version 1, byte for byte as before. A reader
+/// that knows only version 1 refuses a log volume instead of serving its raw log.
+pub const FORMAT_VERSION_LOG: u32 = 2;
 pub const SUPERBLOCK_BYTES: usize = 4096;
 /// Byte offsets of the two copies on every member.
 pub const SUPERBLOCK_OFFSETS: [u64; 2] = [0, SUPERBLOCK_BYTES as u64];
@@ -52,6 +56,14 @@ const OFF_REGION_COUNT: usize = 144;
 const OFF_JOURNAL_OFFSET: usize = 152;
 const OFF_JOURNAL_BYTES: usize = 160;
 const OFF_NAME: usize = 168;
+// Version 2 only (log layout); reserved and zero in version 1.
+const OFF_DATA_LAYOUT: usize = 232;
+const OFF_LOG_CODEC: usize = 233;
+const OFF_LOG_LEVEL: usize = 234;
+const OFF_LOG_BLOCK_SHIFT: usize = 235;
+const OFF_LOG_BLOCKS: usize = 240;
+const DATA_LAYOUT_LOG: u8 = 1;
+const _: () = assert!(OFF_LOG_BLOCKS + 8 <= HEADER_BYTES);
 const _: () = assert!(OFF_NAME + NAME_MAX_BYTES <= HEADER_BYTES);
 
 // Entry field offsets, relative to the entry.
@@ -205,6 +217,8 @@ pub struct Superblock {
     pub journal_bytes: u64,
     /// `layout.members` slots, then spares.
     pub members: Vec<MemberEntry>,
+    /// Log-structured layout (format version 2); `None`: data in place (version 1).
+    pub log: Option<crate::log::LogParams>,
 }
 
 /// Why a superblock copy was rejected.
@@ -235,7 +249,24 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         put(&mut b, OFF_MAGIC, &SUPERBLOCK_MAGIC);
-        put_u32(&mut b, OFF_VERSION, FORMAT_VERSION);
+        let version = if self.log.is_some() {
+            FORMAT_VERSION_LOG
+        } else {
+            FORMAT_VERSION
+        };
+        put_u32(&mut b, OFF_VERSION, version);
+        if let Some(log) = &self.log {
+            let (codec, level) = log.compression.code();
+            put_u8(&mut b, OFF_DATA_LAYOUT, DATA_LAYOUT_LOG);
+            put_u8(&mut b, OFF_LOG_CODEC, codec);
+            put_u8(&mut b, OFF_LOG_LEVEL, level);
+            put_u8(
+                &mut b,
+                OFF_LOG_BLOCK_SHIFT,
+                log.block_bytes.trailing_zeros() as u8,
+            );
+            put_u64(&mut b, OFF_LOG_BLOCKS, log.logical_blocks);
+        }
         put_u32(&mut b, OFF_SB_BYTES, SUPERBLOCK_BYTES as u32);
         put_u32(&mut b, OFF_FLAGS, if self.clean { FLAG_CLEAN } else { 0 });
         put(&mut b, OFF_VOLUME_UUID, self.volume_uuid.as_bytes());
@@ -301,7 +332,7 @@ impl Superblock {
             return Err(FormatError::BadMagic);
         }
         let version = u32_at(b, OFF_VERSION);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_LOG {
             return Err(FormatError::Version(version));
         }
         let stored = u32_at(b, OFF_CRC);
@@ -397,7 +428,33 @@ impl Superblock {
             region_bytes: u64_at(b, OFF_REGION_BYTES),
             region_count: u64_at(b, OFF_REGION_COUNT),
         };
+        let log = if version == FORMAT_VERSION_LOG {
+            if u8_at(b, OFF_DATA_LAYOUT) != DATA_LAYOUT_LOG {
+                return Err(FormatError::Field("data layout"));
+            }
+            let compression = crate::log::Compression::from_code(
+                u8_at(b, OFF_LOG_CODEC),
+                u8_at(b, OFF_LOG_LEVEL),
+            )
+            .ok_or(FormatError::Field("log compression"))?;
+            let shift = u32::from(u8_at(b, OFF_LOG_BLOCK_SHIFT));
+            let block_bytes = 1u32.checked_shl(shift).unwrap_or(0);
+            if !crate::log::LogParams::block_bytes_valid(block_bytes) {
+                return Err(FormatError::Field("log block size"));
+            }
+            if matches!(layout.family(), crate::layout::Family::Near { .. }) {
+                return Err(FormatError::Field("log layout on a mirror"));
+            }
+            Some(crate::log::LogParams {
+                compression,
+                block_bytes,
+                logical_blocks: u64_at(b, OFF_LOG_BLOCKS),
+            })
+        } else {
+            None
+        };
         let sb = Superblock {
+            log,
             volume_uuid: Uuid::from_bytes(get(b, OFF_VOLUME_UUID)),
             name,
             member_uuid,

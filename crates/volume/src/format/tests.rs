@@ -42,6 +42,36 @@ fn fixed_vector_decodes_and_reencodes() {
     assert_eq!(VECTOR[256 + 6 * 96 + 16], 3, "entry 6 spare");
 }
 
+/// A log-layout superblock is version 2 and round-trips; version 1 stays byte for byte
+/// what it was (the vector), and a version 2 block without the log layout byte is refused.
+#[test]
+fn log_layout_superblock_is_version_2() {
+    let mut sb = vector_superblock();
+    sb.layout = crate::layout::LayoutParams::raid6(sb.layout.members);
+    sb.log = Some(crate::log::LogParams {
+        compression: crate::log::Compression::Zstd(7),
+        block_bytes: 16384,
+        logical_blocks: 12345,
+    });
+    let b = sb.encode();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+    assert_eq!(&b[232..236], &[1, 2, 7, 14]);
+    assert_eq!(Superblock::decode(&b), Ok(sb.clone()));
+    let mut bad = b;
+    bad[232] = 0;
+    let crc = {
+        bad[12..16].fill(0);
+        crc32c::crc32c(&bad)
+    };
+    bad[12..16].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        Superblock::decode(&bad),
+        Err(FormatError::Field("data layout"))
+    );
+    sb.log = None;
+    assert_eq!(sb.encode()[8], 1);
+}
+
 #[test]
 fn rejects_bad_magic_version_and_checksum() {
     let good = vector_superblock().encode();
@@ -49,8 +79,8 @@ fn rejects_bad_magic_version_and_checksum() {
     b[0] ^= 1;
     assert_eq!(Superblock::decode(&b), Err(FormatError::BadMagic));
     let mut b = good;
-    b[8] = 2;
-    assert_eq!(Superblock::decode(&b), Err(FormatError::Version(2)));
+    b[8] = 3;
+    assert_eq!(Superblock::decode(&b), Err(FormatError::Version(3)));
     let mut b = good;
     b[3000] ^= 0x40;
     assert!(matches!(
@@ -217,6 +247,7 @@ fn arb_superblock() -> impl Strategy<Value = Superblock> {
                     bitmap: plan.bitmap,
                     journal_offset_bytes: 0,
                     journal_bytes: 0,
+                    log: None,
                     members,
                 }
             })

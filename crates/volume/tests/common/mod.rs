@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+pub mod power;
+
 use blockdev::{BlockDevice, FaultHandle, FaultyDevice, IoBuf, RamDevice, WriteFlags};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -40,6 +40,7 @@ fn vector_superblock() -> Superblock {
         bitmap: plan.bitmap,
         journal_offset_bytes: 0,
         journal_bytes: 0,
+        log: None,
         members,
     }
 }

@@ -1,0 +1,199 @@
+//! The in-memory side of the log: the map (logical block -> stored location), per-segment
+//! usage, the free and pending-free segment lists, and the in-order application of
+//! segments once they are written.
+
+use std::collections::VecDeque;
+
+use super::format::{Loc, LogGeometry, Record};
+
+/// Life of a segment between checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegState {
+    /// Free in the current checkpoint: may be allocated (in ascending order).
+    Free,
+    /// Allocated and being written, not applied yet.
+    Writing,
+    /// Written and applied; holds live blocks.
+    Used,
+    /// Emptied since the last checkpoint: reusable only after the next one (the last
+    /// checkpoint may still point into it).
+    Pending,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub blocks: u32,
+    pub bytes: u64,
+}
+
+/// Map and space accounting. All changes go through `apply`.
+pub struct Space {
+    pub map: Vec<Loc>,
+    pub usage: Vec<Usage>,
+    pub seg_state: Vec<SegState>,
+    /// Allocation order of this checkpoint epoch (ascending segment index).
+    pub free: VecDeque<u32>,
+    pub pending: usize,
+    pub mapped_blocks: u64,
+    pub live_stored_bytes: u64,
+}
+
+impl Space {
+    pub fn new(geo: &LogGeometry) -> Space {
+        Space {
+            map: vec![Loc::NONE; geo.logical_blocks as usize],
+            usage: vec![Usage::default(); geo.segments as usize],
+            seg_state: vec![SegState::Free; geo.segments as usize],
+            free: VecDeque::new(),
+            pending: 0,
+            mapped_blocks: 0,
+            live_stored_bytes: 0,
+        }
+    }
+
+    /// Rebuilds the free list from usage: every segment without a live block, ascending.
+    /// Exactly what replay derives from the checkpoint written at the same moment.
+    pub fn reset_free(&mut self) {
+        self.free.clear();
+        self.pending = 0;
+        for (i, u) in self.usage.iter().enumerate() {
+            if u.blocks == 0 {
+                self.seg_state[i] = SegState::Free;
+                self.free.push_back(i as u32);
+            } else {
+                self.seg_state[i] = SegState::Used;
+            }
+        }
+    }
+
+    fn release(&mut self, old: Loc) {
+        let u = &mut self.usage[old.seg as usize];
+        u.blocks -= 1;
+        u.bytes -= u64::from(old.len);
+        self.mapped_blocks -= 1;
+        self.live_stored_bytes -= u64::from(old.len);
+        if u.blocks == 0 && self.seg_state[old.seg as usize] == SegState::Used {
+            self.seg_state[old.seg as usize] = SegState::Pending;
+            self.pending += 1;
+        }
+    }
+
+    fn set(&mut self, lba: u64, loc: Loc) {
+        let old = self.map[lba as usize];
+        if old.is_some() {
+            self.release(old);
+        }
+        self.map[lba as usize] = loc;
+        let u = &mut self.usage[loc.seg as usize];
+        u.blocks += 1;
+        u.bytes += u64::from(loc.len);
+        self.mapped_blocks += 1;
+        self.live_stored_bytes += u64::from(loc.len);
+    }
+
+    /// Applies the records of segment `seg` (written completely), in order.
+    pub fn apply(&mut self, seg: u32, records: &[Record]) {
+        self.seg_state[seg as usize] = SegState::Writing;
+        for r in records {
+            match *r {
+                Record::Write { lba, loc } => self.set(lba, Loc { seg, ..loc }),
+                Record::Trim { lba, count } => {
+                    for l in lba..lba + u64::from(count) {
+                        let old = self.map[l as usize];
+                        if old.is_some() {
+                            self.release(old);
+                            self.map[l as usize] = Loc::NONE;
+                        }
+                    }
+                }
+                Record::Move {
+                    lba,
+                    loc,
+                    src_seg,
+                    src_off,
+                } => {
+                    let cur = self.map[lba as usize];
+                    if cur.seg == src_seg && cur.off == src_off {
+                        self.set(lba, Loc { seg, ..loc });
+                    }
+                }
+            }
+        }
+        if self.usage[seg as usize].blocks == 0 {
+            self.seg_state[seg as usize] = SegState::Pending;
+            self.pending += 1;
+        } else {
+            self.seg_state[seg as usize] = SegState::Used;
+        }
+    }
+
+    /// Used segments holding at most `max_live_bytes` (moving a fuller one frees less
+    /// than a block), with their live bytes.
+    pub fn gc_candidates(&self, max_live_bytes: u64) -> Vec<(u32, u64)> {
+        self.usage
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.seg_state[*i] == SegState::Used)
+            .filter(|(_, u)| u.bytes <= max_live_bytes)
+            .map(|(i, u)| (i as u32, u.bytes))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo() -> LogGeometry {
+        LogGeometry::new(64 << 20, 192 << 10, 64 << 10, 4096, 1000, 512).unwrap()
+    }
+
+    fn loc(off: u32) -> Loc {
+        Loc {
+            seg: 0,
+            off,
+            len: 100,
+            crc: 1,
+            codec: 1,
+        }
+    }
+
+    #[test]
+    fn moves_apply_only_when_the_map_still_points_at_the_source() {
+        let g = geo();
+        let mut s = Space::new(&g);
+        s.reset_free();
+        s.apply(
+            0,
+            &[Record::Write {
+                lba: 5,
+                loc: loc(0),
+            }],
+        );
+        s.apply(
+            1,
+            &[Record::Write {
+                lba: 5,
+                loc: loc(512),
+            }],
+        );
+        assert_eq!(s.seg_state[0], SegState::Pending);
+        // A stale move (the block was overwritten since) is ignored.
+        s.apply(
+            2,
+            &[Record::Move {
+                lba: 5,
+                loc: loc(0),
+                src_seg: 0,
+                src_off: 0,
+            }],
+        );
+        assert_eq!(s.map[5].seg, 1);
+        assert_eq!(s.seg_state[2], SegState::Pending);
+        s.apply(3, &[Record::Trim { lba: 0, count: 10 }]);
+        assert!(!s.map[5].is_some());
+        assert_eq!((s.mapped_blocks, s.live_stored_bytes), (0, 0));
+        s.reset_free();
+        assert_eq!(s.free.len(), g.segments as usize);
+    }
+}
