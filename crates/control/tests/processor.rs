@@ -333,12 +333,15 @@ async fn standby_assembles_a_compressed_log_volume_killed_during_gc() {
         })
         .collect();
 
-    // Until the collector has emptied segments (the owner publishes every second).
+    // Until every chunk is written and the collector has emptied segments (the owner
+    // publishes every second); the overwrites keep it busy from then on.
     let t0 = Instant::now();
     let before_kill = loop {
         let st = status_record(&c.store).await;
+        let filled = acked.lock().unwrap().len() as u64 == chunks;
         if let Some(l) = st.as_ref().and_then(|s| s.status.log.clone())
             && l.gc_segments >= 1
+            && filled
         {
             break l;
         }
