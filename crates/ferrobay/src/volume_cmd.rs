@@ -83,7 +83,7 @@ pub enum VolumeCommand {
         #[arg(long)]
         assume_clean: bool,
         /// Data layout: `in-place` (default) or `log` (full-stripe writes only, inline
-        /// compression; raid5, raid6 and K+M; local volumes).
+        /// compression; raid5, raid6 and K+M).
         #[arg(long, default_value = "in-place")]
         layout: String,
         /// With `--layout log`: off, lz4, zstd or zstd:LEVEL (1..22).
