@@ -244,7 +244,6 @@ async fn an_owner_cut_off_from_the_store_is_fenced_by_the_members() {
 /// the log's figures on both owners, and they move with the writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_assembles_a_compressed_log_volume_killed_during_gc() {
-    use std::collections::BTreeMap;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -285,7 +284,7 @@ async fn standby_assembles_a_compressed_log_volume_killed_during_gc() {
     let host = Arc::new(multipath_host(&addrs, "nqn.2026-01.io.ferrobay:test:host-l").await);
     // Chunk -> the rounds it may hold: the last acknowledged one, plus the one in flight
     // when a write failed (either is then right).
-    let acked: Arc<Mutex<BTreeMap<u64, (u64, Option<u64>)>>> = Arc::default();
+    let acked: Arc<Mutex<Acked>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     // Writer w owns the chunks ≡ w (mod WRITERS): one write per chunk at a time.
     let writers: Vec<_> = (0..WRITERS)
@@ -417,6 +416,9 @@ async fn standby_assembles_a_compressed_log_volume_killed_during_gc() {
     assert!(metric(&scraped, "ferrobay_volume_log_compression_ratio") > 1.5);
     p2.shutdown().await.unwrap();
 }
+
+/// Chunk -> (last acknowledged round, round of a write that failed after it).
+type Acked = std::collections::BTreeMap<u64, (u64, Option<u64>)>;
 
 /// The value of the first sample of `family` in a Prometheus text page (panics if none).
 fn metric(page: &str, family: &str) -> f64 {
