@@ -263,8 +263,7 @@ impl LogLayout {
         c
     }
 
-    /// `log, zstd:3, 16 KiB blocks`-style text without the sizes' formatting: for logs
-    /// and one-line summaries.
+    /// `log zstd:3 16k`: for logs and one-line summaries.
     pub fn summary(&self) -> String {
         format!("log {} {}k", self.compression, self.block_bytes / 1024)
     }
