@@ -649,7 +649,7 @@ fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
             volume::layout::DEFAULT_STRIPE_UNIT_BYTES,
         )
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
-    crate::provision::sizing::member_bytes_for(&params, cfg.volume_size_bytes)
+    crate::provision::sizing::member_bytes_for(&params, cfg.volume_size_bytes, None)
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
     if cfg.s3_port == 0 {
         return Err(DevClusterError::Config(

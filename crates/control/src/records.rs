@@ -239,6 +239,34 @@ pub struct VolumeRecord {
     /// never set).
     #[serde(default, skip_serializing_if = "VolumeQos::never_set")]
     pub qos: VolumeQos,
+    /// The log-structured layout with inline compression (`--layout log`), fixed at
+    /// creation and recorded in the members' superblocks too; absent: data in place
+    /// (records written before the log layout look the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogLayout>,
+}
+
+/// A log-layout volume's creation choices (`docs/volume-format.md`, "Log layout").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogLayout {
+    /// How each logical block is compressed before it enters a stripe.
+    pub compression: volume::Compression,
+    /// The logical block: the unit of compression and of the map (4 KiB..=64 KiB).
+    pub block_bytes: u32,
+}
+
+impl LogLayout {
+    /// The volume engine's creation choice (default share of the space exported).
+    pub fn config(&self) -> volume::LogConfig {
+        let mut c = volume::LogConfig::new(self.compression);
+        c.block_bytes = self.block_bytes;
+        c
+    }
+
+    /// `log zstd:3 16k`: for logs and one-line summaries.
+    pub fn summary(&self) -> String {
+        format!("log {} {}k", self.compression, self.block_bytes / 1024)
+    }
 }
 
 /// A volume's QoS limits (`docs/qos.md`): of the volume as a whole (every host together,

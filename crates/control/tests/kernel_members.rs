@@ -214,6 +214,7 @@ async fn scenario(guest: &RunningGuest, addr: SocketAddr) {
         storage_nodes: vec![],
         members: urls.clone(),
         preferred_owner: Some("p1".to_string()),
+        ..CreateVolume::default()
     };
     let rec = create_volume(store.as_ref(), &req, &creator)
         .await

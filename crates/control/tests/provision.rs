@@ -15,7 +15,7 @@ use control::provision::{
     CreateVolume, create_volume, delete_volume, list_volumes, request_move, volume_view,
 };
 use control::records::{
-    HandoffRecord, NodeRecord, NodeRole, VolumeRecord, ana_group_key, handoff_key,
+    HandoffRecord, LogLayout, NodeRecord, NodeRole, VolumeRecord, ana_group_key, handoff_key,
     processor_hostnqn,
 };
 use control::registration::{Registration, register_node};
@@ -583,5 +583,97 @@ async fn explicit_member_urls_are_used_as_given_and_kept_on_delete() {
     // Not allocated here: left alone by delete.
     delete_volume(store, "given", false, &host).await.unwrap();
     assert_eq!(c.namespace_counts().await, [1, 1, 1]);
+    c.stop().await;
+}
+
+/// `--layout log --compress zstd:3 --log-block 16k` on a cluster volume: the members are
+/// sized for the log's capacity, the record and the superblocks carry the layout, another
+/// host assembles the log (map replay from the members alone) and reads what was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_layout_with_compression_across_three_storage_nodes() {
+    let c = Cluster::start(&[256, 256, 256], None).await;
+    let store = c.store.as_ref();
+    let host = provisioner();
+    let size = 40 * MIB;
+    let mut req = raid5("lz", size, &["n0", "n1", "n2"]);
+    req.layout = Some("log".into());
+    req.compress = Some("zstd:3".into());
+    req.log_block_bytes = Some(16 << 10);
+    let record = create_volume(store, &req, &host).await.unwrap();
+    assert_eq!(
+        record.log,
+        Some(LogLayout {
+            compression: volume::Compression::Zstd(3),
+            block_bytes: 16 << 10,
+        })
+    );
+    assert_eq!(record.size_bytes, size);
+    // The log exports a share of the array: members larger than in place (half the
+    // volume each on raid5 of 3), but not wastefully so.
+    let member = c.namespaces(0).await[0].size_bytes;
+    assert!(
+        member > size / 2 + 4 * MIB && member < size * 2,
+        "member of {member} bytes for a {size}-byte log volume"
+    );
+    let json = serde_json::to_value(&record).unwrap();
+    assert_eq!(
+        json["log"],
+        serde_json::json!({"compression": {"codec": "zstd", "level": 3}, "block_bytes": 16384}),
+        "{json}"
+    );
+
+    let vol = assemble_as(&record, "p1").await;
+    assert!(vol.size_bytes() >= size, "{}", vol.size_bytes());
+    let log = vol.status().log.expect("a log-layout volume");
+    assert_eq!(log.compression, volume::Compression::Zstd(3));
+    assert_eq!(log.block_bytes, 16 << 10);
+    // Text-like pages compress; the last MiB of the exported size is written too.
+    let text: Vec<u8> = (0..MIB as usize)
+        .map(|i| b"ferrobay log layout, page "[i % 26] ^ ((i / 4096) as u8 & 1))
+        .collect();
+    for at in [0, 5 * MIB, size - MIB] {
+        vol.write(at, IoBuf::from_slice(&text), WriteFlags { fua: true })
+            .await
+            .unwrap();
+    }
+    let log = vol.status().log.unwrap();
+    assert_eq!(log.logical_bytes, 3 * MIB, "{log:?}");
+    assert!(log.compression_ratio > 4.0, "{log:?}");
+    vol.stop().await.unwrap();
+    drop(vol);
+    let vol = assemble_as(&record, "p2").await;
+    for at in [0, 5 * MIB, size - MIB] {
+        let back = vol.read(at, IoBuf::new_zeroed(MIB as usize)).await.unwrap();
+        assert!(back.as_slice() == text.as_slice(), "data at {at} differs");
+    }
+    assert_eq!(vol.status().log.unwrap().logical_bytes, 3 * MIB);
+    vol.stop().await.unwrap();
+    drop(vol);
+
+    // What cannot work is refused before any namespace is made, one line each.
+    let counts = c.namespace_counts().await;
+    let all = ["n0", "n1", "n2"];
+    let mut r = raid5("bad", 16 * MIB, &all);
+    r.level = "raid1".into();
+    r.layout = Some("log".into());
+    assert_invalid(create_volume(store, &r, &host).await, "parity level");
+    let mut r = raid5("bad", 16 * MIB, &all);
+    r.compress = Some("lz4".into());
+    assert_invalid(
+        create_volume(store, &r, &host).await,
+        "needs the log layout",
+    );
+    let mut r = raid5("bad", 16 * MIB, &all);
+    r.layout = Some("log".into());
+    r.log_block_bytes = Some(3000);
+    assert_invalid(create_volume(store, &r, &host).await, "4 KiB to 64 KiB");
+    let mut r = raid5("bad", 16 * MIB, &all);
+    r.layout = Some("log".into());
+    r.compress = Some("gzip".into());
+    assert_invalid(create_volume(store, &r, &host).await, "gzip");
+    let mut r = raid5("bad", 16 * MIB, &all);
+    r.layout = Some("journal".into());
+    assert_invalid(create_volume(store, &r, &host).await, "in-place or log");
+    assert_eq!(c.namespace_counts().await, counts);
     c.stop().await;
 }

@@ -146,14 +146,8 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             assume_clean,
             layout,
             compress,
-            log_block: _,
+            log_block,
         } => {
-            if layout != "in-place" || compress.is_some() {
-                return Err(usage(
-                    "--layout log and --compress are for local volumes for now (cluster \
-                     volumes on processor nodes come later)",
-                ));
-            }
             if !spare.is_empty() || !domains.is_empty() || force || assume_clean {
                 return Err(usage(
                     "--spare, --domains, --force and --assume-clean are for local volumes \
@@ -164,6 +158,13 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             let size = size.ok_or_else(|| usage("cluster volumes need --size, e.g. 100G"))?;
             let size_bytes = cluster::parse_size_arg("--size", &size)?;
             let stripe_unit_bytes = cluster::parse_size_arg("--stripe-unit", &stripe_unit)?;
+            let log_block_bytes = match log_block {
+                Some(b) => Some(
+                    u32::try_from(cluster::parse_size_arg("--log-block", &b)?)
+                        .map_err(|_| usage(format!("--log-block {b}: 4k..64k")))?,
+                ),
+                None => None,
+            };
             let req = CreateVolume {
                 name: name.clone(),
                 level,
@@ -172,7 +173,12 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
                 storage_nodes,
                 members,
                 preferred_owner,
+                layout: (layout != "in-place").then_some(layout),
+                compress,
+                log_block_bytes,
             };
+            // Refused here in one line (usage), before a storage node is asked.
+            control::provision::requested_log(&req).map_err(|e| usage(e.to_string()))?;
             let record = backend
                 .create(&req)
                 .await
@@ -396,7 +402,30 @@ fn created_text(r: &VolumeRecord) -> String {
         human_bytes(r.size_bytes),
         r.size_bytes,
         r.nqn()
+    ) + &r.log.map_or_else(String::new, |l| {
+        format!("  layout {}\n", log_layout_text(&l))
+    })
+}
+
+/// `log, compression zstd:3, 16.0 KiB blocks`.
+fn log_layout_text(l: &control::records::LogLayout) -> String {
+    format!(
+        "log, compression {}, {} blocks",
+        l.compression,
+        human_bytes(u64::from(l.block_bytes))
     )
+}
+
+/// The list's LAYOUT cell: `in-place`, or `log zstd:3` and the compression ratio the
+/// owner last published.
+fn layout_cell(v: &VolumeView) -> String {
+    let Some(l) = &v.record.log else {
+        return "in-place".to_string();
+    };
+    match v.status.as_ref().and_then(|s| s.status.log.as_ref()) {
+        Some(st) => format!("log {} {:.2}x", l.compression, st.compression_ratio),
+        None => format!("log {}", l.compression),
+    }
 }
 
 /// One `nvme connect` per processor listener: native multipath puts them together.
@@ -423,8 +452,8 @@ fn connect_hint(r: &VolumeRecord, processors: &[NodeRecord]) -> String {
 
 fn list_table(views: &[VolumeView]) -> String {
     let mut out = format!(
-        "{:<16} {:<8} {:>10} {:<12} {:>6} {:<11} {:>7}  {}\n",
-        "NAME", "LEVEL", "SIZE", "OWNER", "EPOCH", "STATE", "MEMBERS", "NQN"
+        "{:<16} {:<8} {:<18} {:>10} {:<12} {:>6} {:<11} {:>7}  {}\n",
+        "NAME", "LEVEL", "LAYOUT", "SIZE", "OWNER", "EPOCH", "STATE", "MEMBERS", "NQN"
     );
     for v in views {
         let r = &v.record;
@@ -445,9 +474,10 @@ fn list_table(views: &[VolumeView]) -> String {
             format!("-/{total}")
         };
         out += &format!(
-            "{:<16} {:<8} {:>10} {:<12} {:>6} {:<11} {:>7}  {}\n",
+            "{:<16} {:<8} {:<18} {:>10} {:<12} {:>6} {:<11} {:>7}  {}\n",
             r.name,
             r.level,
+            layout_cell(v),
             human_bytes(r.size_bytes),
             v.owner.as_ref().map_or("-", |o| o.node.as_str()),
             v.owner
@@ -482,6 +512,16 @@ fn status_text(v: &VolumeView) -> String {
         "Size",
         format!("{} ({} bytes)", human_bytes(r.size_bytes), r.size_bytes),
     );
+    // The owner's figures when it publishes them; the record's choice otherwise.
+    match (r.log.as_ref(), s.and_then(|s| s.status.log.as_ref())) {
+        (_, Some(l)) => {
+            for (k, val) in crate::volume_text::log_status_lines(l) {
+                line(k, val);
+            }
+        }
+        (Some(l), None) => line("Layout", log_layout_text(l)),
+        (None, None) => line("Layout", "in-place".to_string()),
+    }
     line("Owner", owner_text(v.owner.as_ref()));
     line(
         "Preferred Owner",
@@ -651,7 +691,38 @@ mod tests {
             preferred_owner: Some("p1".into()),
             created_unix_ms: 1,
             qos: Default::default(),
+            log: None,
         }
+    }
+
+    #[test]
+    fn log_layout_volumes_say_so() {
+        let mut r = record();
+        assert!(!created_text(&r).contains("layout"));
+        r.log = Some(control::records::LogLayout {
+            compression: volume::Compression::Zstd(3),
+            block_bytes: 16 << 10,
+        });
+        let c = created_text(&r);
+        assert!(
+            c.contains("  layout log, compression zstd:3, 16.0 KiB blocks\n"),
+            "{c}"
+        );
+        let v = VolumeView {
+            record: r,
+            owner: None,
+            status: None,
+        };
+        let t = list_table(std::slice::from_ref(&v));
+        let head = t.lines().next().unwrap();
+        let row = t.lines().nth(1).unwrap();
+        let col = head.find("LAYOUT").unwrap();
+        assert!(row[col..].starts_with("log zstd:3 "), "{t}");
+        let s = status_text(&v);
+        assert!(
+            s.contains("Layout : log, compression zstd:3, 16.0 KiB blocks"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -83,15 +83,16 @@ pub enum VolumeCommand {
         #[arg(long)]
         assume_clean: bool,
         /// Data layout: `in-place` (default) or `log` (full-stripe writes only, inline
-        /// compression; raid5, raid6 and K+M; local volumes).
+        /// compression; raid5, raid6 and K+M).
         #[arg(long, default_value = "in-place")]
         layout: String,
         /// With `--layout log`: off, lz4, zstd or zstd:LEVEL (1..22).
         #[arg(long)]
         compress: Option<String>,
-        /// With `--layout log`: logical block, the unit of compression (4k..64k).
-        #[arg(long, default_value = "4k")]
-        log_block: String,
+        /// With `--layout log`: logical block, the unit of compression (4k..64k; default
+        /// 4k).
+        #[arg(long)]
+        log_block: Option<String>,
     },
     /// Volumes in the registry.
     List {
@@ -417,7 +418,7 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
 fn log_config(
     layout: &str,
     compress: Option<&str>,
-    log_block: &str,
+    log_block: Option<&str>,
 ) -> anyhow::Result<Option<volume::LogConfig>> {
     match layout {
         "in-place" | "inplace" => {
@@ -426,6 +427,9 @@ fn log_config(
                     "--compress needs --layout log (in-place volumes are not compressed)",
                 ));
             }
+            if log_block.is_some() {
+                return Err(crate::cluster::usage("--log-block needs --layout log"));
+            }
             Ok(None)
         }
         "log" => {
@@ -433,6 +437,7 @@ fn log_config(
                 .unwrap_or("off")
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!("--compress: {e}"))?;
+            let log_block = log_block.unwrap_or("4k");
             let block = blockdev::parse_size_bytes(log_block)?;
             let mut c = volume::LogConfig::new(compression);
             c.block_bytes = u32::try_from(block)
@@ -493,7 +498,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             cfg.failure_domains = domains;
             cfg.force = force;
             cfg.assume_clean = assume_clean;
-            cfg.log = log_config(&layout, compress.as_deref(), &log_block)?;
+            cfg.log = log_config(&layout, compress.as_deref(), log_block.as_deref())?;
             let devs = open_devices(&members, engine).await?;
             let spares = open_devices(&spare, engine).await?;
             let vol = Volume::create(&name, cfg, devs, spares)

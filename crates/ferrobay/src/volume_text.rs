@@ -73,50 +73,9 @@ pub fn status_text(s: &VolumeStatus) -> String {
         ),
     );
     if let Some(l) = &s.log {
-        line(
-            "Layout",
-            format!(
-                "log, compression {}, {} blocks",
-                l.compression,
-                human_bytes(u64::from(l.block_bytes))
-            ),
-        );
-        line(
-            "Compression",
-            format!(
-                "{:.2}x: {} logical in {} stored",
-                l.compression_ratio,
-                human_bytes(l.logical_bytes),
-                human_bytes(l.physical_bytes)
-            ),
-        );
-        line(
-            "Map",
-            format!(
-                "{} blocks mapped ({} per checkpoint)",
-                l.map_entries,
-                human_bytes(l.map_bytes)
-            ),
-        );
-        line(
-            "Stripes",
-            format!(
-                "{} free of {} ({} pending the next checkpoint), {} each",
-                l.segments_free,
-                l.segments_total,
-                l.segments_pending_free,
-                human_bytes(l.segment_bytes)
-            ),
-        );
-        line(
-            "GC",
-            format!(
-                "{} stripes cleaned, {} moved, write amplification {:.2}",
-                l.gc_segments,
-                human_bytes(l.gc_moved_bytes),
-                l.gc_write_amplification
-            ),
-        );
+        for (k, v) in log_status_lines(l) {
+            line(k, v);
+        }
     }
     line("State", volume_state_text(s));
     line("Generation", s.generation.to_string());
@@ -233,6 +192,56 @@ pub fn status_text(s: &VolumeStatus) -> String {
         out += &format!("note: {n}\n");
     }
     out
+}
+
+/// The log layout's figures as status lines (local and cluster volumes alike).
+pub fn log_status_lines(l: &volume::LogStatus) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "Layout",
+            format!(
+                "log, compression {}, {} blocks",
+                l.compression,
+                human_bytes(u64::from(l.block_bytes))
+            ),
+        ),
+        (
+            "Compression",
+            format!(
+                "{:.2}x: {} logical in {} stored",
+                l.compression_ratio,
+                human_bytes(l.logical_bytes),
+                human_bytes(l.physical_bytes)
+            ),
+        ),
+        (
+            "Map",
+            format!(
+                "{} blocks mapped ({} per checkpoint)",
+                l.map_entries,
+                human_bytes(l.map_bytes)
+            ),
+        ),
+        (
+            "Stripes",
+            format!(
+                "{} free of {} ({} pending the next checkpoint), {} each",
+                l.segments_free,
+                l.segments_total,
+                l.segments_pending_free,
+                human_bytes(l.segment_bytes)
+            ),
+        ),
+        (
+            "GC",
+            format!(
+                "{} stripes cleaned, {} moved, write amplification {:.2}",
+                l.gc_segments,
+                human_bytes(l.gc_moved_bytes),
+                l.gc_write_amplification
+            ),
+        ),
+    ]
 }
 
 #[cfg(test)]

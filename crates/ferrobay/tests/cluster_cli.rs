@@ -416,6 +416,8 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
     );
     assert!(kinds.iter().any(|k| k == "handoff"), "{kinds:?}");
 
+    check_log_volume(&meta_url, &apis[0], &token, &logs);
+
     let s = terminate(&mut procs[0]);
     assert!(s.success(), "p1 exit {s}:\n{}", procs[0].log());
     for n in &mut nodes {
@@ -423,6 +425,89 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         assert!(s.success(), "{} exit {s}:\n{}", n.name, n.log());
     }
     drop(etcd);
+}
+
+/// A compressed log-layout volume through a processor node's API: refused where it
+/// cannot work (one line, usage exit code), created with its layout, owned by p1, its
+/// compression figures in `volume status` and `volume list`.
+fn check_log_volume(meta_url: &str, api: &str, token: &str, logs: &dyn Fn() -> String) {
+    let create = |extra: &[&str]| {
+        let mut args = vec![
+            "volume",
+            "create",
+            "logs1",
+            "--size",
+            "32M",
+            "--storage-nodes",
+            "n1,n2,n3",
+            "--preferred-owner",
+            "p1",
+            "--api",
+            api,
+            "--api-token-file",
+            token,
+        ];
+        args.extend_from_slice(extra);
+        Command::new(ferrobay_bin())
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run")
+    };
+    for (extra, needle) in [
+        (&["--level", "raid1", "--layout", "log"][..], "parity level"),
+        (
+            &["--level", "raid5", "--compress", "zstd:3"][..],
+            "needs the log layout",
+        ),
+    ] {
+        let out = create(extra);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(needle) && err.lines().count() == 1,
+            "{extra:?}: {err}"
+        );
+    }
+    let out = create(&[
+        "--level",
+        "raid5",
+        "--layout",
+        "log",
+        "--compress",
+        "zstd:3",
+        "--log-block",
+        "16k",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "create logs1: {text}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs()
+    );
+    assert!(
+        text.contains("layout log, compression zstd:3, 16.0 KiB blocks"),
+        "{text}"
+    );
+    wait_owner(meta_url, "logs1", "p1", logs);
+    let (ok, status, err) = ferrobay(&["volume", "status", "logs1", "--meta", meta_url]);
+    assert!(ok, "{err}");
+    assert!(
+        status.contains("Layout : log, compression zstd:3, 16.0 KiB blocks")
+            && status.contains("Compression : 1.00x"),
+        "{status}"
+    );
+    let (ok, list, err) = ferrobay(&["volume", "list", "--meta", meta_url]);
+    assert!(ok, "{err}");
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("logs1 "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.contains("log zstd:3 1.00x"), "{list}");
+    let v = json_of(&["volume", "status", "logs1", "--json", "--meta", meta_url]);
+    assert_eq!(v["record"]["log"]["block_bytes"], 16384, "{v:#}");
+    assert_eq!(v["status"]["status"]["log"]["logical_bytes"], 0, "{v:#}");
 }
 
 /// The subsystems (subtype 2) `ferrobay discover` finds at `addr` as `hostnqn`, if it

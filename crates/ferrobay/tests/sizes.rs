@@ -172,7 +172,7 @@ proptest! {
     #[test]
     fn provisioning_sizes_members_or_refuses((spec, n) in level(), su in stripe_unit(), size in extreme()) {
         let params = spec.params(n, su).expect("valid params");
-        match member_bytes_for(&params, size) {
+        match member_bytes_for(&params, size, None) {
             Ok(m) => {
                 prop_assert!(m.is_multiple_of(MEMBER_ALIGN_BYTES));
                 prop_assert!(volume_bytes_for(&params, m).expect("volume") >= size);

@@ -133,6 +133,15 @@ impl HealthMonitor {
         }
     }
 
+    /// The volumes watched now, by name.
+    pub fn watched(&self) -> Vec<(String, Arc<Volume>)> {
+        lock(&self.state)
+            .volumes
+            .iter()
+            .map(|(n, w)| (n.clone(), w.volume.clone()))
+            .collect()
+    }
+
     pub fn unwatch(&self, name: &str) {
         let mut st = lock(&self.state);
         st.volumes.remove(name);

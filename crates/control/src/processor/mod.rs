@@ -24,6 +24,7 @@ mod error;
 mod export_device;
 mod fence;
 mod handoff;
+mod log_metrics;
 mod member_ops;
 mod members;
 mod monitor;
@@ -555,6 +556,13 @@ fn metrics_fn(
         // The volumes as hosts see them through this node (throughput, latency: what the
         // dashboard charts), named like a storage node's namespaces.
         storage_node::http::metrics::namespace_families(page, &node, &target.stats().namespaces);
+        // The log layout's figures of the owned volumes that have one.
+        let logs: Vec<(String, volume::LogStatus)> = health
+            .watched()
+            .into_iter()
+            .filter_map(|(name, v)| v.log().map(|l| (name, l.status())))
+            .collect();
+        log_metrics::add_log_families(page, &node, &logs);
         let owned = owned.lock().unwrap_or_else(|p| p.into_inner());
         page.gauge(
             "ferrobay_processor_owned_volumes",

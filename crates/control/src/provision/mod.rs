@@ -17,12 +17,12 @@ use meta::schema::{
 use meta::{Expect, MetaStore, Txn, TxnOutcome};
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl, RemoteNamespace};
 use serde::{Deserialize, Serialize};
-use volume::{LevelSpec, Volume, VolumeConfig};
+use volume::{LevelSpec, LogConfig, Volume, VolumeConfig};
 
 use crate::error::ControlError;
 use crate::events::now_unix_ms;
 use crate::records::{
-    ANA_GROUPS, HandoffRecord, MemberRecord, NodeRecord, NodeRole, VolumeRecord,
+    ANA_GROUPS, HandoffRecord, LogLayout, MemberRecord, NodeRecord, NodeRole, VolumeRecord,
     VolumeStatusRecord, ana_group_key, handoff_key, volume_nqn, volume_status_key,
 };
 use crate::registration::get_node;
@@ -57,6 +57,76 @@ pub struct CreateVolume {
     pub members: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preferred_owner: Option<String>,
+    /// `in-place` (default) or `log`: the log-structured layout, which writes only full
+    /// stripes and compresses each logical block (raid5, raid6 and K+M).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
+    /// With layout `log`: `off` (default), `lz4`, `zstd` or `zstd:LEVEL` (1..=22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<String>,
+    /// With layout `log`: the logical block, the unit of compression and of the map (a
+    /// power of two, 4096..=65536; default 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_block_bytes: Option<u32>,
+}
+
+/// The log layout a request asks for: `None` for data in place. Every combination that
+/// cannot work is refused with the reason (also before a request is sent: the CLI).
+pub fn requested_log(req: &CreateVolume) -> Result<Option<LogConfig>, ControlError> {
+    let level: LevelSpec = req
+        .level
+        .parse()
+        .map_err(|e| ControlError::Invalid(format!("level {:?}: {e}", req.level)))?;
+    log_config(req, level)
+}
+
+fn log_config(req: &CreateVolume, level: LevelSpec) -> Result<Option<LogConfig>, ControlError> {
+    let invalid = |m: String| Err(ControlError::Invalid(m));
+    match req.layout.as_deref().unwrap_or("in-place") {
+        "in-place" | "inplace" => {
+            if req.compress.as_deref().is_some_and(|c| c != "off") {
+                return invalid(
+                    "compression needs the log layout (layout log / --layout log): in-place \
+                     volumes are not compressed"
+                        .into(),
+                );
+            }
+            if req.log_block_bytes.is_some() {
+                return invalid(
+                    "a log block size needs the log layout (layout log / --layout log)".into(),
+                );
+            }
+            Ok(None)
+        }
+        "log" => {
+            if matches!(
+                level,
+                LevelSpec::Raid0 | LevelSpec::Raid1 | LevelSpec::Raid10 { .. }
+            ) {
+                return invalid(format!(
+                    "the log layout needs a parity level (raid5, raid6 or K+M), not {level}: \
+                     it writes whole stripes of data and parity"
+                ));
+            }
+            let compression: volume::Compression = req
+                .compress
+                .as_deref()
+                .unwrap_or("off")
+                .parse()
+                .map_err(|e: String| ControlError::Invalid(format!("compression: {e}")))?;
+            let mut c = LogConfig::new(compression);
+            if let Some(b) = req.log_block_bytes {
+                if !volume::LogParams::block_bytes_valid(b) {
+                    return invalid(format!(
+                        "log block of {b} bytes: a power of two from 4 KiB to 64 KiB"
+                    ));
+                }
+                c.block_bytes = b;
+            }
+            Ok(Some(c))
+        }
+        other => invalid(format!("layout {other:?}: in-place or log")),
+    }
 }
 
 /// Where the members of a new volume come from.
@@ -114,6 +184,7 @@ struct Plan {
     level: LevelSpec,
     stripe_unit_bytes: u64,
     placement: Placement,
+    log: Option<LogConfig>,
 }
 
 fn check_request(req: &CreateVolume) -> Result<Plan, ControlError> {
@@ -146,6 +217,7 @@ fn check_request(req: &CreateVolume) -> Result<Plan, ControlError> {
     let stripe_unit_bytes = req
         .stripe_unit_bytes
         .unwrap_or(volume::layout::DEFAULT_STRIPE_UNIT_BYTES);
+    let log = log_config(req, level)?;
     let placement = req.placement()?;
     let names = match &placement {
         Placement::StorageNodes(n) => n,
@@ -167,11 +239,12 @@ fn check_request(req: &CreateVolume) -> Result<Plan, ControlError> {
         ControlError::Invalid(format!("{} with {} member(s): {e}", req.level, names.len()))
     })?;
     // A size no member could hold is refused before any storage node is asked.
-    sizing::member_bytes_for(&params, req.size_bytes)?;
+    sizing::member_bytes_for(&params, req.size_bytes, log.as_ref())?;
     Ok(Plan {
         level,
         stripe_unit_bytes,
         placement,
+        log,
     })
 }
 
@@ -237,7 +310,8 @@ pub async fn create_volume(
                 .level
                 .params(nodes.len(), plan.stripe_unit_bytes)
                 .map_err(|e| ControlError::Invalid(e.to_string()))?;
-            let member_bytes = sizing::member_bytes_for(&params, req.size_bytes)?;
+            let member_bytes =
+                sizing::member_bytes_for(&params, req.size_bytes, plan.log.as_ref())?;
             let mut allocated: Vec<(NodeRecord, AllocatedNamespace)> = Vec::new();
             let mut result = Ok(());
             for node in &nodes {
@@ -324,9 +398,13 @@ async fn format_and_record(
         preferred_owner: req.preferred_owner.clone(),
         created_unix_ms: now_unix_ms(),
         qos: Default::default(),
+        log: plan.log.map(|c| LogLayout {
+            compression: c.compression,
+            block_bytes: c.block_bytes,
+        }),
     };
     commit_record(store, &mut record).await?;
-    tracing::info!(volume = %record.name, uuid = %record.uuid, ana_group = record.ana_group, "volume created");
+    tracing::info!(volume = %record.name, uuid = %record.uuid, ana_group = record.ana_group, layout = %record.log.map_or_else(|| "in-place".to_string(), |l| l.summary()), "volume created");
     Ok(record)
 }
 
@@ -391,7 +469,8 @@ async fn format(
                 req.size_bytes
             ))
         })?;
-    let usable = sizing::volume_bytes_for(&params, smallest).unwrap_or(0);
+    let usable =
+        sizing::exported_bytes_for(&params, smallest, plan.log.as_ref(), block).unwrap_or(0);
     if size_bytes > usable {
         return Err(ControlError::Invalid(format!(
             "the members give {usable} usable bytes (smallest member {smallest} bytes), \
@@ -401,6 +480,7 @@ async fn format(
     let mut cfg = VolumeConfig::new(plan.level);
     cfg.stripe_unit_bytes = plan.stripe_unit_bytes;
     cfg.failure_domains = members.iter().map(|m| m.failure_domain.clone()).collect();
+    cfg.log = plan.log;
     let devices: Vec<Arc<dyn BlockDevice>> = opened
         .iter()
         .map(|ns| ns.clone() as Arc<dyn BlockDevice>)
@@ -625,6 +705,7 @@ mod tests {
             preferred_owner: None,
             created_unix_ms: 1,
             qos: Default::default(),
+            log: None,
         }
     }
 

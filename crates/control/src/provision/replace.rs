@@ -98,7 +98,8 @@ pub async fn request_replace(
     let params = level
         .params(rec.members.len(), rec.stripe_unit_bytes)
         .map_err(|e| ControlError::Invalid(format!("volume {name}: {e}")))?;
-    let member_bytes = sizing::member_bytes_for(&params, rec.size_bytes)?;
+    let log = rec.log.map(|l| l.config());
+    let member_bytes = sizing::member_bytes_for(&params, rec.size_bytes, log.as_ref())?;
     let ns = nsmgmt::allocate(store, &node, nsmgmt::NamespaceKind::Nvm, member_bytes, host).await?;
     let out = ReplaceRequest {
         volume: name.to_string(),

@@ -5,7 +5,8 @@
 
 use volume::format::{DATA_ALIGN_BYTES, DEFAULT_REGION_BYTES, plan_areas};
 use volume::layout::{Family, Geometry, LayoutParams};
-use volume::{LevelSpec, VolumeConfig};
+use volume::log::format::LogGeometry;
+use volume::{LevelSpec, LogConfig, VolumeConfig};
 
 use crate::error::ControlError;
 
@@ -38,9 +39,128 @@ pub fn volume_bytes_for(params: &LayoutParams, member_bytes: u64) -> Result<u64,
     Ok(geo.volume_bytes())
 }
 
-/// The smallest member size (a multiple of [`MEMBER_ALIGN_BYTES`]) whose volume holds at
-/// least `size_bytes`.
-pub fn member_bytes_for(params: &LayoutParams, size_bytes: u64) -> Result<u64, ControlError> {
+/// The bytes a volume exports from members of `member_bytes`: the usable size in place,
+/// or with `log` the logical capacity of the log layout over that space (`align_bytes`:
+/// the members' logical block).
+pub fn exported_bytes_for(
+    params: &LayoutParams,
+    member_bytes: u64,
+    log: Option<&LogConfig>,
+    align_bytes: u32,
+) -> Result<u64, ControlError> {
+    let array = volume_bytes_for(params, member_bytes)?;
+    let Some(log) = log else {
+        return Ok(array);
+    };
+    let Family::Rotating { k, .. } = params.family() else {
+        return Err(ControlError::Invalid(format!(
+            "the log layout needs a parity level, not {}",
+            params.level
+        )));
+    };
+    let segment = k as u64 * params.stripe_unit_bytes;
+    let blocks = LogGeometry::plan_logical_blocks(
+        array,
+        segment,
+        params.stripe_unit_bytes,
+        log.block_bytes,
+        align_bytes,
+        log.export_percent,
+    );
+    // What `Volume::create` would refuse (too few segments) exports nothing here.
+    LogGeometry::new(
+        array,
+        segment,
+        params.stripe_unit_bytes,
+        log.block_bytes,
+        blocks,
+        align_bytes,
+    )
+    .map_err(ControlError::Invalid)?;
+    Ok(blocks.saturating_mul(u64::from(log.block_bytes)))
+}
+
+/// The smallest member size (a multiple of [`MEMBER_ALIGN_BYTES`]) whose volume exports
+/// at least `size_bytes`, in place or with the log layout `log` (sized for 4 KiB member
+/// blocks, the larger alignment).
+pub fn member_bytes_for(
+    params: &LayoutParams,
+    size_bytes: u64,
+    log: Option<&LogConfig>,
+) -> Result<u64, ControlError> {
+    let in_place = in_place_member_bytes_for(params, size_bytes)?;
+    let Some(log) = log else {
+        return Ok(in_place);
+    };
+    // A stripe must hold two blocks and a segment summary, whatever the size.
+    let segment = match params.family() {
+        Family::Rotating { k, .. } => k as u64 * params.stripe_unit_bytes,
+        Family::Near { .. } => 0,
+    };
+    if segment < 2 * u64::from(log.block_bytes) + 4096 {
+        return Err(ControlError::Invalid(format!(
+            "a stripe of {segment} data bytes is too small for {}-byte log blocks: use a \
+             larger stripe unit or a smaller log block",
+            log.block_bytes
+        )));
+    }
+    // The log exports a share of the array (its segments less summaries, checkpoints and
+    // the room garbage collection needs): at least the in-place size, and less than
+    // twice the share's inverse. Binary search in member units between the two.
+    let fits = |m: u64| {
+        exported_bytes_for(params, m, Some(log), LOG_SIZING_ALIGN_BYTES)
+            .is_ok_and(|v| v >= size_bytes)
+    };
+    let too_large = || {
+        ControlError::Invalid(format!(
+            "volume size {size_bytes} bytes is too large for the log layout on {} members of \
+             a {} volume",
+            params.members, params.level
+        ))
+    };
+    let percent = u64::from(log.export_percent.max(1));
+    let guess = size_bytes
+        .checked_mul(200)
+        .map(|b| b / percent)
+        .and_then(|b| b.checked_add(LOG_SIZING_SLACK_BYTES))
+        .ok_or_else(too_large)?;
+    let mut hi = in_place_member_bytes_for(params, guess)?;
+    if !fits(hi) {
+        // Small volumes: the fixed parts (root, checkpoints, 16 segments) dominate.
+        for _ in 0..SEARCH_STEPS {
+            hi = hi.checked_mul(2).ok_or_else(too_large)?;
+            if fits(hi) {
+                break;
+            }
+        }
+        if !fits(hi) {
+            return Err(too_large());
+        }
+    }
+    let step = MEMBER_ALIGN_BYTES;
+    if fits(in_place) {
+        return Ok(in_place);
+    }
+    let (mut lo, mut hi) = (in_place / step, hi / step);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid * step) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(hi * step)
+}
+
+/// Members are sized for this array block (the larger of 512 and 4096: payloads align to
+/// it, so it gives the smaller log capacity).
+const LOG_SIZING_ALIGN_BYTES: u32 = 4096;
+/// Added to the log's first upper guess: root, checkpoints and the minimum of segments.
+const LOG_SIZING_SLACK_BYTES: u64 = 64 << 20;
+
+/// [`member_bytes_for`] with data in place.
+fn in_place_member_bytes_for(params: &LayoutParams, size_bytes: u64) -> Result<u64, ControlError> {
     if size_bytes == 0 {
         return Err(ControlError::Invalid("volume size must be above 0".into()));
     }
@@ -107,7 +227,7 @@ mod tests {
             for su in [4096, 64 << 10, 1 << 20] {
                 let p = spec.params(n, su).expect("params");
                 for size in [1, 16 << 20, (1 << 30) + 4096, 100 << 30] {
-                    let m = member_bytes_for(&p, size).expect("size");
+                    let m = member_bytes_for(&p, size, None).expect("size");
                     let v = volume_bytes_for(&p, m).expect("volume");
                     assert!(v >= size, "{level} su {su} size {size}: {v}");
                     // One step less would not do: the members are as small as they can be.
@@ -119,7 +239,53 @@ mod tests {
                 }
             }
         }
-        assert!(member_bytes_for(&LevelSpec::Raid5.params(3, 65536).expect("p"), 0).is_err());
+        assert!(member_bytes_for(&LevelSpec::Raid5.params(3, 65536).expect("p"), 0, None).is_err());
+    }
+
+    /// The log layout exports a share of the array: its members hold the size asked
+    /// for with the log's overhead, a little above the in-place members.
+    fn k_su(p: &LayoutParams) -> u64 {
+        match p.family() {
+            Family::Rotating { k, .. } => k as u64 * p.stripe_unit_bytes,
+            Family::Near { .. } => 0,
+        }
+    }
+
+    #[test]
+    fn log_members_hold_the_logical_size() {
+        for (level, n) in [("raid5", 3), ("raid6", 4), ("4+2", 6)] {
+            let spec: LevelSpec = level.parse().expect("level");
+            for su in [16 << 10, 64 << 10] {
+                let p = spec.params(n, su).expect("params");
+                for block in [4096, 16 << 10, 64 << 10] {
+                    let mut log = LogConfig::new(volume::Compression::Lz4);
+                    log.block_bytes = block;
+                    if k_su(&p) < 2 * u64::from(block) + 4096 {
+                        let e = member_bytes_for(&p, 1 << 30, Some(&log)).expect_err("small");
+                        assert!(e.to_string().contains("too small for"), "{e}");
+                        continue;
+                    }
+                    for size in [1, 16 << 20, (1 << 30) + 4096, 100 << 30] {
+                        let m = member_bytes_for(&p, size, Some(&log)).expect("size");
+                        let v = exported_bytes_for(&p, m, Some(&log), 4096).expect("volume");
+                        assert!(v >= size, "{level} su {su} block {block} size {size}: {v}");
+                        let smaller =
+                            exported_bytes_for(&p, m - MEMBER_ALIGN_BYTES, Some(&log), 4096)
+                                .unwrap_or(0);
+                        assert!(
+                            smaller < size,
+                            "{level} su {su} block {block} size {size}: {m} is oversized"
+                        );
+                        let in_place = member_bytes_for(&p, size, None).expect("in place");
+                        assert!(m >= in_place, "{m} < {in_place}");
+                    }
+                }
+            }
+        }
+        let raid5 = LevelSpec::Raid5.params(3, 65536).expect("params");
+        let log = LogConfig::new(volume::Compression::Off);
+        let e = member_bytes_for(&raid5, u64::MAX / 2, Some(&log)).expect_err("too large");
+        assert!(e.to_string().contains("too large"), "{e}");
     }
 
     /// `volume create --level raid1 --size 18446744073709420544` overflowed here (a panic
@@ -127,7 +293,7 @@ mod tests {
     #[test]
     fn sizes_no_member_can_hold_are_errors() {
         let raid1 = LevelSpec::Raid1.params(2, 65536).expect("params");
-        let e = member_bytes_for(&raid1, 18_446_744_073_709_420_544).expect_err("too large");
+        let e = member_bytes_for(&raid1, 18_446_744_073_709_420_544, None).expect_err("too large");
         assert_eq!(
             e.to_string(),
             "volume size 18446744073709420544 bytes is too large: 2 members of a raid1 \
@@ -144,7 +310,7 @@ mod tests {
             for su in [4096, 16 << 20] {
                 let p = spec.params(n, su).expect("params");
                 for size in [u64::MAX, u64::MAX - 4095, 1 << 63, (1 << 63) + 1] {
-                    match member_bytes_for(&p, size) {
+                    match member_bytes_for(&p, size, None) {
                         Ok(m) => assert!(volume_bytes_for(&p, m).expect("volume") >= size),
                         Err(e) => assert!(e.to_string().contains("too large"), "{e}"),
                     }

@@ -42,11 +42,15 @@ pub struct StorageTarget {
 
 impl StorageTarget {
     async fn start(i: usize, no_reservations: bool) -> StorageTarget {
+        StorageTarget::start_sized(i, no_reservations, MEMBER_BYTES).await
+    }
+
+    async fn start_sized(i: usize, no_reservations: bool, member_bytes: u64) -> StorageTarget {
         let target = Target::new(TargetConfig::default()).unwrap();
         let nqn = format!("nqn.2026-01.io.ferrobay:test:member{i}");
         let dev = Arc::new(RamDevice::with_block_size(
             format!("ram{i}"),
-            MEMBER_BYTES,
+            member_bytes,
             4096,
         ));
         let mut st = StorageTarget {
@@ -159,6 +163,7 @@ async fn create_volume(store: &Arc<dyn MetaStore>, urls: &[String]) -> VolumeRec
         preferred_owner: Some("p1".to_string()),
         created_unix_ms: 0,
         qos: Default::default(),
+        log: None,
     };
     put_json(store.as_ref(), &volume_key(VOLUME).unwrap(), &rec, None)
         .await
@@ -184,6 +189,50 @@ pub async fn cluster_with(no_reservations: &[usize]) -> Cluster {
     }
     let urls: Vec<String> = storage.iter().map(StorageTarget::url).collect();
     let rec = create_volume(&store, &urls).await;
+    Cluster {
+        _dir: dir,
+        store,
+        storage,
+        rec,
+    }
+}
+
+/// Three members of `member_bytes` and a RAID-5 volume made by provisioning (as `ferrobay
+/// volume create --members URL,... --layout log --compress C --log-block B` does), as
+/// large as the members allow; preferred owner p1.
+pub async fn log_cluster(member_bytes: u64, compress: &str, log_block_bytes: u32) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn MetaStore> = Arc::new(
+        EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
+            .await
+            .unwrap(),
+    );
+    let mut storage = Vec::new();
+    for i in 0..3 {
+        storage.push(StorageTarget::start_sized(i, false, member_bytes).await);
+    }
+    let mut req = control::provision::CreateVolume {
+        name: VOLUME.to_string(),
+        level: "raid5".to_string(),
+        members: storage.iter().map(StorageTarget::url).collect(),
+        preferred_owner: Some("p1".to_string()),
+        layout: Some("log".to_string()),
+        compress: Some(compress.to_string()),
+        log_block_bytes: Some(log_block_bytes),
+        ..Default::default()
+    };
+    let log = control::provision::requested_log(&req).unwrap().unwrap();
+    let params = LevelSpec::Raid5
+        .params(3, volume::layout::DEFAULT_STRIPE_UNIT_BYTES)
+        .unwrap();
+    let most =
+        control::provision::sizing::exported_bytes_for(&params, member_bytes, Some(&log), 4096)
+            .unwrap();
+    req.size_bytes = most / 4096 * 4096;
+    let host = HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:creator").unwrap();
+    let rec = control::provision::create_volume(store.as_ref(), &req, &host)
+        .await
+        .unwrap();
     Cluster {
         _dir: dir,
         store,

@@ -251,11 +251,24 @@ async fn dashboard_on_ferrobay_up() {
     let written = load.stop().await;
     assert!(written > 0, "the host wrote nothing");
 
-    // Create a volume through the form.
+    // Create a volume through the form: a compressed log-layout volume.
     b.type_into("#create-form input[name=name]", "web1").await;
     b.type_into("#create-form input[name=size]", "32M").await;
+    b.client
+        .execute(
+            "document.querySelector('#create-form select[name=layout]').value = 'log:zstd:3'; \
+             return true;",
+            vec![],
+        )
+        .await
+        .expect("pick the layout");
     b.click("#create-form button[type=submit]").await;
     wait_volume_state(&b, "web1", "healthy").await;
+    let level = b.text("tr[data-volume=\"web1\"] td.level").await;
+    assert!(
+        level.starts_with("raid5 · log zstd:3"),
+        "level cell: {level:?}"
+    );
     let notice = b.text("#notice").await;
     assert!(notice.contains("volume web1 created"), "{notice}");
     let listed = run_cli(
@@ -278,6 +291,11 @@ async fn dashboard_on_ferrobay_up() {
         .unwrap_or_else(|| panic!("web1 not in volume list: {listed:#}"));
     assert_eq!(web1["record"]["level"], "raid5");
     assert_eq!(web1["record"]["size_bytes"], 32 << 20);
+    assert_eq!(
+        web1["record"]["log"]["compression"],
+        serde_json::json!({"codec": "zstd", "level": 3}),
+        "{web1:#}"
+    );
     b.assert_no_console_errors("after creating web1").await;
     b.scroll_top().await;
     let shot = b.screenshot("web1-created").await;

@@ -78,8 +78,7 @@ impl LogEngine {
         }
         self.kick_seal();
         for t in &tickets {
-            let mut rx = t.subscribe();
-            let _ = rx.wait_for(|v| v.is_some()).await;
+            self.wait_moved(t).await?;
         }
         self.counters
             .gc_segments
@@ -88,6 +87,36 @@ impl LogEngine {
             .gc_moved_bytes
             .fetch_add(moved, Ordering::Relaxed);
         Ok(victims.len())
+    }
+
+    /// Waits until the segment holding moves has been written. That segment may need the
+    /// last free one while segments emptied earlier wait for a checkpoint: then this
+    /// checkpoint gives them back (waiting instead would wait forever: the keeper is the
+    /// one that checkpoints).
+    async fn wait_moved(self: &Arc<Self>, t: &super::engine::Ticket) -> Result<()> {
+        let mut rx = t.subscribe();
+        loop {
+            let mut progress = self.progress.subscribe();
+            if rx.borrow_and_update().is_some() {
+                return Ok(());
+            }
+            let stuck = {
+                let st = self.st();
+                st.space.free.is_empty() && st.space.pending > 0
+            };
+            if stuck {
+                self.checkpoint().await?;
+                continue;
+            }
+            tokio::select! {
+                r = rx.changed() => {
+                    if r.is_err() {
+                        return Ok(());
+                    }
+                }
+                _ = progress.changed() => {}
+            }
+        }
     }
 
     /// Appends every block still live in `victim` as a move record.

@@ -94,6 +94,12 @@ export class Actions {
         storage_nodes: storage,
       };
       if (f.elements.preferred_owner.value) body.preferred_owner = f.elements.preferred_owner.value;
+      // `log:CODEC`: the log layout (parity levels only; the server says why otherwise).
+      const layout = f.elements.layout.value;
+      if (layout.startsWith('log:')) {
+        body.layout = 'log';
+        body.compress = layout.slice(4);
+      }
       return call('POST', '/volumes', body);
     }, (rec) => {
       notify(`volume ${rec.name} created (${rec.level}, ${rec.members.length} members)`);

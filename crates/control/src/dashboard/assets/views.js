@@ -152,6 +152,21 @@ function members(view) {
   }));
 }
 
+/** `zstd:3` from a volume::Compression (`{codec, level}`). */
+function codecText(c) {
+  return c.level === undefined ? c.codec : `${c.codec}:${c.level}`;
+}
+
+/** The level cell: `raid5`, or `raid5 · log zstd:3 2.41x` for the log layout (the ratio
+ * as the owner last published it). */
+export function levelText(view) {
+  const log = view.record.log;
+  if (!log) return view.record.level;
+  const st = view.status && view.status.status && view.status.status.log;
+  const ratio = st ? ` ${st.compression_ratio.toFixed(2)}x` : '';
+  return `${view.record.level} · log ${codecText(log.compression)}${ratio}`;
+}
+
 /**
  * Volumes with their actions. `rates`: Map(volume -> {read, write}) bytes/s;
  * `actions`: {move(view), replace(view)}.
@@ -163,7 +178,7 @@ export function renderVolumes(tbody, views, rates, actions, nowMs = Date.now()) 
     const r = rates.get(v.record.name);
     return h('tr', { 'data-volume': v.record.name, 'data-state': state },
       h('td', { class: 'name' }, v.record.name),
-      h('td', {}, v.record.level),
+      h('td', { class: 'level' }, levelText(v)),
       h('td', { class: 'num' }, fmt.bytes(v.record.size_bytes)),
       h('td', { class: 'state' }, badge(state)),
       h('td', { class: 'owner' }, v.owner ? `${v.owner.node} (epoch ${v.owner.epoch})` : '—'),
