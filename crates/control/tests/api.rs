@@ -648,7 +648,10 @@ async fn telemetry_and_predictions_of_drives_and_volume_members() {
             .any(|l| l.starts_with("p2") && l.contains("web member 1 (copying)")),
         "{text}"
     );
-    assert!(rows[failing..].iter().all(|l| !l.contains(" failing ")), "{text}");
+    assert!(
+        rows[failing..].iter().all(|l| !l.contains(" failing ")),
+        "{text}"
+    );
 
     // Bad questions get 4xx JSON.
     let cases: [(&str, u16, &str); 5] = [
