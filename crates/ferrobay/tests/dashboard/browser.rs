@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::elements::Element;
+use fantoccini::error::CmdError;
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
@@ -224,24 +226,9 @@ impl Browser {
     }
 
     /// The text of the first element `css` finds.
-    /// Found again when a table refresh replaced it between the find and the read.
     pub async fn text(&self, css: &str) -> String {
-        let mut attempts_left = 5;
-        loop {
-            let element = self
-                .client
-                .find(Locator::Css(css))
-                .await
-                .unwrap_or_else(|e| panic!("{css}: {e}"));
-            match element.text().await {
-                Ok(text) => return text,
-                Err(e) if attempts_left > 0 && e.to_string().contains("stale element") => {
-                    attempts_left -= 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("{css}: {e}"),
-            }
-        }
+        self.on_element(css, |e| async move { e.text().await })
+            .await
     }
 
     /// The rectangle (x, y, width, height) of the first element `css` finds, in page
@@ -265,9 +252,20 @@ impl Browser {
         (n(0), n(1), n(2), n(3))
     }
 
-    /// Clicks the element `css`. The dashboard re-renders its tables on every refresh, so
-    /// an element found just before a refresh can be gone when clicked: find it again then.
+    /// Clicks the element `css`.
     pub async fn click(&self, css: &str) {
+        self.on_element(css, |e| async move { e.click().await.map(|_| ()) })
+            .await
+    }
+
+    /// Runs `action` on the first element `css` finds. The dashboard re-renders its tables
+    /// on every refresh, so an element found just before a refresh can be gone when used:
+    /// it is found again then (a few times).
+    async fn on_element<T, F, Fut>(&self, css: &str, action: F) -> T
+    where
+        F: Fn(Element) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CmdError>>,
+    {
         let mut attempts_left = 5;
         loop {
             let element = self
@@ -275,13 +273,13 @@ impl Browser {
                 .find(Locator::Css(css))
                 .await
                 .unwrap_or_else(|e| panic!("{css}: {e}"));
-            match element.click().await {
-                Ok(_) => return,
+            match action(element).await {
+                Ok(v) => return v,
                 Err(e) if attempts_left > 0 && e.to_string().contains("stale element") => {
                     attempts_left -= 1;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => panic!("click {css}: {e}"),
+                Err(e) => panic!("{css}: {e}"),
             }
         }
     }
