@@ -171,6 +171,15 @@ async fn create_volume(store: &Arc<dyn MetaStore>, urls: &[String]) -> VolumeRec
     rec
 }
 
+/// The embedded metadata store in `dir`.
+async fn embedded_store(dir: &std::path::Path) -> Arc<dyn MetaStore> {
+    Arc::new(
+        EmbeddedStore::open(dir, EmbeddedOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
 pub async fn cluster() -> Cluster {
     cluster_with(&[]).await
 }
@@ -178,11 +187,7 @@ pub async fn cluster() -> Cluster {
 /// A cluster whose members `no_reservations` are on targets without reservations.
 pub async fn cluster_with(no_reservations: &[usize]) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
-            .await
-            .unwrap(),
-    );
+    let store = embedded_store(dir.path()).await;
     let mut storage = Vec::new();
     for i in 0..3 {
         storage.push(StorageTarget::start(i, no_reservations.contains(&i)).await);
@@ -202,11 +207,7 @@ pub async fn cluster_with(no_reservations: &[usize]) -> Cluster {
 /// large as the members allow; preferred owner p1.
 pub async fn log_cluster(member_bytes: u64, compress: &str, log_block_bytes: u32) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
-            .await
-            .unwrap(),
-    );
+    let store = embedded_store(dir.path()).await;
     let mut storage = Vec::new();
     for i in 0..3 {
         storage.push(StorageTarget::start_sized(i, false, member_bytes).await);
