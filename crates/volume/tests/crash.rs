@@ -7,12 +7,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use blockdev::{BlockDevice, CrashRecorder, IoBuf, RamDevice, WriteFlags};
-use common::power::{Power, PowerCut};
+use common::power::Power;
 use common::*;
 use rand::Rng;
 use volume::{EngineOptions, LevelSpec, Volume};
@@ -156,25 +156,8 @@ async fn run(
     for r in &recorders {
         r.flush().await.unwrap();
     }
-    let power = Arc::new(Power {
-        ops: AtomicU64::new(0),
-        cut_at,
-        seed,
-        cut: AtomicBool::new(false),
-        recorders: recorders.clone(),
-        images: Mutex::new(None),
-    });
-    let devs: Vec<Arc<dyn BlockDevice>> = recorders
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !degrade.contains(i))
-        .map(|(_, r)| {
-            Arc::new(PowerCut {
-                inner: r.clone(),
-                power: power.clone(),
-            }) as _
-        })
-        .collect();
+    let power = Power::new(cut_at, seed, recorders.clone());
+    let devs = power.members(degrade);
     let vol = match Volume::assemble_with(devs, options()).await {
         Ok(vol) => vol,
         Err(e) => {

@@ -10,12 +10,12 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use blockdev::{BlockDevice, CrashRecorder, IoBuf, RamDevice, WriteFlags};
-use common::power::{Power, PowerCut};
+use common::power::Power;
 use common::*;
 use rand::Rng;
 use volume::{Compression, EngineOptions, LevelSpec, LogConfig, Volume};
@@ -142,23 +142,8 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
     for r in &recorders {
         r.flush().await.unwrap();
     }
-    let power = Arc::new(Power {
-        ops: AtomicU64::new(0),
-        cut_at,
-        seed,
-        cut: AtomicBool::new(false),
-        recorders: recorders.clone(),
-        images: Mutex::new(None),
-    });
-    let devs: Vec<Arc<dyn BlockDevice>> = recorders
-        .iter()
-        .map(|r| {
-            Arc::new(PowerCut {
-                inner: r.clone(),
-                power: power.clone(),
-            }) as _
-        })
-        .collect();
+    let power = Power::new(cut_at, seed, recorders.clone());
+    let devs = power.members(&[]);
     let vol = match Volume::assemble_with(devs, options()).await {
         Ok(v) => v,
         Err(e) => {

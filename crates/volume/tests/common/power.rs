@@ -22,6 +22,33 @@ pub struct Power {
 }
 
 impl Power {
+    /// A switch over `recorders`, cut at their `cut_at`-th modifying operation.
+    pub fn new(cut_at: u64, seed: u64, recorders: Vec<Arc<CrashRecorder>>) -> Arc<Power> {
+        Arc::new(Power {
+            ops: AtomicU64::new(0),
+            cut_at,
+            seed,
+            cut: AtomicBool::new(false),
+            recorders,
+            images: Mutex::new(None),
+        })
+    }
+
+    /// The members behind this switch, but those in `absent`.
+    pub fn members(self: &Arc<Self>, absent: &[usize]) -> Vec<Arc<dyn BlockDevice>> {
+        self.recorders
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !absent.contains(i))
+            .map(|(_, r)| {
+                Arc::new(PowerCut {
+                    inner: r.clone(),
+                    power: self.clone(),
+                }) as _
+            })
+            .collect()
+    }
+
     pub fn tick(&self) -> Result<(), BlockError> {
         if self.cut.load(Ordering::Acquire) {
             return Err(BlockError::Closed);
