@@ -586,6 +586,7 @@ pub async fn start_api(
         node_name: PROCESSOR.to_string(),
         metrics: None,
         health: None,
+        upgrade: None,
     };
     ApiServer::start(addr, cfg)
         .await

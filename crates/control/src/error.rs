@@ -18,6 +18,9 @@ pub enum ControlError {
     /// The request clashes with the cluster's state (name taken, volume owned...).
     #[error("{0}")]
     Conflict(String),
+    /// A build that cannot run beside the cluster's other nodes (docs/upgrade.md).
+    #[error("{0}")]
+    Incompatible(String),
     /// A storage node (or member target) refused or failed an operation.
     #[error("storage node {node}: {reason}")]
     Storage { node: String, reason: String },
@@ -62,7 +65,7 @@ impl ControlError {
         match self {
             ControlError::MetaUrl { .. } | ControlError::Invalid(_) => 400,
             ControlError::NotFound(_) => 404,
-            ControlError::Conflict(_) => 409,
+            ControlError::Conflict(_) | ControlError::Incompatible(_) => 409,
             ControlError::Api { status, .. } => *status,
             ControlError::Meta(MetaError::Unavailable(_)) => 503,
             ControlError::Volume(

@@ -36,5 +36,6 @@ pub mod provision;
 pub mod qos;
 pub mod records;
 pub mod registration;
+pub mod upgrade;
 
 pub use error::ControlError;

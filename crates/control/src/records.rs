@@ -142,6 +142,17 @@ pub struct NodeRecord {
     /// sorted by NQN. Format 2.
     #[serde(default)]
     pub subsystems: Vec<SubsystemRecord>,
+    /// The cluster protocol the node's build speaks (`release::CLUSTER_PROTOCOL`); 1 when
+    /// absent (builds before rolling upgrades, docs/upgrade.md).
+    #[serde(default = "protocol_1")]
+    pub protocol: u32,
+    /// The oldest cluster protocol the node's build works beside; 1 when absent.
+    #[serde(default = "protocol_1")]
+    pub oldest_protocol: u32,
+}
+
+fn protocol_1() -> u32 {
+    1
 }
 
 impl NodeRecord {
@@ -158,6 +169,17 @@ impl NodeRecord {
             started_unix_ms: 0,
             discovery_addrs: Vec::new(),
             subsystems: Vec::new(),
+            protocol: release::CLUSTER_PROTOCOL,
+            oldest_protocol: release::OLDEST_CLUSTER_PROTOCOL,
+        }
+    }
+
+    /// What the node's build is, as far as the record says.
+    pub fn build(&self) -> release::BuildInfo {
+        release::BuildInfo {
+            version: self.version.clone(),
+            protocol: self.protocol,
+            oldest_protocol: self.oldest_protocol,
         }
     }
 

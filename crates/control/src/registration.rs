@@ -45,6 +45,7 @@ pub async fn register_node(
     ttl: Duration,
 ) -> Result<Registration, ControlError> {
     let key = node_key(&record.name)?;
+    check_beside_live_nodes(store.as_ref(), &record).await?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let keeper = LeaseKeeper::grant(
         store.clone(),
@@ -147,6 +148,25 @@ pub async fn claim_processor_slot(store: &dyn MetaStore, name: &str) -> Result<u
     Err(ControlError::Conflict(format!(
         "could not claim a processor slot for {name}: the slot keys kept changing"
     )))
+}
+
+/// Refuses `record`'s build when a live node runs a build it cannot work beside (an
+/// incompatible mix of versions during an upgrade, docs/upgrade.md). Its own earlier
+/// record (the same name) does not count: that is the build it replaces.
+pub async fn check_beside_live_nodes(
+    store: &dyn MetaStore,
+    record: &NodeRecord,
+) -> Result<(), ControlError> {
+    let mine = record.build();
+    for other in list_nodes(store).await? {
+        if other.name == record.name {
+            continue;
+        }
+        if let Some(why) = mine.refusal_beside(&other.name, &other.build()) {
+            return Err(ControlError::Incompatible(why));
+        }
+    }
+    Ok(())
 }
 
 /// Every live node, sorted by name.

@@ -77,6 +77,7 @@ impl Cluster {
                 node_name: "p1".into(),
                 metrics: None,
                 health: None,
+                upgrade: None,
             },
         )
         .await
@@ -563,6 +564,7 @@ async fn telemetry_and_predictions_of_drives_and_volume_members() {
             node_name: "p2".into(),
             metrics: None,
             health: Some(monitor.clone()),
+            upgrade: None,
         },
     )
     .await

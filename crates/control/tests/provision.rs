@@ -382,6 +382,7 @@ async fn http_api_end_to_end() {
                     .add(&[], 1);
             })),
             health: None,
+            upgrade: None,
         },
     )
     .await

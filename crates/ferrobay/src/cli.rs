@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    bench_cmd, cdc_cmd, discover_cmd, events_cmd, node_cmd, predictions_cmd, processor_cmd, s3_cmd,
-    up_cmd, volume_cmd,
+    bench_cmd, cdc_cmd, cluster_cmd, discover_cmd, events_cmd, node_cmd, predictions_cmd,
+    processor_cmd, s3_cmd, up_cmd, volume_cmd,
 };
 
 #[derive(Parser, Debug)]
@@ -52,6 +52,10 @@ pub enum Command {
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
     Bench(bench_cmd::BenchArgs),
+    /// Whole-cluster operations: a rolling upgrade of every node.
+    Cluster(cluster_cmd::ClusterArgs),
+    /// This build: its version and the cluster protocols it speaks (--json for tools).
+    Version(cluster_cmd::VersionArgs),
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +82,8 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Predictions(a) => predictions_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
+        Command::Cluster(a) => cluster_cmd::run(a).await,
+        Command::Version(a) => cluster_cmd::version(&a),
     }
 }
 

@@ -310,6 +310,11 @@ fn write_endpoints(dir: &Path, e: &Endpoints) -> anyhow::Result<()> {
 }
 
 async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
+    crate::reexec::log_upgraded();
+    serve_node(a).await.map_err(crate::reexec::fall_back)
+}
+
+async fn serve_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
     cfg.listen = a.listen.clone();
     cfg.discovery_listen = a.discovery_listen;
@@ -382,14 +387,19 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
         http = ?endpoints.http,
         "node {} ready", a.name
     );
-    stop.await;
+    crate::reexec::mark_ready();
+    let ended = crate::reexec::wait(stop, node.upgrade_signal()).await;
     tracing::info!("stopping node {}", a.name);
     if let Some(r) = registration {
         r.stop().await;
     }
     let _ = std::fs::remove_file(a.data_dir.join(ENDPOINTS_FILE));
     node.shutdown().await?;
-    Ok(ExitCode::SUCCESS)
+    match ended {
+        crate::reexec::Ended::Stopped => Ok(ExitCode::SUCCESS),
+        // Only returns if the new binary could not be executed at all.
+        crate::reexec::Ended::Upgrade(req) => Err(crate::reexec::exec(&req.binary)),
+    }
 }
 
 /// Puts the node's record (role storage, its addresses, its subsystems with their allowed

@@ -61,6 +61,11 @@ struct Endpoints {
 }
 
 async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
+    crate::reexec::log_upgraded();
+    serve_processor(a).await.map_err(crate::reexec::fall_back)
+}
+
+async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     if a.lease_ttl_ms < 1000 {
         return Err(cluster::usage(format!(
             "--lease-ttl-ms {}: at least 1000",
@@ -86,6 +91,7 @@ async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             &a.name,
             addr,
             cluster::daemon_token(a.api_token_file.as_deref())?,
+            processor.upgrade_signal().clone(),
         )
         .await
         {
@@ -118,8 +124,9 @@ async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
         return Err(e);
     }
     tracing::info!(nvme_tcp = ?endpoints.nvme, api = ?endpoints.api, "processor node {} ready", a.name);
+    crate::reexec::mark_ready();
 
-    stop.await;
+    let ended = crate::reexec::wait(stop, processor.upgrade_signal()).await;
     tracing::info!("stopping processor node {}", a.name);
     if let Some(path) = &a.endpoints_file {
         let _ = std::fs::remove_file(path);
@@ -132,7 +139,11 @@ async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("stop processor node {}", a.name))?;
     tracing::info!("processor node {} stopped", a.name);
-    Ok(ExitCode::SUCCESS)
+    match ended {
+        crate::reexec::Ended::Stopped => Ok(ExitCode::SUCCESS),
+        // Only returns if the new binary could not be executed at all.
+        crate::reexec::Ended::Upgrade(req) => Err(crate::reexec::exec(&req.binary)),
+    }
 }
 
 async fn start_api(
@@ -140,6 +151,7 @@ async fn start_api(
     name: &str,
     addr: SocketAddr,
     token: Option<httpapi::auth::Token>,
+    upgrade: release::UpgradeSignal,
 ) -> anyhow::Result<ApiServer> {
     let host = nvmf_host::HostIdentity::from_hostnqn(&control::records::processor_hostnqn(name))?;
     let token = match token {
@@ -153,6 +165,7 @@ async fn start_api(
         node_name: name.to_string(),
         metrics: None,
         health: None,
+        upgrade: Some(upgrade),
     };
     ApiServer::start(addr, cfg)
         .await

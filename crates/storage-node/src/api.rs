@@ -322,3 +322,41 @@ impl From<nvmf_target::QosLimits> for QosLimitsRequest {
         }
     }
 }
+
+/// `POST /api/v1/node/upgrade` (storage and processor nodes): the binary the node
+/// re-executes itself as (docs/upgrade.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UpgradeRequestBody {
+    /// Absolute path of the new `ferrobay` binary on the node's machine.
+    pub binary: String,
+    /// Processor nodes: upgrade even while owning volumes (their hosts then wait for a
+    /// takeover). Without it, a processor node that owns volumes refuses.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A build: its version and the cluster protocols it speaks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BuildView {
+    pub version: String,
+    pub protocol: u32,
+    pub oldest_protocol: u32,
+}
+
+impl From<release::BuildInfo> for BuildView {
+    fn from(b: release::BuildInfo) -> Self {
+        BuildView {
+            version: b.version,
+            protocol: b.protocol,
+            oldest_protocol: b.oldest_protocol,
+        }
+    }
+}
+
+/// The answer to an accepted upgrade: the node stops cleanly and re-executes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UpgradeAccepted {
+    pub node: String,
+    pub from: BuildView,
+    pub to: BuildView,
+}

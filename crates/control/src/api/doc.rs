@@ -40,6 +40,7 @@ pub(crate) fn api_routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::with_openapi(ClusterApiDoc::openapi())
         .routes(routes!(system::metrics))
         .routes(routes!(system::healthz))
+        .routes(routes!(system::upgrade))
         .routes(routes!(nodes::list_nodes))
         .routes(routes!(nodes::get_node))
         .routes(routes!(nodes::node_drives))

@@ -30,6 +30,9 @@ pub struct ApiConfig {
     /// The serving processor node's member health (grades of the volumes it owns), for
     /// `GET /api/v1/predictions`; `None`: a server without a processor node.
     pub health: Option<Arc<crate::health::HealthMonitor>>,
+    /// The serving node's upgrade signal (`POST /api/v1/node/upgrade`); `None`: a server
+    /// without a daemon to re-execute.
+    pub upgrade: Option<release::UpgradeSignal>,
 }
 
 /// The state every handler gets.

@@ -200,6 +200,8 @@ pub struct Processor {
     qos_events_task: JoinHandle<()>,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: watch::Sender<bool>,
+    /// Raised by `POST /api/v1/node/upgrade` (docs/upgrade.md).
+    upgrade: release::UpgradeSignal,
 }
 
 impl std::fmt::Debug for Processor {
@@ -258,6 +260,7 @@ impl Processor {
             telemetry::Retention::default(),
             Arc::new(telemetry::MonotonicClock::new()),
         ));
+        let upgrade = release::UpgradeSignal::new();
         let api = match cfg.api_listen {
             Some(addr) => Some(
                 ApiServer::start(
@@ -279,6 +282,7 @@ impl Processor {
                             target.clone(),
                         )),
                         health: Some(health.clone()),
+                        upgrade: Some(upgrade.clone()),
                     },
                 )
                 .await?,
@@ -355,7 +359,13 @@ impl Processor {
             qos_events_task,
             lease_task: Some(lease_task),
             lease_stop,
+            upgrade,
         })
+    }
+
+    /// Where an upgrade request arrives; the daemon waits on it next to its stop signal.
+    pub fn upgrade_signal(&self) -> &release::UpgradeSignal {
+        &self.upgrade
     }
 
     pub fn name(&self) -> &str {

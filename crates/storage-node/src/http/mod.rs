@@ -10,7 +10,7 @@ mod routes;
 
 pub use client::NodeClient;
 pub use httpapi::{ClientError, HttpServer};
-pub use routes::openapi;
+pub use routes::{accept_upgrade, openapi};
 
 /// Serves the node's metrics and control API on `addr` (port 0 picks a free port); every
 /// call but the public ones needs `token`.

@@ -20,7 +20,8 @@ use utoipa_axum::routes;
 
 use crate::api::{
     AllowAnyHostRequest, AttachRequest, CreateNamespaceRequest, HealthReport, HostRequest,
-    NamespaceView, NodeInfo, PredictionReport, SubsystemView, TelemetryReport,
+    NamespaceView, NodeInfo, PredictionReport, SubsystemView, TelemetryReport, UpgradeAccepted,
+    UpgradeRequestBody,
 };
 use crate::node::{ErrorKind, NodeError, StorageNode};
 
@@ -50,6 +51,7 @@ fn api_routes() -> OpenApiRouter<StorageNode> {
         .routes(routes!(metrics))
         .routes(routes!(healthz))
         .routes(routes!(node_info))
+        .routes(routes!(upgrade))
         .routes(routes!(health))
         .routes(routes!(telemetry))
         .routes(routes!(predictions))
@@ -134,6 +136,63 @@ async fn healthz(State(node): State<StorageNode>) -> Response {
     responses((status = 200, body = NodeInfo), (status = "default", body = ErrorBody)))]
 async fn node_info(State(node): State<StorageNode>) -> Response {
     ok(&node.info())
+}
+
+/// Re-execute the node as another `ferrobay` binary: it is probed (`version --json`)
+/// and must work beside this build; then the node stops cleanly (hosts see their
+/// connections close) and starts again from its data dir as the new binary, with the
+/// same arguments and pid (docs/upgrade.md).
+#[utoipa::path(post, path = "/api/v1/node/upgrade", tag = "node", request_body = UpgradeRequestBody,
+    responses((status = 202, body = UpgradeAccepted),
+        (status = 400, description = "not an absolute path, or not a ferrobay binary", body = ErrorBody),
+        (status = 409, description = "the build cannot run beside this one, or an upgrade is already under way", body = ErrorBody)))]
+async fn upgrade(State(node): State<StorageNode>, Json(req): Json<UpgradeRequestBody>) -> Response {
+    match accept_upgrade(node.name(), node.upgrade_signal(), &req.binary, &[]).await {
+        Ok(accepted) => json(StatusCode::ACCEPTED, &accepted),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Probes `binary`, checks it against this build and the builds of the `beside` nodes
+/// (name, build) and raises `signal`: what both node kinds' upgrade routes do.
+pub async fn accept_upgrade(
+    node: &str,
+    signal: &release::UpgradeSignal,
+    binary: &str,
+    beside: &[(String, release::BuildInfo)],
+) -> Result<UpgradeAccepted, ApiError> {
+    let path = std::path::PathBuf::from(binary);
+    let name = node.to_string();
+    let checked = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || release::check_candidate(&path, &name))
+            .await
+            .map_err(|e| ApiError::new(500, format!("probing {binary}: {e}")))?
+    };
+    let to = match checked {
+        Ok(b) => b,
+        Err(e @ release::CandidateError::Incompatible(_)) => {
+            return Err(ApiError::new(409, e.to_string()));
+        }
+        Err(e) => return Err(ApiError::bad_request(e.to_string())),
+    };
+    for (other, build) in beside {
+        if let Some(why) = to.refusal_beside(other, build) {
+            return Err(ApiError::new(409, why));
+        }
+    }
+    if !signal.request(release::UpgradeRequest { binary: path }) {
+        return Err(ApiError::new(
+            409,
+            format!("an upgrade of {node} is already under way"),
+        ));
+    }
+    tracing::info!(node, binary, to = %to.describe(), "upgrade requested: stopping, then re-executing");
+    Ok(UpgradeAccepted {
+        node: node.to_string(),
+        from: release::BuildInfo::this().into(),
+        to: to.into(),
+    })
 }
 
 /// SMART-like health of the node and each drive.

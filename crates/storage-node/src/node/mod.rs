@@ -220,6 +220,8 @@ pub(crate) struct NodeInner {
     shut_down: std::sync::atomic::AtomicBool,
     /// Held until a clean shutdown has been recorded.
     lock: Mutex<Option<DataDirLock>>,
+    /// Set by `POST /api/v1/node/upgrade`; the daemon re-executes on it (docs/upgrade.md).
+    upgrade: release::UpgradeSignal,
 }
 
 /// The NVMe/TCP listeners and the discovery-only one.
@@ -441,6 +443,7 @@ impl StorageNode {
             telemetry_ticker: Mutex::new(None),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             lock: Mutex::new(Some(lock)),
+            upgrade: release::UpgradeSignal::new(),
         });
         // Before listening: a host that connects at once must already see Namespace
         // Management in Identify (OACS) and have its create-ns handled.
@@ -513,6 +516,12 @@ impl StorageNode {
 
     pub(crate) fn catalog(&self) -> MutexGuard<'_, Catalog> {
         lock_catalog(&self.inner.catalog)
+    }
+
+    /// Where an upgrade request arrives (`POST /api/v1/node/upgrade`); the daemon waits
+    /// on it next to its stop signal.
+    pub fn upgrade_signal(&self) -> &release::UpgradeSignal {
+        &self.inner.upgrade
     }
 
     pub fn name(&self) -> &str {
