@@ -170,6 +170,7 @@ async fn upgrade_storage_node(
     candidate: &BuildInfo,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<NodeUpgrade, ControlError> {
+    let connected = connected_hosts(node, opts).await?;
     progress(&format!(
         "storage node {}: restarting as the new binary",
         node.name
@@ -179,13 +180,17 @@ async fn upgrade_storage_node(
     let back = wait_restarted(store, node, opts).await?;
     let restart_ms = ms(asked.elapsed());
     progress(&format!(
-        "storage node {}: back after {:.1} s ({}); waiting for its volumes to be healthy",
+        "storage node {}: back after {:.1} s ({}); waiting for its {} hosts to reconnect and its volumes to be healthy",
         node.name,
         asked.elapsed().as_secs_f64(),
-        back.version
+        back.version,
+        connected.len()
     ));
     let settled = Instant::now();
-    wait_healthy(store, opts, back.started_unix_ms).await?;
+    wait_reconnected(&back, opts, &connected).await?;
+    // Statuses published from now on reflect the reconnected members.
+    let reconnected_unix_ms = crate::events::now_unix_ms();
+    wait_healthy(store, opts, reconnected_unix_ms.max(back.started_unix_ms)).await?;
     progress(&format!(
         "storage node {}: volumes healthy after {:.1} s",
         node.name,
@@ -318,6 +323,51 @@ async fn request_upgrade(
         });
     }
     Ok(())
+}
+
+/// The host NQNs connected to any subsystem of the storage node now.
+async fn connected_hosts(
+    node: &NodeRecord,
+    opts: &UpgradeOptions,
+) -> Result<std::collections::BTreeSet<String>, ControlError> {
+    let Some(api) = node.api_addr else {
+        return Ok(Default::default());
+    };
+    let subsystems = storage_node::http::NodeClient::new(api.to_string())
+        .with_token(opts.token.clone())
+        .with_timeout(Duration::from_secs(10))
+        .subsystems()
+        .await
+        .map_err(|e| ControlError::storage(&node.name, e))?;
+    Ok(subsystems
+        .into_iter()
+        .flat_map(|s| s.controllers.into_iter().map(|(_, host)| host))
+        .collect())
+}
+
+/// Waits until every host in `before` is connected to the restarted node again (the
+/// processor nodes' members reconnected), so that the volumes' next statuses tell.
+async fn wait_reconnected(
+    node: &NodeRecord,
+    opts: &UpgradeOptions,
+    before: &std::collections::BTreeSet<String>,
+) -> Result<(), ControlError> {
+    let deadline = Instant::now() + opts.restart_timeout;
+    loop {
+        let now = connected_hosts(node, opts).await.unwrap_or_default();
+        let missing: Vec<&String> = before.difference(&now).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ControlError::Conflict(format!(
+                "hosts {missing:?} did not reconnect to storage node {} within {} s",
+                node.name,
+                opts.restart_timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(opts.poll).await;
+    }
 }
 
 /// Waits until `node` is registered again by a process started after `before`.

@@ -310,7 +310,7 @@ fn write_endpoints(dir: &Path, e: &Endpoints) -> anyhow::Result<()> {
 }
 
 async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
-    crate::reexec::log_upgraded();
+    crate::reexec::daemon_started();
     serve_node(a).await.map_err(crate::reexec::fall_back)
 }
 

@@ -61,7 +61,7 @@ struct Endpoints {
 }
 
 async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
-    crate::reexec::log_upgraded();
+    crate::reexec::daemon_started();
     serve_processor(a).await.map_err(crate::reexec::fall_back)
 }
 

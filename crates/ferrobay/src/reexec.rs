@@ -39,11 +39,16 @@ pub async fn wait(
 pub fn exec(binary: &Path) -> anyhow::Error {
     let previous = std::env::current_exe().ok();
     tracing::info!(binary = %binary.display(), "re-executing as the new binary");
+    let sockets = release::sockets::handover_env();
     let mut cmd = std::process::Command::new(binary);
     cmd.args(args());
     if let Some(p) = &previous {
         cmd.env(UPGRADED_FROM_ENV, p);
     }
+    match &sockets {
+        Some(list) => cmd.env(release::sockets::LISTEN_FDS_ENV, list),
+        None => cmd.env_remove(release::sockets::LISTEN_FDS_ENV),
+    };
     let e = cmd.exec();
     let Some(previous) = previous else {
         return anyhow::anyhow!("cannot execute {}: {e}", binary.display());
@@ -53,10 +58,12 @@ pub fn exec(binary: &Path) -> anyhow::Error {
         binary.display(),
         previous.display()
     );
-    let again = std::process::Command::new(&previous)
-        .args(args())
-        .env_remove(UPGRADED_FROM_ENV)
-        .exec();
+    let mut again = std::process::Command::new(&previous);
+    again.args(args()).env_remove(UPGRADED_FROM_ENV);
+    if let Some(list) = &sockets {
+        again.env(release::sockets::LISTEN_FDS_ENV, list);
+    }
+    let again = again.exec();
     anyhow::anyhow!(
         "cannot execute {}: {e}; nor {} again: {again}",
         binary.display(),
@@ -82,10 +89,13 @@ pub fn fall_back(e: anyhow::Error) -> anyhow::Error {
         "this binary cannot start after the upgrade ({e:#}); going back to {}",
         previous.display()
     );
-    let err = std::process::Command::new(&previous)
-        .args(args())
-        .env_remove(UPGRADED_FROM_ENV)
-        .exec();
+    let mut cmd = std::process::Command::new(&previous);
+    cmd.args(args()).env_remove(UPGRADED_FROM_ENV);
+    match release::sockets::handover_env() {
+        Some(list) => cmd.env(release::sockets::LISTEN_FDS_ENV, list),
+        None => cmd.env_remove(release::sockets::LISTEN_FDS_ENV),
+    };
+    let err = cmd.exec();
     e.context(format!(
         "and going back to {} failed: {err}",
         previous.display()
@@ -97,8 +107,20 @@ fn args() -> Vec<OsString> {
     std::env::args_os().skip(1).collect()
 }
 
-/// Logs which binary this one replaced, when it was started by an upgrade.
-pub fn log_upgraded() {
+/// At a daemon's start: takes part in socket hand-over (adopts what an upgrade handed
+/// down) and logs which binary this one replaced.
+pub fn daemon_started() {
+    let inherited = release::sockets::enable_handover();
+    if inherited > 0 {
+        tracing::info!(
+            sockets = inherited,
+            "listening sockets handed down by the previous binary"
+        );
+    }
+    log_upgraded();
+}
+
+fn log_upgraded() {
     if let Some(previous) = std::env::var_os(UPGRADED_FROM_ENV) {
         tracing::info!(
             from = %PathBuf::from(previous).display(),

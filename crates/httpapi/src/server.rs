@@ -55,7 +55,17 @@ impl HttpServer {
     /// Serves `router` on `addr` (port 0 picks a free port). Call [`finish`] on the
     /// router first to get JSON 404/405 answers and the body limit.
     pub async fn serve(addr: SocketAddr, router: Router) -> io::Result<HttpServer> {
-        let listener = TcpListener::bind(addr).await?;
+        HttpServer::serve_as(None, addr, router).await
+    }
+
+    /// [`HttpServer::serve`] on the socket of `role` (`http`, `api`) a daemon inherited
+    /// from the binary it was upgraded from (`release::sockets`), else a new one.
+    pub async fn serve_as(
+        role: Option<&str>,
+        addr: SocketAddr,
+        router: Router,
+    ) -> io::Result<HttpServer> {
+        let listener = TcpListener::from_std(release::sockets::bind(role, addr)?)?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, router, stopped));

@@ -7,11 +7,12 @@
 //! beyond the NVMe standards: the records in the metadata store and the node APIs. A
 //! build speaks `protocol` and still works beside builds down to `oldest_protocol`
 //! (it reads what they write and writes nothing they cannot read). Two builds work side
-//! by side when each one's protocol is in the other's range; an incompatible mix is
-//! refused where it would start (docs/upgrade.md).
+//! by side when their ranges meet; an incompatible mix is refused where it would start
+//! (docs/upgrade.md).
 
 mod probe;
 mod signal;
+pub mod sockets;
 
 pub use probe::{ProbeError, probe};
 pub use signal::{UpgradeRequest, UpgradeSignal};
@@ -44,14 +45,11 @@ impl BuildInfo {
         }
     }
 
-    /// Whether this build and `other` may run in one cluster: each one's protocol is
-    /// within the other's range.
+    /// Whether this build and `other` may run in one cluster: their protocol ranges
+    /// meet (a cluster runs at the newest protocol every node speaks: the lowest
+    /// `protocol` among them).
     pub fn works_beside(&self, other: &BuildInfo) -> bool {
-        self.speaks(other.protocol) && other.speaks(self.protocol)
-    }
-
-    fn speaks(&self, protocol: u32) -> bool {
-        (self.oldest_protocol..=self.protocol).contains(&protocol)
+        self.oldest_protocol.max(other.oldest_protocol) <= self.protocol.min(other.protocol)
     }
 
     /// `ferrobay 0.1.0 (cluster protocol 1)` or `... (cluster protocols 1-2)`.

@@ -46,12 +46,12 @@ pub struct ApiServer {
 impl ApiServer {
     /// Listens on `addr` (port 0: any free port).
     pub async fn start(addr: SocketAddr, config: ApiConfig) -> Result<ApiServer, ControlError> {
-        let http = HttpServer::serve(addr, router(config)).await.map_err(|e| {
-            ControlError::ApiTransport {
+        let http = HttpServer::serve_as(Some("api"), addr, router(config))
+            .await
+            .map_err(|e| ControlError::ApiTransport {
                 addr: addr.to_string(),
                 reason: format!("cannot listen: {e}"),
-            }
-        })?;
+            })?;
         Ok(ApiServer { http })
     }
 

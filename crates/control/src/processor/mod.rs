@@ -249,8 +249,13 @@ impl Processor {
             ..TargetConfig::default()
         })?;
         let mut listeners = Vec::new();
-        for addr in &cfg.listen {
-            listeners.push(target.listen(*addr).await?);
+        for (i, addr) in cfg.listen.iter().enumerate() {
+            let role = format!("nvme{i}");
+            listeners.push(
+                target
+                    .listen_as(Some(&role), *addr, nvmf_target::ListenerOptions::default())
+                    .await?,
+            );
         }
         let ports: Vec<u16> = listeners.iter().map(ListenerHandle::port_id).collect();
         let owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>> = Arc::default();

@@ -96,10 +96,22 @@ impl Target {
         addr: SocketAddr,
         opts: ListenerOptions,
     ) -> Result<ListenerHandle, TargetError> {
+        self.listen_as(None, addr, opts).await
+    }
+
+    /// Listens as `role` (`nvme0`, `discovery`...): in a daemon that hands its sockets
+    /// to the binary it upgrades to, the socket of that role it inherited
+    /// (`release::sockets`), else a new one.
+    pub async fn listen_as(
+        &self,
+        role: Option<&str>,
+        addr: SocketAddr,
+        opts: ListenerOptions,
+    ) -> Result<ListenerHandle, TargetError> {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             return Err(TargetError::ShutDown);
         }
-        let listener = TcpListener::bind(addr).await?;
+        let listener = TcpListener::from_std(release::sockets::bind(role, addr)?)?;
         let local = listener.local_addr()?;
         let portid = (self.inner.next_portid.fetch_add(1, Ordering::Relaxed) & 0xFFFF) as u16;
         let info = Arc::new(ListenerInfo::new(portid, local, opts));

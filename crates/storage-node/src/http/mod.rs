@@ -19,5 +19,5 @@ pub async fn serve(
     node: crate::StorageNode,
     token: httpapi::auth::Token,
 ) -> std::io::Result<HttpServer> {
-    HttpServer::serve(addr, routes::router(node, token)).await
+    HttpServer::serve_as(Some("http"), addr, routes::router(node, token)).await
 }

@@ -695,9 +695,9 @@ async fn listen_all(
     cfg: &NodeConfig,
 ) -> Result<(Vec<ListenerHandle>, Option<ListenerHandle>), NodeError> {
     let mut nvme_listeners = Vec::new();
-    for addr in &cfg.listen {
+    for (i, addr) in cfg.listen.iter().enumerate() {
         let l = target
-            .listen(*addr)
+            .listen_as(Some(&format!("nvme{i}")), *addr, ListenerOptions::default())
             .await
             .map_err(|e| listen_err(*addr, e))?;
         tracing::info!(addr = %l.local_addr(), "NVMe/TCP listening");
@@ -716,7 +716,7 @@ async fn listen_all(
                 discovery_only: true,
             };
             let l = target
-                .listen_with(addr, opts)
+                .listen_as(Some("discovery"), addr, opts)
                 .await
                 .map_err(|e| listen_err(addr, e))?;
             tracing::info!(addr = %l.local_addr(), "discovery listening");
