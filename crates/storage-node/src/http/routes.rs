@@ -145,7 +145,8 @@ async fn node_info(State(node): State<StorageNode>) -> Response {
 #[utoipa::path(post, path = "/api/v1/node/upgrade", tag = "node", request_body = UpgradeRequestBody,
     responses((status = 202, body = UpgradeAccepted),
         (status = 400, description = "not an absolute path, or not a ferrobay binary", body = ErrorBody),
-        (status = 409, description = "the build cannot run beside this one, or an upgrade is already under way", body = ErrorBody)))]
+        (status = 409, description = "the build cannot run beside this one, or an upgrade is already under way", body = ErrorBody),
+        (status = "default", body = ErrorBody)))]
 async fn upgrade(State(node): State<StorageNode>, Json(req): Json<UpgradeRequestBody>) -> Response {
     match accept_upgrade(node.name(), node.upgrade_signal(), &req.binary, &[]).await {
         Ok(accepted) => json(StatusCode::ACCEPTED, &accepted),

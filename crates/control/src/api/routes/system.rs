@@ -80,7 +80,8 @@ pub(crate) async fn healthz(State(cfg): State<ApiState>) -> Response {
     responses((status = 202, body = UpgradeAccepted),
         (status = 400, description = "not an absolute path, or not a ferrobay binary", body = httpapi::ErrorBody),
         (status = 404, description = "this server runs no node", body = httpapi::ErrorBody),
-        (status = 409, description = "owns volumes, an incompatible build, or an upgrade under way", body = httpapi::ErrorBody)))]
+        (status = 409, description = "owns volumes, an incompatible build, or an upgrade under way", body = httpapi::ErrorBody),
+        (status = "default", body = httpapi::ErrorBody)))]
 pub(crate) async fn upgrade(
     State(cfg): State<ApiState>,
     Json(req): Json<UpgradeRequestBody>,
