@@ -276,13 +276,24 @@ impl Driver<'_> {
 
 /// The guest config for `guest/failover.sh`.
 fn workload_guest(name: &str, nqn: &str, addrs: &[String], scenarios: &[&str]) -> GuestConfig {
+    workload_guest_for(name, nqn, addrs, scenarios, 8)
+}
+
+/// [`workload_guest`] with each scenario's write phase sized to last `work_secs`.
+fn workload_guest_for(
+    name: &str,
+    nqn: &str,
+    addrs: &[String],
+    scenarios: &[&str],
+    work_secs: u32,
+) -> GuestConfig {
     GuestConfig::new(name, include_str!("guest/failover.sh"))
         .with_fio()
         .env("NQN", nqn)
         .env("ADDRS", addrs.join(" "))
         .env("PORT", NVME_PORT)
         .env("SCENARIOS", scenarios.join(" "))
-        .env("WORK_SECS", 8)
+        .env("WORK_SECS", work_secs)
         .env("LEAD_SECS", 2)
         .env("REGION_MB", 128)
         .env("KATO_S", host_kato_s())
@@ -1001,6 +1012,102 @@ fn kernel_multipath_failover() {
         member_bytes.is_some_and(|m| total < m),
         "rebuild copied {total} of {member_bytes:?} member bytes"
     );
+}
+
+/// A rolling upgrade of the whole cluster (`ferrobay cluster upgrade`: three storage
+/// nodes, then both processor nodes, each re-executed as a copy of the binary) while the
+/// Linux host writes with fio through native multipath: no I/O error, everything
+/// verified afterwards, the longest I/O pause reported (`{"scenario":"upgrade",...}`).
+#[test]
+fn kernel_multipath_rolling_upgrade() {
+    skip_unless_ready!();
+    if common::netns::NsEtcd::binary().is_none() {
+        testkit::prereq::missing("etcd not installed (Debian package etcd-server)");
+        return;
+    }
+    let c = Cluster::start();
+    c.create_volume();
+    c.wait_status("p1 owns the volume", Duration::from_secs(60), |v| {
+        owner_of(v).as_deref() == Some("p1") && engine_status(v).is_some()
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.logs(40)));
+    let new_binary = c.dir.path().join("ferrobay-new");
+    std::fs::copy(common::ferrobay_bin(), &new_binary).expect("copy the binary");
+    let started: Vec<u32> = c
+        .nodes
+        .borrow()
+        .iter()
+        .map(|n| n.proc.pid())
+        .chain(c.procs.borrow().iter().map(|p| p.proc.pid()))
+        .collect();
+
+    let addrs: Vec<String> = c
+        .procs
+        .borrow()
+        .iter()
+        .map(|p| p.ns.addr.to_string())
+        .collect();
+    let nqn = format!("nqn.2026-01.io.ferrobay:vol:{VOLUME}");
+    // fio keeps writing for the whole upgrade (about 10 s on a quiet machine).
+    let cfg = workload_guest_for("rolling-upgrade", &nqn, &addrs, &["upgrade"], 40);
+    let guest = spawn(&cfg).unwrap_or_else(|e| panic!("{e}\n{}", c.logs(40)));
+    let diag = || c.logs(60);
+    let d = Driver { guest, diag: &diag };
+    let report = RefCell::new(serde_json::Value::Null);
+    let took = RefCell::new(Duration::ZERO);
+    let w = d.scenario(
+        "upgrade",
+        |_| {
+            let t0 = Instant::now();
+            let out = c.cli(&[
+                "cluster",
+                "upgrade",
+                "--binary",
+                &new_binary.display().to_string(),
+                "--settle-timeout-s",
+                "180",
+                "--json",
+            ])?;
+            *took.borrow_mut() = t0.elapsed();
+            *report.borrow_mut() =
+                serde_json::from_str(&out).map_err(|e| format!("report: {e}: {out}"))?;
+            Ok(())
+        },
+        |w| {
+            if !w.ok() {
+                return Err(format!("workload: {:?}", w.fields));
+            }
+            Ok(())
+        },
+    );
+    let run = d.finish(|| Ok(()));
+    let report = report.into_inner();
+    let line = w.json_line(&[
+        ("upgrade_ms", (took.borrow().as_millis() as u64).into()),
+        ("nodes", report["nodes"].clone()),
+    ]);
+    emit("upgrade", &[line]);
+    assert_passes(
+        &run,
+        &[
+            "multipath_paths",
+            "upgrade_workload",
+            "upgrade_reverify",
+            "no_io_errors",
+            "disconnect",
+        ],
+    );
+    let upgraded: Vec<&str> = report["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|n| n["node"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(upgraded, ["n1", "n2", "n3", "p1", "p2"], "{report:#}");
+    // The same processes run on, from the new binary.
+    for pid in started {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .unwrap_or_else(|e| panic!("pid {pid} is gone ({e})\n{}", c.logs(40)));
+        assert_eq!(exe, new_binary, "pid {pid}");
+    }
 }
 
 /// Polls (in a thread) until the volume's owner is someone other than `old`.
