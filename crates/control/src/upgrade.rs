@@ -352,22 +352,19 @@ async fn wait_reconnected(
     opts: &UpgradeOptions,
     before: &std::collections::BTreeSet<String>,
 ) -> Result<(), ControlError> {
-    let deadline = Instant::now() + opts.restart_timeout;
-    loop {
+    poll_until(opts.poll, opts.restart_timeout, || async {
         let now = connected_hosts(node, opts).await.unwrap_or_default();
         let missing: Vec<&String> = before.difference(&now).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(ControlError::Conflict(format!(
+        Ok(match missing.is_empty() {
+            true => Polled::Done(()),
+            false => Polled::Waiting(format!(
                 "hosts {missing:?} did not reconnect to storage node {} within {} s",
                 node.name,
                 opts.restart_timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(opts.poll).await;
-    }
+            )),
+        })
+    })
+    .await
 }
 
 /// Waits until `node` is registered again by a process started after `before`.
@@ -376,22 +373,17 @@ async fn wait_restarted(
     before: &NodeRecord,
     opts: &UpgradeOptions,
 ) -> Result<NodeRecord, ControlError> {
-    let deadline = Instant::now() + opts.restart_timeout;
-    loop {
-        if let Some(now) = get_node(store, &before.name).await?
-            && now.started_unix_ms > before.started_unix_ms
-        {
-            return Ok(now);
-        }
-        if Instant::now() > deadline {
-            return Err(ControlError::Conflict(format!(
+    poll_until(opts.poll, opts.restart_timeout, || async {
+        Ok(match get_node(store, &before.name).await? {
+            Some(now) if now.started_unix_ms > before.started_unix_ms => Polled::Done(now),
+            _ => Polled::Waiting(format!(
                 "node {} did not come back within {} s after the upgrade request (see its log)",
                 before.name,
                 opts.restart_timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(opts.poll).await;
-    }
+            )),
+        })
+    })
+    .await
 }
 
 /// Moves `volume` to `to` and waits until `to` owns it and serves it.
@@ -402,21 +394,21 @@ async fn move_and_wait(
     to: &str,
 ) -> Result<(), ControlError> {
     request_move(store, volume, to).await?;
-    let deadline = Instant::now() + opts.move_timeout;
-    loop {
+    poll_until(opts.poll, opts.move_timeout, || async {
         let owner = meta::schema::current_owner(store, volume).await?;
         let status = volume_status(store, volume).await?;
-        if owner.is_some_and(|o| o.value.node == to) && status.is_some_and(|s| s.owner == to) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(ControlError::Conflict(format!(
-                "volume {volume} did not move to {to} within {} s",
-                opts.move_timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(opts.poll).await;
-    }
+        Ok(
+            match owner.is_some_and(|o| o.value.node == to) && status.is_some_and(|s| s.owner == to)
+            {
+                true => Polled::Done(()),
+                false => Polled::Waiting(format!(
+                    "volume {volume} did not move to {to} within {} s",
+                    opts.move_timeout.as_secs()
+                )),
+            },
+        )
+    })
+    .await
 }
 
 async fn volume_status(
@@ -467,21 +459,46 @@ async fn wait_healthy(
     opts: &UpgradeOptions,
     since_unix_ms: u64,
 ) -> Result<(), ControlError> {
-    let deadline = Instant::now() + opts.settle_timeout;
-    loop {
+    poll_until(opts.poll, opts.settle_timeout, || async {
         let bad = unhealthy_since(store, since_unix_ms).await?;
-        if bad.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let why: Vec<String> = bad.into_values().collect();
-            return Err(ControlError::Conflict(format!(
+        Ok(match bad.is_empty() {
+            true => Polled::Done(()),
+            false => Polled::Waiting(format!(
                 "volumes not healthy {} s after the restart: {}",
                 opts.settle_timeout.as_secs(),
-                why.join("; ")
-            )));
+                bad.into_values().collect::<Vec<_>>().join("; ")
+            )),
+        })
+    })
+    .await
+}
+
+/// What one look at the cluster found: the awaited value, or why it is not there yet
+/// (the error once the time is up).
+enum Polled<T> {
+    Done(T),
+    Waiting(String),
+}
+
+/// Looks every `poll` until `check` is done, for at most `timeout`.
+async fn poll_until<T, F, Fut>(
+    poll: Duration,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T, ControlError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Polled<T>, ControlError>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await? {
+            Polled::Done(v) => return Ok(v),
+            Polled::Waiting(why) if Instant::now() > deadline => {
+                return Err(ControlError::Conflict(why));
+            }
+            Polled::Waiting(_) => tokio::time::sleep(poll).await,
         }
-        tokio::time::sleep(opts.poll).await;
     }
 }
 
