@@ -52,6 +52,34 @@ pub enum Command {
     Discover(DiscoverArgs),
     /// Measure a device, a file or an NVMe/TCP namespace (fio-like, with verification).
     Bench(bench_cmd::BenchArgs),
+    /// Generate a DH-HMAC-CHAP secret (`DHHC-1:..`, like `nvme gen-dhchap-key`) for
+    /// `ferrobay node host allow --dhchap-secret` and `nvme connect --dhchap-secret`.
+    GenDhchapKey(GenDhchapKeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenDhchapKeyArgs {
+    /// Hash that transforms the secret: 0 none, 1 SHA-256, 2 SHA-384, 3 SHA-512.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub hmac: u8,
+    /// Key length in bytes: 32, 48 or 64 (default: the hash's length, 32 for none).
+    #[arg(long, value_parser = ["32", "48", "64"])]
+    pub key_length: Option<String>,
+}
+
+fn gen_dhchap_key(a: GenDhchapKeyArgs) -> anyhow::Result<ExitCode> {
+    use rand::RngCore as _;
+    let len = match (a.key_length.as_deref(), a.hmac) {
+        (Some(l), _) => l.parse::<usize>()?,
+        (None, 2) => 48,
+        (None, 3) => 64,
+        (None, _) => 32,
+    };
+    let mut key = zeroize::Zeroizing::new(vec![0u8; len]);
+    rand::rng().fill_bytes(&mut key);
+    let s = nvme_proto::auth::DhchapSecret::new(a.hmac, &key)?;
+    println!("{}", &*s.to_dhhc1());
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +106,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Predictions(a) => predictions_cmd::run(a).await,
         Command::Discover(a) => discover_cmd::run(a).await,
         Command::Bench(a) => bench_cmd::run(a).await,
+        Command::GenDhchapKey(a) => gen_dhchap_key(a),
     }
 }
 
