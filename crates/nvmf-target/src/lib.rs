@@ -61,7 +61,7 @@ mod target;
 mod transport;
 
 pub use ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, AnaState};
-pub use auth::{AuthExchange, AuthRandom, DhchapHostConfig, OsAuthRandom};
+pub use auth::{AuthExchange, AuthRandom, DhchapHostConfig, OsAuthRandom, fuzz_auth_exchange};
 pub use config::{
     ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, DiscoveryControllerType, KvNamespaceConfig,
     MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,
