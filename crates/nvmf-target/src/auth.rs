@@ -429,6 +429,141 @@ impl AuthExchange {
     }
 }
 
+/// Fuzzing entry point for the exchange (`fuzz/fuzz_targets/auth_exchange.rs`): `data`
+/// drives one [`AuthExchange`] with fixed randomness through a sequence of operations,
+/// each a tag byte and its operands:
+///
+/// - `0`, len (u16 LE), bytes: Authentication Send of those bytes (also fed to every
+///   message decoder);
+/// - `1`, al (u16 LE): Authentication Receive;
+/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group;
+/// - `3`, flags: a DH-HMAC-CHAP_Reply computed correctly from the last challenge
+///   received (flags bit 0: ask for bidirectional authentication, bit 1: corrupt R1,
+///   bit 2: wrong T_ID), so that the deeper states are reached too;
+/// - `4`: Success2 of the current transaction.
+///
+/// The first byte picks the configuration (bit 0: a controller secret). Nothing may
+/// panic; returns how many times the queue ended authenticated after an operation.
+pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
+    use nvme_proto::auth::{ProtocolDescriptor, Success2};
+    struct Fixed;
+    impl AuthRandom for Fixed {
+        fn fill(&self, buf: &mut [u8]) {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+            }
+        }
+    }
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f0f0f0f0-0000-4000-8000-000000000001";
+    const SUB: &str = "nqn.2026-01.io.ferrobay:fuzz";
+    let Some((&cfg_byte, mut rest)) = data.split_first() else {
+        return 0;
+    };
+    let (Ok(secret), Ok(ctrl)) = (
+        DhchapSecret::new(1, &[0x5A; 32]),
+        DhchapSecret::new(2, &[0xA5; 48]),
+    ) else {
+        return 0;
+    };
+    let cfg = Arc::new(DhchapHostConfig {
+        dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048],
+        ..DhchapHostConfig::new(secret.clone(), (cfg_byte & 1 != 0).then_some(ctrl))
+    });
+    let mut x = AuthExchange::new(cfg, HOST, SUB);
+    let mut last_challenge: Option<Challenge> = None;
+    let mut t_id = 0u16;
+    let mut authenticated = 0;
+    let take = |r: &mut &[u8], n: usize| -> Option<Vec<u8>> {
+        if r.len() < n {
+            return None;
+        }
+        let (a, b) = r.split_at(n);
+        *r = b;
+        Some(a.to_vec())
+    };
+    while let Some(op) = take(&mut rest, 1) {
+        match op[0] % 5 {
+            0 => {
+                let Some(l) = take(&mut rest, 2) else { break };
+                let n = (u16::from_le_bytes([l[0], l[1]]) as usize).min(rest.len());
+                let Some(m) = take(&mut rest, n) else { break };
+                let _ = AuthMessage::decode(&m);
+                let _ = Negotiate::decode(&m);
+                let _ = Challenge::decode(&m);
+                let _ = Reply::decode(&m);
+                let _ = Success1::decode(&m);
+                let _ = Failure::decode(&m);
+                x.on_send(&m, &Fixed);
+            }
+            1 => {
+                let Some(l) = take(&mut rest, 2) else { break };
+                let r = x.on_receive(u32::from(u16::from_le_bytes([l[0], l[1]])));
+                if let Ok(c) = Challenge::decode(&r.message) {
+                    last_challenge = Some(c);
+                }
+            }
+            2 => {
+                let Some(p) = take(&mut rest, 3) else { break };
+                t_id = u16::from(p[0]);
+                let n = Negotiate {
+                    t_id,
+                    sc_c: 0,
+                    protocols: vec![ProtocolDescriptor::dhchap(&[p[1] % 4], &[p[2] % 3])],
+                };
+                x.on_send(&n.to_bytes(), &Fixed);
+            }
+            3 => {
+                let Some(f) = take(&mut rest, 1) else { break };
+                let Some(ch) = &last_challenge else { continue };
+                let (Some(hash), Some(group)) =
+                    (HashId::from_u8(ch.hash_id), DhGroup::from_u8(ch.dh_group))
+                else {
+                    continue;
+                };
+                let (dhv, ks) = if group == DhGroup::Null {
+                    (Vec::new(), None)
+                } else {
+                    let Ok(k) = DhKeyPair::generate(group, &[0x33; PRIVATE_BYTES]) else {
+                        continue;
+                    };
+                    match k.shared_secret(&ch.dhv) {
+                        Ok(s) => (k.public().to_vec(), Some(s)),
+                        Err(_) => continue,
+                    }
+                };
+                let input = ResponseInput {
+                    seqnum: ch.seqnum,
+                    t_id: ch.t_id,
+                    host_nqn: HOST,
+                    subsys_nqn: SUB,
+                };
+                let e = effective_challenge(hash, ks.as_deref().map(|v| &v[..]), &ch.cval);
+                let mut rval = host_response(hash, &secret.transformed(HOST), &e, &input).to_vec();
+                if f[0] & 2 != 0
+                    && let Some(b) = rval.first_mut()
+                {
+                    *b ^= 1;
+                }
+                let reply = Reply {
+                    t_id: if f[0] & 4 != 0 { ch.t_id ^ 1 } else { ch.t_id },
+                    seqnum: if f[0] & 1 != 0 { 9 } else { 0 },
+                    c2: (f[0] & 1 != 0).then(|| vec![0x44; hash.len()]),
+                    rval,
+                    dhv,
+                };
+                x.on_send(&reply.to_bytes(), &Fixed);
+            }
+            _ => {
+                x.on_send(&Success2 { t_id }.to_bytes(), &Fixed);
+            }
+        }
+        if x.authenticated() {
+            authenticated += 1;
+        }
+    }
+    authenticated
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,139 +794,4 @@ mod tests {
         ));
         assert!(x.on_receive(2).failure.is_some());
     }
-}
-
-/// Fuzzing entry point for the exchange (`fuzz/fuzz_targets/auth_exchange.rs`): `data`
-/// drives one [`AuthExchange`] with fixed randomness through a sequence of operations,
-/// each a tag byte and its operands:
-///
-/// - `0`, len (u16 LE), bytes: Authentication Send of those bytes (also fed to every
-///   message decoder);
-/// - `1`, al (u16 LE): Authentication Receive;
-/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group;
-/// - `3`, flags: a DH-HMAC-CHAP_Reply computed correctly from the last challenge
-///   received (flags bit 0: ask for bidirectional authentication, bit 1: corrupt R1,
-///   bit 2: wrong T_ID), so that the deeper states are reached too;
-/// - `4`: Success2 of the current transaction.
-///
-/// The first byte picks the configuration (bit 0: a controller secret). Nothing may
-/// panic; returns how many times the queue ended authenticated after an operation.
-pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
-    use nvme_proto::auth::{ProtocolDescriptor, Success2};
-    struct Fixed;
-    impl AuthRandom for Fixed {
-        fn fill(&self, buf: &mut [u8]) {
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = (i as u8).wrapping_mul(37).wrapping_add(11);
-            }
-        }
-    }
-    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f0f0f0f0-0000-4000-8000-000000000001";
-    const SUB: &str = "nqn.2026-01.io.ferrobay:fuzz";
-    let Some((&cfg_byte, mut rest)) = data.split_first() else {
-        return 0;
-    };
-    let (Ok(secret), Ok(ctrl)) = (
-        DhchapSecret::new(1, &[0x5A; 32]),
-        DhchapSecret::new(2, &[0xA5; 48]),
-    ) else {
-        return 0;
-    };
-    let cfg = Arc::new(DhchapHostConfig {
-        dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048],
-        ..DhchapHostConfig::new(secret.clone(), (cfg_byte & 1 != 0).then_some(ctrl))
-    });
-    let mut x = AuthExchange::new(cfg, HOST, SUB);
-    let mut last_challenge: Option<Challenge> = None;
-    let mut t_id = 0u16;
-    let mut authenticated = 0;
-    let take = |r: &mut &[u8], n: usize| -> Option<Vec<u8>> {
-        if r.len() < n {
-            return None;
-        }
-        let (a, b) = r.split_at(n);
-        *r = b;
-        Some(a.to_vec())
-    };
-    while let Some(op) = take(&mut rest, 1) {
-        match op[0] % 5 {
-            0 => {
-                let Some(l) = take(&mut rest, 2) else { break };
-                let n = (u16::from_le_bytes([l[0], l[1]]) as usize).min(rest.len());
-                let Some(m) = take(&mut rest, n) else { break };
-                let _ = AuthMessage::decode(&m);
-                let _ = Negotiate::decode(&m);
-                let _ = Challenge::decode(&m);
-                let _ = Reply::decode(&m);
-                let _ = Success1::decode(&m);
-                let _ = Failure::decode(&m);
-                x.on_send(&m, &Fixed);
-            }
-            1 => {
-                let Some(l) = take(&mut rest, 2) else { break };
-                let r = x.on_receive(u32::from(u16::from_le_bytes([l[0], l[1]])));
-                if let Ok(c) = Challenge::decode(&r.message) {
-                    last_challenge = Some(c);
-                }
-            }
-            2 => {
-                let Some(p) = take(&mut rest, 3) else { break };
-                t_id = u16::from(p[0]);
-                let n = Negotiate {
-                    t_id,
-                    sc_c: 0,
-                    protocols: vec![ProtocolDescriptor::dhchap(&[p[1] % 4], &[p[2] % 3])],
-                };
-                x.on_send(&n.to_bytes(), &Fixed);
-            }
-            3 => {
-                let Some(f) = take(&mut rest, 1) else { break };
-                let Some(ch) = &last_challenge else { continue };
-                let (Some(hash), Some(group)) =
-                    (HashId::from_u8(ch.hash_id), DhGroup::from_u8(ch.dh_group))
-                else {
-                    continue;
-                };
-                let (dhv, ks) = if group == DhGroup::Null {
-                    (Vec::new(), None)
-                } else {
-                    let Ok(k) = DhKeyPair::generate(group, &[0x33; PRIVATE_BYTES]) else {
-                        continue;
-                    };
-                    match k.shared_secret(&ch.dhv) {
-                        Ok(s) => (k.public().to_vec(), Some(s)),
-                        Err(_) => continue,
-                    }
-                };
-                let input = ResponseInput {
-                    seqnum: ch.seqnum,
-                    t_id: ch.t_id,
-                    host_nqn: HOST,
-                    subsys_nqn: SUB,
-                };
-                let e = effective_challenge(hash, ks.as_deref().map(|v| &v[..]), &ch.cval);
-                let mut rval = host_response(hash, &secret.transformed(HOST), &e, &input).to_vec();
-                if f[0] & 2 != 0
-                    && let Some(b) = rval.first_mut()
-                {
-                    *b ^= 1;
-                }
-                let reply = Reply {
-                    t_id: if f[0] & 4 != 0 { ch.t_id ^ 1 } else { ch.t_id },
-                    seqnum: if f[0] & 1 != 0 { 9 } else { 0 },
-                    c2: (f[0] & 1 != 0).then(|| vec![0x44; hash.len()]),
-                    rval,
-                    dhv,
-                };
-                x.on_send(&reply.to_bytes(), &Fixed);
-            }
-            _ => {
-                x.on_send(&Success2 { t_id }.to_bytes(), &Fixed);
-            }
-        }
-        if x.authenticated() {
-            authenticated += 1;
-        }
-    }
-    authenticated
 }

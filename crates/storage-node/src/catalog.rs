@@ -504,7 +504,7 @@ impl Catalog {
         rec.to_target_config()
             .map_err(CatalogError::InvalidDhchap)?;
         self.change_subsystem(nqn, |s| {
-            if !s.allowed_hosts.iter().any(|h| *h == rec.host_nqn) {
+            if !s.allowed_hosts.contains(&rec.host_nqn) {
                 s.allowed_hosts.push(rec.host_nqn.clone());
                 s.allowed_hosts.sort();
             }
