@@ -203,6 +203,11 @@ impl QueueContext {
         if let Err(e) = f.check() {
             return invalid_field(&e);
         }
+        // An exchange in progress is traffic: it keeps the controller alive (the host
+        // cannot send Keep Alive before it authenticated).
+        if let Some(q) = &self.queue {
+            q.ctrl.touch_keepalive();
+        }
         let data = data.unwrap_or(&[]);
         if data.len() != f.tl as usize {
             return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44);
@@ -254,6 +259,9 @@ impl QueueContext {
         // Messages are at most 4 KiB; a host asking for far more gets no buffer that big.
         if f.al as usize > 16 * nvme_proto::auth::MAX_MESSAGE_BYTES {
             return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44);
+        }
+        if let Some(q) = &self.queue {
+            q.ctrl.touch_keepalive();
         }
         let Some(auth) = self.auth.as_mut() else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
