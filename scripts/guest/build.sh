@@ -123,6 +123,10 @@ else
     X=$CACHE/x
     extract_debs "$X" "linux-image-$KVER" "${NVME_PKGS[@]}"
     MODSRC=$X/lib/modules/$KVER
+    # Debian 13's kernels ship their modules under /usr/lib (merged /usr).
+    if [ ! -e "$MODSRC" ] && [ -d "$X/usr/lib/modules/$KVER" ]; then
+        mkdir -p "$X/lib/modules"; ln -s "../../usr/lib/modules/$KVER" "$MODSRC"
+    fi
     [ -f "$MODSRC/modules.dep" ] || depmod -b "$X" "$KVER"
 
     ROOT=$CACHE/root
@@ -151,8 +155,10 @@ else
         mkdir -p "$MODDST/$(dirname "$rel")"
         cp "$ko" "$MODDST/$rel"
     done
+    # busybox insmod loads plain .ko files: decompress xz-compressed modules (Debian 13).
+    find "$MODDST" -name '*.ko.xz' -exec xz -d {} +
     # shellcheck disable=SC2086
-    closure $BOOT_MODS | sed "s|^$MODSRC/||" > "$ROOT/lib/modules/boot.list"
+    closure $BOOT_MODS | sed "s|^$MODSRC/||; s|\.ko\.xz$|.ko|" > "$ROOT/lib/modules/boot.list"
     cp "$MODSRC/modules.order" "$MODSRC/modules.builtin" "$MODSRC/modules.builtin.modinfo" "$MODDST/" 2>/dev/null || true
     depmod -b "$ROOT" "$KVER"
 
@@ -166,9 +172,16 @@ else
     # this saves ~10 s of in-guest xz decompression per boot. (The same method
     # as the kernel's scripts/extract-vmlinux.)
     VMLINUZ=$X/boot/vmlinuz-$KVER
-    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$VMLINUZ" | head -n1 | cut -d: -f1)
-    [ -n "$off" ] || die "no xz stream in $VMLINUZ"
-    tail -c +$((off + 1)) "$VMLINUZ" | xz -dc --single-stream > "$OUT/vmlinux.tmp" 2>/dev/null || true
+    # Debian 12 compresses the kernel with xz, Debian 13 with zstd.
+    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$VMLINUZ" | head -n1 | cut -d: -f1 || true)
+    if [ -n "$off" ]; then
+        tail -c +$((off + 1)) "$VMLINUZ" | xz -dc --single-stream > "$OUT/vmlinux.tmp" 2>/dev/null || true
+    else
+        off=$(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$VMLINUZ" | head -n1 | cut -d: -f1 || true)
+        [ -n "$off" ] || die "no xz or zstd stream in $VMLINUZ"
+        command -v zstd >/dev/null || die "zstd is needed to unpack $VMLINUZ"
+        tail -c +$((off + 1)) "$VMLINUZ" | zstd -dc > "$OUT/vmlinux.tmp" 2>/dev/null || true
+    fi
     [ "$(head -c 4 "$OUT/vmlinux.tmp" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] ||
         die "could not extract an ELF vmlinux from $VMLINUZ"
     mv -f "$OUT/vmlinux.tmp" "$OUT/vmlinux"

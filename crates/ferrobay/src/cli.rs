@@ -56,6 +56,34 @@ pub enum Command {
     Cluster(cluster_cmd::ClusterArgs),
     /// This build: its version and the cluster protocols it speaks (--json for tools).
     Version(cluster_cmd::VersionArgs),
+    /// Generate a DH-HMAC-CHAP secret (`DHHC-1:..`, like `nvme gen-dhchap-key`) for
+    /// `ferrobay node host allow --dhchap-secret` and `nvme connect --dhchap-secret`.
+    GenDhchapKey(GenDhchapKeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenDhchapKeyArgs {
+    /// Hash that transforms the secret: 0 none, 1 SHA-256, 2 SHA-384, 3 SHA-512.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub hmac: u8,
+    /// Key length in bytes: 32, 48 or 64 (default: the hash's length, 32 for none).
+    #[arg(long, value_parser = ["32", "48", "64"])]
+    pub key_length: Option<String>,
+}
+
+fn gen_dhchap_key(a: GenDhchapKeyArgs) -> anyhow::Result<ExitCode> {
+    use rand::RngCore as _;
+    let len = match (a.key_length.as_deref(), a.hmac) {
+        (Some(l), _) => l.parse::<usize>()?,
+        (None, 2) => 48,
+        (None, 3) => 64,
+        (None, _) => 32,
+    };
+    let mut key = zeroize::Zeroizing::new(vec![0u8; len]);
+    rand::rng().fill_bytes(&mut key);
+    let s = nvme_proto::auth::DhchapSecret::new(a.hmac, &key)?;
+    println!("{}", &*s.to_dhhc1());
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug)]
@@ -84,6 +112,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(a) => bench_cmd::run(a).await,
         Command::Cluster(a) => cluster_cmd::run(a).await,
         Command::Version(a) => cluster_cmd::version(&a),
+        Command::GenDhchapKey(a) => gen_dhchap_key(a),
     }
 }
 

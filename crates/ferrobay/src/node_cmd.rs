@@ -254,12 +254,15 @@ pub enum NsCommand {
 pub enum HostCommand {
     /// Subsystems with their allowed hosts and connected controllers.
     List(ApiArgs),
-    /// Allow a host NQN to connect to a subsystem (turns off allow-any-host).
+    /// Allow a host NQN to connect to a subsystem (turns off allow-any-host); with
+    /// --dhchap-secret the host must also authenticate with DH-HMAC-CHAP.
     Allow {
         #[command(flatten)]
         api: ApiArgs,
         nqn: String,
         host_nqn: String,
+        #[command(flatten)]
+        dhchap: DhchapArgs,
     },
     Deny {
         #[command(flatten)]
@@ -275,6 +278,62 @@ pub enum HostCommand {
         #[arg(value_parser = ["on", "off"])]
         mode: String,
     },
+}
+
+/// DH-HMAC-CHAP options of `node host allow`. Secrets are a file holding the `DHHC-1:..`
+/// line (`ferrobay gen-dhchap-key > FILE`), or the `DHHC-1:..` string itself (which then
+/// shows in the process list: prefer files).
+#[derive(Args, Debug, Default)]
+pub struct DhchapArgs {
+    /// The host's secret: FILE or DHHC-1:.. (what the host passes to
+    /// `nvme connect --dhchap-secret`).
+    #[arg(long, value_name = "FILE|DHHC-1:..")]
+    pub dhchap_secret: Option<String>,
+    /// The controller's secret, for hosts that authenticate the controller too
+    /// (`nvme connect --dhchap-ctrl-secret`): FILE or DHHC-1:..
+    #[arg(long, value_name = "FILE|DHHC-1:..", requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<String>,
+    /// Accepted hash functions, preferred first (sha256,sha384,sha512).
+    #[arg(long, value_delimiter = ',', requires = "dhchap_secret")]
+    pub dhchap_hash: Vec<String>,
+    /// Accepted DH groups, preferred first (ffdhe2048,...,ffdhe8192,null).
+    #[arg(long, value_delimiter = ',', requires = "dhchap_secret")]
+    pub dhchap_dhgroup: Vec<String>,
+}
+
+/// A secret given as FILE or as the DHHC-1 string, checked here so that a typo is caught
+/// before it reaches the node. Errors never contain the secret.
+fn read_dhchap_secret(arg: &str, what: &str) -> anyhow::Result<String> {
+    let text = if arg.starts_with("DHHC-1:") {
+        arg.to_string()
+    } else {
+        std::fs::read_to_string(arg).with_context(|| format!("{what}: reading {arg}"))?
+    };
+    let text = text.trim().to_string();
+    nvme_proto::auth::DhchapSecret::parse(&text).with_context(|| format!("{what} ({arg})"))?;
+    Ok(text)
+}
+
+fn host_request(host_nqn: &str, d: &DhchapArgs) -> anyhow::Result<storage_node::api::HostRequest> {
+    let mut r = storage_node::api::HostRequest::new(host_nqn);
+    if let Some(s) = &d.dhchap_secret {
+        r.dhchap_secret = Some(read_dhchap_secret(s, "--dhchap-secret")?);
+    }
+    if let Some(s) = &d.dhchap_ctrl_secret {
+        r.dhchap_ctrl_secret = Some(read_dhchap_secret(s, "--dhchap-ctrl-secret")?);
+    }
+    for h in &d.dhchap_hash {
+        nvme_proto::auth::HashId::parse(h)
+            .with_context(|| format!("--dhchap-hash {h:?}: expected sha256, sha384 or sha512"))?;
+    }
+    for g in &d.dhchap_dhgroup {
+        nvme_proto::auth::DhGroup::parse(g).with_context(|| {
+            format!("--dhchap-dhgroup {g:?}: expected ffdhe2048..ffdhe8192 or null")
+        })?;
+    }
+    r.dhchap_hashes = d.dhchap_hash.clone();
+    r.dhchap_dhgroups = d.dhchap_dhgroup.clone();
+    Ok(r)
 }
 
 /// The endpoints file a running node writes into its data dir.
@@ -552,8 +611,14 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
             let v = client(&api)?.subsystems().await?;
             return print(api.json, &v, |v| subsystems_table(v)).map(|_| ExitCode::SUCCESS);
         }
-        HostCommand::Allow { api, nqn, host_nqn } => {
-            let v = client(&api)?.allow_host(&nqn, &host_nqn).await?;
+        HostCommand::Allow {
+            api,
+            nqn,
+            host_nqn,
+            dhchap,
+        } => {
+            let req = host_request(&host_nqn, &dhchap)?;
+            let v = client(&api)?.allow_host_with(&nqn, &req).await?;
             (api, v)
         }
         HostCommand::Deny { api, nqn, host_nqn } => {

@@ -7,6 +7,7 @@
 // Tests may unwrap: a panic there is a failed test, not a crash on input.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod auth;
 pub mod bytes;
 pub mod command;
 pub mod completion;

@@ -141,6 +141,9 @@ impl Status {
     pub const CONNECT_CONTROLLER_BUSY: Status = Status::new(sct::COMMAND_SPECIFIC, 0x81);
     pub const CONNECT_INVALID_PARAMETERS: Status = Status::new(sct::COMMAND_SPECIFIC, 0x82);
     pub const CONNECT_RESTART_DISCOVERY: Status = Status::new(sct::COMMAND_SPECIFIC, 0x83);
+    /// Authentication Required (fabrics, 91h): a command other than Authentication
+    /// Send/Receive on a queue that has not authenticated yet (Linux NVME_SC_AUTH_REQUIRED).
+    pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x91);
     pub const CONNECT_INVALID_HOST: Status = Status::new(sct::COMMAND_SPECIFIC, 0x84);
 
     // Media and data integrity errors (SCT 2).

@@ -110,6 +110,9 @@ pub enum HostError {
         /// Which parameter was invalid, for Connect Invalid Parameters; else empty.
         detail: String,
     },
+    /// DH-HMAC-CHAP authentication of a queue failed (or could not start).
+    #[error("DH-HMAC-CHAP authentication{} failed: {reason}", qid_text(*qid))]
+    Authentication { qid: u16, reason: String },
     /// A command completed with an error status.
     #[error("{command} failed: {} (SCT {} SC {:#x}{})", status_text(*status), status.sct, status.sc, if status.dnr { ", DNR" } else { "" })]
     Status {

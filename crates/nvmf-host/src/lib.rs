@@ -77,7 +77,9 @@ pub mod queue;
 pub mod status_text;
 pub mod url;
 
-pub use controller::{ConnectOptions, Controller, ControllerState, ControllerStatus};
+pub use controller::{
+    ConnectOptions, Controller, ControllerState, ControllerStatus, DhchapCredentials,
+};
 pub use discovery::{DiscoveryEntry, discover, discover_all, format_discovery_log};
 pub use host_identity::HostIdentity;
 pub use kv::{AnyKvNamespace, BufResult, KvError, KvNamespace, KvNamespaceInfo, KvPage, StoreMode};

@@ -34,6 +34,7 @@
 //! enforce on I/O.
 
 mod ana;
+pub mod auth;
 mod cmd;
 mod config;
 mod controller;
@@ -60,6 +61,7 @@ mod target;
 mod transport;
 
 pub use ana::{ANA_MAX_GROUPS, ANA_TRANSITION_TIME_S, AnaState};
+pub use auth::{AuthExchange, AuthRandom, DhchapHostConfig, OsAuthRandom, fuzz_auth_exchange};
 pub use config::{
     ADMIN_IN_CAPSULE_BYTES, DEFAULT_ANA_GROUP, DiscoveryControllerType, KvNamespaceConfig,
     MIN_MAXH2CDATA_BYTES, NamespaceConfig, PAGE_BYTES, SubsystemConfig, TargetConfig,

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
+use crate::auth::DhchapHostConfig;
 use crate::controller::Controller;
 use crate::namespace::Namespace;
 use crate::sync::{lock, read, write};
@@ -26,6 +27,8 @@ pub(crate) struct Subsystem {
     pub model: String,
     pub kind: SubsysKind,
     pub access: RwLock<Access>,
+    /// DH-HMAC-CHAP requirements per host NQN: a host listed here must authenticate.
+    pub dhchap: RwLock<BTreeMap<String, Arc<DhchapHostConfig>>>,
     pub namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     /// Bumped on every namespace change; connections cache namespace lookups against it.
     pub ns_generation: AtomicU64,
@@ -48,6 +51,7 @@ impl Subsystem {
             model,
             kind,
             access: RwLock::new(access),
+            dhchap: RwLock::new(BTreeMap::new()),
             namespaces: RwLock::new(BTreeMap::new()),
             ns_generation: AtomicU64::new(1),
             controllers: Mutex::new(BTreeMap::new()),
@@ -58,6 +62,11 @@ impl Subsystem {
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         let a = read(&self.access);
         a.allow_any || a.hosts.contains(hostnqn)
+    }
+
+    /// What `hostnqn` must authenticate with, if anything.
+    pub fn dhchap_for(&self, hostnqn: &str) -> Option<Arc<DhchapHostConfig>> {
+        read(&self.dhchap).get(hostnqn).cloned()
     }
 
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {

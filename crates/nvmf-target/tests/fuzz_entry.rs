@@ -3,7 +3,8 @@
 //! `FUZZ_CASES=N` runs more mutations.
 
 use nvmf_target::{
-    fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session, fuzz_seed_kv_session,
+    fuzz_auth_exchange, fuzz_one_connection, fuzz_seed_admin_session, fuzz_seed_io_session,
+    fuzz_seed_kv_session,
 };
 use proptest::prelude::*;
 
@@ -95,5 +96,34 @@ fn fuzz_corpus_seeds_match() {
             nvmf_target::fuzz_one_connection(&bytes) > 0,
             "{name}: the target answers the seed session"
         );
+    }
+}
+
+/// The DH-HMAC-CHAP exchange's entry point: a scripted good exchange authenticates (null
+/// group and ffdhe2048, one and both directions), bad ones do not, and arbitrary inputs
+/// never panic.
+#[test]
+fn auth_exchange_entry() {
+    assert_eq!(fuzz_auth_exchange(&[]), 0);
+    // Negotiate (T_ID 7, SHA-256, null), Receive, Reply, Receive (Success1).
+    let good = [0u8, 2, 7, 1, 0, 1, 0, 16, 3, 0, 1, 0, 16];
+    assert!(fuzz_auth_exchange(&good) > 0);
+    let ffdhe = [0u8, 2, 7, 1, 1, 1, 0, 16, 3, 0, 1, 0, 16];
+    assert!(fuzz_auth_exchange(&ffdhe) > 0);
+    // Bidirectional (controller secret, C2), then Success2.
+    let bidi = [1u8, 2, 7, 3, 1, 1, 0, 16, 3, 1, 1, 0, 16, 4];
+    assert!(fuzz_auth_exchange(&bidi) > 0);
+    // Corrupted response, wrong T_ID, bidirectional without a controller secret.
+    for f in [2u8, 4, 1] {
+        let bad = [0u8, 2, 7, 1, 0, 1, 0, 16, 3, f, 1, 0, 16, 4];
+        assert_eq!(fuzz_auth_exchange(&bad), 0, "flags {f}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #[test]
+    fn auth_exchange_survives_anything(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        fuzz_auth_exchange(&data);
     }
 }

@@ -143,6 +143,9 @@ pub struct SubsystemView {
     pub drive: String,
     pub allow_any_host: bool,
     pub allowed_hosts: Vec<String>,
+    /// Hosts that must authenticate with DH-HMAC-CHAP (their secrets are never shown).
+    #[serde(default)]
+    pub dhchap_hosts: Vec<String>,
     pub namespaces: Vec<u32>,
     /// Controllers connected now: (cntlid, host NQN).
     #[schema(value_type = Vec<Vec<Object>>)]
@@ -150,10 +153,50 @@ pub struct SubsystemView {
 }
 
 /// `POST /api/v1/subsystems/{nqn}/hosts`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostRequest {
     pub host_nqn: String,
+    /// The host's DH-HMAC-CHAP secret (`DHHC-1:..`): the host must then authenticate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_secret: Option<String>,
+    /// The controller's secret, for hosts that authenticate the controller too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_secret: Option<String>,
+    /// Accepted hash functions, preferred first (default: sha256, sha384, sha512).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhchap_hashes: Vec<String>,
+    /// Accepted DH groups, preferred first (default: ffdhe2048..ffdhe8192, null).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhchap_dhgroups: Vec<String>,
+}
+
+impl std::fmt::Debug for HostRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRequest")
+            .field("host_nqn", &self.host_nqn)
+            .field(
+                "dhchap_secret",
+                &self.dhchap_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "dhchap_ctrl_secret",
+                &self.dhchap_ctrl_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostRequest {
+    pub fn new(host_nqn: &str) -> Self {
+        HostRequest {
+            host_nqn: host_nqn.to_string(),
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
+            dhchap_hashes: Vec::new(),
+            dhchap_dhgroups: Vec::new(),
+        }
+    }
 }
 
 /// `PUT /api/v1/subsystems/{nqn}/allow_any_host`.

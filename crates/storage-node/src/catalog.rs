@@ -14,8 +14,8 @@ use uuid::Uuid;
 use crate::extent::{EXTENT_UNIT_BYTES, ExtentAllocator, ExtentError};
 use crate::naming::{self, NamespaceIds, NamingError};
 use crate::state::{
-    Attachment, DriveRecord, LoadSource, NamespaceKind, NamespaceRecord, NodeState, QosRecord,
-    ReservationState, StateError, StateFile, StateStore, SubsystemRecord,
+    Attachment, DhchapHostRecord, DriveRecord, LoadSource, NamespaceKind, NamespaceRecord,
+    NodeState, QosRecord, ReservationState, StateError, StateFile, StateStore, SubsystemRecord,
 };
 
 /// Highest NSID the node hands out in one subsystem (bounds per-subsystem state).
@@ -23,6 +23,9 @@ pub const MAX_NSID: u32 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
+    /// A DH-HMAC-CHAP record that does not parse (never names a secret).
+    #[error("{0}")]
+    InvalidDhchap(String),
     #[error("no subsystem {0}")]
     NoSuchSubsystem(String),
     #[error("no namespace {nsid} in {nqn}")]
@@ -245,6 +248,7 @@ impl Catalog {
             drive_uuid: uuid,
             allow_any_host: true,
             allowed_hosts: Vec::new(),
+            dhchap: Vec::new(),
         });
         if !whole_namespace {
             self.commit(next)?;
@@ -489,9 +493,33 @@ impl Catalog {
         })
     }
 
-    /// Removes `host` from the allow list of `nqn`.
+    /// Adds `host` to the allow list of `nqn` (if it is not there yet) and requires it to
+    /// authenticate with DH-HMAC-CHAP as `rec` says, replacing what it needed before.
+    pub fn allow_host_dhchap(
+        &mut self,
+        nqn: &str,
+        rec: DhchapHostRecord,
+    ) -> Result<SubsystemRecord, CatalogError> {
+        naming::validate_nqn(&rec.host_nqn)?;
+        rec.to_target_config()
+            .map_err(CatalogError::InvalidDhchap)?;
+        self.change_subsystem(nqn, |s| {
+            if !s.allowed_hosts.contains(&rec.host_nqn) {
+                s.allowed_hosts.push(rec.host_nqn.clone());
+                s.allowed_hosts.sort();
+            }
+            s.allow_any_host = false;
+            s.dhchap.retain(|d| d.host_nqn != rec.host_nqn);
+            s.dhchap.push(rec);
+            s.dhchap.sort_by(|a, b| a.host_nqn.cmp(&b.host_nqn));
+            Ok(())
+        })
+    }
+
+    /// Removes `host` from the allow list of `nqn` (and its DH-HMAC-CHAP secrets).
     pub fn deny_host(&mut self, nqn: &str, host: &str) -> Result<SubsystemRecord, CatalogError> {
         self.change_subsystem(nqn, |s| {
+            s.dhchap.retain(|d| d.host_nqn != host);
             let before = s.allowed_hosts.len();
             s.allowed_hosts.retain(|h| h != host);
             if s.allowed_hosts.len() == before {

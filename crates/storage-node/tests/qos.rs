@@ -1,5 +1,5 @@
 //! QoS limits of a storage node: set, listed, cleared, persisted across restarts in node
-//! state version 3, applied to the target, and a data dir written by the version 2
+//! state (version 3 and later), applied to the target, and a data dir written by the version 2
 //! program (the committed vector) brought up and upgraded.
 #![allow(clippy::unwrap_used)]
 
@@ -89,7 +89,11 @@ async fn a_version_2_data_dir_comes_up_and_keeps_limits_as_version_3() {
     node.set_qos(entry(None, Some(HOST), iops(700)))
         .await
         .unwrap();
-    assert_eq!(state_version(&data), 3, "the first save writes version 3");
+    assert_eq!(
+        state_version(&data),
+        storage_node::state::FORMAT_VERSION,
+        "the first save writes the current version"
+    );
     // Replacing a key's limits keeps one entry.
     node.set_qos(entry(None, Some(HOST), iops(800)))
         .await

@@ -7,6 +7,7 @@ use nvme_proto::fabrics::{
     PropertySize, connect_data_off, connect_sqe_off,
 };
 
+use super::auth::DhchapCredentials;
 use crate::error::{HostError, Result};
 use crate::queue::{Payload, QueuePair};
 
@@ -15,6 +16,7 @@ pub(crate) async fn connect_queue(
     q: &QueuePair,
     cmd: ConnectCommand,
     data: &ConnectData,
+    dhchap: Option<&DhchapCredentials>,
 ) -> Result<u16> {
     let mut buf = IoBuf::new_zeroed(ConnectData::BYTES);
     data.encode(&mut buf);
@@ -35,13 +37,25 @@ pub(crate) async fn connect_queue(
         });
     }
     let r = ConnectResponse::from_dw0(done.cqe.dw0);
-    if r.authreq != 0 {
+    if r.authreq & ConnectResponse::AUTHREQ_ASCR != 0 {
         return Err(HostError::invalid(
             format!("Connect to {} queue {}", q.addr(), cmd.qid),
-            format!(
-                "target requires in-band authentication (AUTHREQ {:#x}), which this host does not support",
-                r.authreq
-            ),
+            "target requires secure channel concatenation (AUTHREQ.ASCR), which this host does not support",
+        ));
+    }
+    if r.authreq & ConnectResponse::AUTHREQ_ATR != 0 {
+        let Some(creds) = dhchap else {
+            return Err(HostError::Authentication {
+                qid: cmd.qid,
+                reason: "the target requires DH-HMAC-CHAP authentication and no host secret was given (--dhchap-secret)".into(),
+            });
+        };
+        // One transaction per queue; the queue ID keeps them apart.
+        super::auth::authenticate(q, cmd.qid, creds, &data.hostnqn, &data.subnqn, cmd.qid).await?;
+    } else if r.authreq != 0 {
+        return Err(HostError::invalid(
+            format!("Connect to {} queue {}", q.addr(), cmd.qid),
+            format!("target sets unknown AUTHREQ bits {:#x}", r.authreq),
         ));
     }
     Ok(r.cntlid)

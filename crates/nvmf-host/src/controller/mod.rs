@@ -11,6 +11,7 @@
 //! ([`Controller::watch`]).
 
 mod admin;
+mod auth;
 mod enable;
 mod events;
 mod fabrics;
@@ -33,6 +34,7 @@ use nvme_proto::tcp::Digests;
 use tokio::sync::{Notify, watch};
 
 pub use admin::LOG_PAGE_CHUNK_BYTES;
+pub use auth::DhchapCredentials;
 pub use status::{ControllerState, ControllerStatus, ana_state_name};
 
 use crate::error::{HostError, Result};
@@ -82,6 +84,9 @@ pub struct ConnectOptions {
     /// `--disable-sqflow`): the target may then complete reads with the C2HData SUCCESS
     /// flag instead of a separate CapsuleResp.
     pub disable_sqflow: bool,
+    /// DH-HMAC-CHAP secrets, used when the target asks for authentication (AUTHREQ.ATR
+    /// in the Connect response); without them such a target is refused.
+    pub dhchap: Option<DhchapCredentials>,
 }
 
 impl Default for ConnectOptions {
@@ -103,6 +108,7 @@ impl Default for ConnectOptions {
             reconnect_delay_max_ms: 10_000,
             ctrl_loss_tmo_ms: Some(600_000),
             disable_sqflow: false,
+            dhchap: None,
         }
     }
 }

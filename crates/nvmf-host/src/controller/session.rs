@@ -79,7 +79,13 @@ pub(crate) async fn bring_up_admin(
         cattr: p.cattr(),
         kato_ms: p.opts.kato_ms,
     };
-    let cntlid = fabrics::connect_queue(admin, cmd, &p.connect_data(CNTLID_DYNAMIC)).await?;
+    let cntlid = fabrics::connect_queue(
+        admin,
+        cmd,
+        &p.connect_data(CNTLID_DYNAMIC),
+        p.opts.dhchap.as_ref(),
+    )
+    .await?;
     let cap = Cap::from_u64(fabrics::property_get(admin, reg::CAP, PropertySize::Eight).await?);
     let vs = Vs::from_u32(fabrics::property_get(admin, reg::VS, PropertySize::Four).await? as u32);
     enable::enable(admin, &cap).await?;
@@ -185,7 +191,7 @@ pub(crate) async fn connect_io_queues(
                 cattr: p.cattr(),
                 kato_ms: 0,
             };
-            let got = fabrics::connect_queue(q, cmd, data).await?;
+            let got = fabrics::connect_queue(q, cmd, data, p.opts.dhchap.as_ref()).await?;
             if got != cntlid {
                 return Err(HostError::invalid(
                     format!("Connect of I/O queue {qid} to {addr}"),

@@ -43,6 +43,8 @@ pub(crate) struct QueueContext {
     pub ns_cache: NsCache,
     /// Counter shard of this connection (see [`crate::stats`]).
     pub shard: usize,
+    /// DH-HMAC-CHAP state when the host must authenticate (set by Connect).
+    pub auth: Option<Box<crate::auth::AuthExchange>>,
 }
 
 impl QueueContext {
@@ -62,6 +64,7 @@ impl QueueContext {
             max_icd_bytes: ADMIN_IN_CAPSULE_BYTES as usize,
             pool: BufPool::new(),
             ns_cache: NsCache::default(),
+            auth: None,
         }
     }
 
@@ -81,6 +84,14 @@ impl QueueContext {
     ) -> Dispatch {
         if cmd.opcode() == admin::FABRICS {
             return self.exec_fabrics(cmd, data);
+        }
+        // Until the queue authenticated, only Authentication Send/Receive and Disconnect
+        // (fabrics, above) run: everything else is Authentication Required.
+        if self.auth.as_ref().is_some_and(|a| !a.authenticated()) {
+            if let Some(b) = data {
+                self.pool.put(b);
+            }
+            return Dispatch::Now(Outcome::status(Status::AUTH_REQUIRED.dnr()));
         }
         match &self.queue {
             None => Dispatch::Now(Outcome::status(Status::COMMAND_SEQUENCE_ERROR)),

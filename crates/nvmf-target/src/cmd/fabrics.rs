@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use blockdev::IoBuf;
+use nvme_proto::auth::{AuthReceive, AuthSend, FailureReason};
 use nvme_proto::fabrics::{
     CNTLID_DYNAMIC, Cap, Cc, ConnectCommand, ConnectData, ConnectResponse, Csts, InvalidParameter,
     PropertyGet, PropertySet, PropertySize, Vs, connect_data_off, connect_sqe_off, reg,
@@ -12,11 +13,12 @@ use nvme_proto::fabrics::{
 use nvme_proto::opcode::fctype;
 use nvme_proto::{Command, Status};
 
+use crate::auth::{AuthExchange, OsAuthRandom, SendResult};
 use crate::cmd::context::{QueueBinding, QueueContext};
 use crate::cmd::identify::io_command_set_combination;
 use crate::cmd::{Dispatch, Outcome};
 use crate::controller::{AdminQueue, Controller};
-use crate::subsystem::SubsysKind;
+use crate::subsystem::{SubsysKind, Subsystem};
 use crate::sync::lock;
 
 /// CAP.TO: worst-case time to ready, in 500 ms units.
@@ -24,8 +26,14 @@ const CAP_TIMEOUT_500MS: u8 = 30;
 
 impl QueueContext {
     pub(crate) fn exec_fabrics(&mut self, cmd: &Command, data: Option<IoBuf>) -> Dispatch {
+        let pre_auth = self.auth.as_ref().is_some_and(|a| !a.authenticated());
         let out = match cmd.fctype() {
             fctype::CONNECT => self.connect(cmd, data.as_deref().unwrap_or(&[])),
+            fctype::AUTH_SEND => self.auth_send(cmd, data.as_deref()),
+            fctype::AUTH_RECEIVE => self.auth_receive(cmd),
+            fctype::PROPERTY_GET | fctype::PROPERTY_SET if pre_auth => {
+                Outcome::status(Status::AUTH_REQUIRED.dnr())
+            }
             fctype::PROPERTY_GET => self.property_get(cmd),
             fctype::PROPERTY_SET => self.property_set(cmd),
             fctype::DISCONNECT => {
@@ -115,7 +123,8 @@ impl QueueContext {
             ctrl.spawn_watchdog();
             self.bind(ctrl, 0, cc.sqsize, sqflow_disabled);
             tracing::debug!(cntlid, subsys = %subsys.nqn, host = %cd.hostnqn, "admin queue connected");
-            return ConnectResponse { cntlid, authreq: 0 }
+            let authreq = self.require_auth(&subsys, &cd.hostnqn);
+            return ConnectResponse { cntlid, authreq }
                 .completion(0)
                 .into_outcome();
         }
@@ -144,9 +153,140 @@ impl QueueContext {
         let cntlid = ctrl.cntlid;
         self.max_icd_bytes = target.config.in_capsule_bytes as usize;
         self.bind(ctrl, cc.qid, cc.sqsize, sqflow_disabled);
-        ConnectResponse { cntlid, authreq: 0 }
+        let authreq = self.require_auth(&subsys, &cd.hostnqn);
+        ConnectResponse { cntlid, authreq }
             .completion(0)
             .into_outcome()
+    }
+
+    /// Sets up DH-HMAC-CHAP for this queue when the host must authenticate; the AUTHREQ
+    /// bits of the Connect response.
+    fn require_auth(&mut self, subsys: &Subsystem, hostnqn: &str) -> u16 {
+        match subsys.dhchap_for(hostnqn) {
+            Some(cfg) => {
+                self.auth = Some(Box::new(AuthExchange::new(cfg, hostnqn, &subsys.nqn)));
+                ConnectResponse::AUTHREQ_ATR
+            }
+            None => 0,
+        }
+    }
+
+    fn auth_log_ids(&self) -> (String, String, u16, u16) {
+        match &self.queue {
+            Some(q) => (
+                q.ctrl.hostnqn.clone(),
+                q.ctrl.subsys.nqn.clone(),
+                q.ctrl.cntlid,
+                q.qid,
+            ),
+            None => (String::new(), String::new(), 0, 0),
+        }
+    }
+
+    fn auth_failed(&self, reason: FailureReason) {
+        let (host, subsys, cntlid, qid) = self.auth_log_ids();
+        tracing::warn!(
+            host = %host,
+            subsys = %subsys,
+            cntlid,
+            qid,
+            peer = %self.handle.peer,
+            "DH-HMAC-CHAP authentication of host {host} failed: {reason}; closing the connection"
+        );
+    }
+
+    fn auth_send(&mut self, cmd: &Command, data: Option<&[u8]>) -> Outcome {
+        if self.queue.is_none() {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        let f = AuthSend::from_command(cmd);
+        if let Err(e) = f.check() {
+            return invalid_field(&e);
+        }
+        // An exchange in progress is traffic: it keeps the controller alive (the host
+        // cannot send Keep Alive before it authenticated).
+        if let Some(q) = &self.queue {
+            q.ctrl.touch_keepalive();
+        }
+        let data = data.unwrap_or(&[]);
+        if data.len() != f.tl as usize {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44);
+        }
+        let Some(auth) = self.auth.as_mut() else {
+            // This host was not asked to authenticate.
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
+        };
+        match auth.on_send(data, &OsAuthRandom) {
+            SendResult::Accepted => {
+                if auth.authenticated() {
+                    let (h, g) = auth.negotiated();
+                    let (host, subsys, cntlid, qid) = self.auth_log_ids();
+                    tracing::debug!(host = %host, subsys = %subsys, cntlid, qid, hash = %h, dhgroup = %g, "host authenticated");
+                }
+                Outcome::ok()
+            }
+            // The Failure1 goes out with the next Authentication Receive.
+            SendResult::Failed(_) => Outcome::ok(),
+            SendResult::HostAborted(exp) => {
+                let (host, subsys, cntlid, qid) = self.auth_log_ids();
+                let why = FailureReason::from_u8(exp)
+                    .map_or_else(|| format!("reason {exp:#04x}"), |r| r.to_string());
+                tracing::warn!(
+                    host = %host,
+                    subsys = %subsys,
+                    cntlid,
+                    qid,
+                    peer = %self.handle.peer,
+                    "host {host} refused the controller in DH-HMAC-CHAP (Failure2: {why}); closing the connection"
+                );
+                self.kill_if_admin();
+                Outcome {
+                    close_after: true,
+                    ..Outcome::ok()
+                }
+            }
+        }
+    }
+
+    fn auth_receive(&mut self, cmd: &Command) -> Outcome {
+        if self.queue.is_none() {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        let f = AuthReceive::from_command(cmd);
+        if let Err(e) = f.check() {
+            return invalid_field(&e);
+        }
+        // Messages are at most 4 KiB; a host asking for far more gets no buffer that big.
+        if f.al as usize > 16 * nvme_proto::auth::MAX_MESSAGE_BYTES {
+            return Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(44);
+        }
+        if let Some(q) = &self.queue {
+            q.ctrl.touch_keepalive();
+        }
+        let Some(auth) = self.auth.as_mut() else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
+        };
+        let r = auth.on_receive(f.al);
+        let close_after = r.failure.is_some();
+        if let Some(reason) = r.failure {
+            self.auth_failed(reason);
+            self.kill_if_admin();
+        }
+        let mut buf = self.pool.get(r.message.len());
+        buf.copy_from_slice(&r.message);
+        Outcome {
+            close_after,
+            ..Outcome::data(buf)
+        }
+    }
+
+    /// A failed admin queue takes its controller down (Linux nvmet_ctrl_fatal_error).
+    fn kill_if_admin(&self) {
+        if let Some(q) = &self.queue
+            && q.qid == 0
+        {
+            q.ctrl.kill();
+        }
     }
 
     fn bind(&mut self, ctrl: Arc<Controller>, qid: u16, sqsize: u16, sqflow_disabled: bool) {
@@ -296,6 +436,15 @@ impl QueueContext {
         }
         Outcome::ok()
     }
+}
+
+/// Invalid Field in Command (DNR) at the SQE byte the decoder names.
+fn invalid_field(e: &nvme_proto::DecodeError) -> Outcome {
+    let loc = match e {
+        nvme_proto::DecodeError::InvalidField { offset, .. } => *offset as u16,
+        _ => 0xFFFF,
+    };
+    Outcome::status(Status::INVALID_FIELD.dnr()).with_loc(loc)
 }
 
 fn invalid_param(p: InvalidParameter) -> Outcome {

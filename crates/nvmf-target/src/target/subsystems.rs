@@ -107,6 +107,55 @@ impl Target {
         Ok(())
     }
 
+    /// Requires host `hostnqn` to authenticate to subsystem `nqn` with DH-HMAC-CHAP
+    /// (`Some`), or no longer (`None`). Live controllers of that host are torn down, so
+    /// that it reconnects under the new requirement.
+    pub fn set_host_dhchap(
+        &self,
+        nqn: &str,
+        hostnqn: &str,
+        cfg: Option<crate::auth::DhchapHostConfig>,
+    ) -> Result<(), TargetError> {
+        check_nqn(hostnqn)?;
+        if let Some(c) = &cfg
+            && c.hashes.is_empty()
+        {
+            return Err(TargetError::InvalidConfig(
+                "DH-HMAC-CHAP needs at least one hash function",
+            ));
+        }
+        let s = self
+            .inner
+            .subsystem(nqn)
+            .filter(|s| s.kind == SubsysKind::Nvm)
+            .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
+        {
+            let mut m = write(&s.dhchap);
+            match cfg {
+                Some(c) => {
+                    m.insert(hostnqn.to_string(), Arc::new(c));
+                }
+                None => {
+                    m.remove(hostnqn);
+                }
+            }
+        }
+        for c in s.live_controllers() {
+            if c.hostnqn == hostnqn {
+                c.kill();
+            }
+        }
+        Ok(())
+    }
+
+    /// The hosts that must authenticate to subsystem `nqn`.
+    pub fn dhchap_hosts(&self, nqn: &str) -> Vec<String> {
+        self.inner
+            .subsystem(nqn)
+            .map(|s| read(&s.dhchap).keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// NQNs of the NVM subsystems.
     pub fn subsystems(&self) -> Vec<String> {
         read(&self.inner.subsystems).keys().cloned().collect()

@@ -136,11 +136,17 @@ impl NodeClient {
         nqn: &str,
         host_nqn: &str,
     ) -> Result<SubsystemView, ClientError> {
-        let req = HostRequest {
-            host_nqn: host_nqn.to_string(),
-        };
+        self.allow_host_with(nqn, &HostRequest::new(host_nqn)).await
+    }
+
+    /// Allows a host with the rest of `req` (DH-HMAC-CHAP secrets and choices).
+    pub async fn allow_host_with(
+        &self,
+        nqn: &str,
+        req: &HostRequest,
+    ) -> Result<SubsystemView, ClientError> {
         self.http
-            .call_json("POST", &path(&["subsystems", nqn, "hosts"]), &req)
+            .call_json("POST", &path(&["subsystems", nqn, "hosts"]), req)
             .await
     }
 

@@ -314,10 +314,25 @@ async fn allow_host(
     Path(nqn): Path<String>,
     Json(r): Json<HostRequest>,
 ) -> Result<Response, ApiError> {
-    Ok(ok(&node
-        .allow_host(&nqn, &r.host_nqn)
-        .await
-        .map_err(err)?))
+    let view = match r.dhchap_secret {
+        None if r.dhchap_ctrl_secret.is_some() => {
+            return Err(err(NodeError::BadRequest(
+                "a DH-HMAC-CHAP controller secret needs a host secret".into(),
+            )));
+        }
+        None => node.allow_host(&nqn, &r.host_nqn).await,
+        Some(secret) => {
+            let rec = crate::state::DhchapHostRecord {
+                host_nqn: r.host_nqn,
+                secret,
+                ctrl_secret: r.dhchap_ctrl_secret,
+                hashes: r.dhchap_hashes,
+                dhgroups: r.dhchap_dhgroups,
+            };
+            node.allow_host_dhchap(&nqn, rec).await
+        }
+    };
+    Ok(ok(&view.map_err(err)?))
 }
 
 /// Removes a host (its controllers are disconnected).

@@ -180,7 +180,8 @@ impl NodeError {
                 CatalogError::BadNsid(_)
                 | CatalogError::BadBlockSize(_)
                 | CatalogError::BadSize { .. }
-                | CatalogError::Naming(_) => ErrorKind::BadRequest,
+                | CatalogError::Naming(_)
+                | CatalogError::InvalidDhchap(_) => ErrorKind::BadRequest,
                 CatalogError::Extent {
                     source: E::InsufficientCapacity { .. } | E::TooFragmented { .. },
                     ..
@@ -745,6 +746,10 @@ fn bring_up(
             allow_any_host: s.allow_any_host,
             allowed_hosts: s.allowed_hosts.clone(),
         })?;
+        for d in &s.dhchap {
+            let cfg = d.to_target_config().map_err(NodeError::Config)?;
+            target.set_host_dhchap(&s.nqn, &d.host_nqn, Some(cfg))?;
+        }
     }
     for ns in &state.namespaces {
         let drive = devices

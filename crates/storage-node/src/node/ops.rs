@@ -199,6 +199,7 @@ impl StorageNode {
             drive: drive_name(state, s.drive_uuid),
             allow_any_host: s.allow_any_host,
             allowed_hosts: s.allowed_hosts.clone(),
+            dhchap_hosts: s.dhchap.iter().map(|d| d.host_nqn.clone()).collect(),
             namespaces,
             controllers: self.inner.target.controllers(&s.nqn),
         }
@@ -489,6 +490,17 @@ impl StorageNode {
             .await
     }
 
+    /// Allows a host and requires it to authenticate with DH-HMAC-CHAP (replacing the
+    /// secrets it had); its live controllers are disconnected so that it authenticates.
+    pub async fn allow_host_dhchap(
+        &self,
+        nqn: &str,
+        rec: crate::state::DhchapHostRecord,
+    ) -> Result<SubsystemView, NodeError> {
+        self.change_access(nqn, move |c, nqn| c.allow_host_dhchap(nqn, rec))
+            .await
+    }
+
     /// Removes a host from a subsystem's allow list; its controllers are disconnected.
     pub async fn deny_host(&self, nqn: &str, host: &str) -> Result<SubsystemView, NodeError> {
         let host = host.to_string();
@@ -531,6 +543,26 @@ impl StorageNode {
                 let _ =
                     target.set_allowed_hosts(&nqn, before.allow_any_host, &before.allowed_hosts);
                 return Err(e.into());
+            }
+            // DH-HMAC-CHAP: apply what changed (a changed host is disconnected).
+            for d in &after.dhchap {
+                if before.dhchap.contains(d) {
+                    continue;
+                }
+                let applied = d
+                    .to_target_config()
+                    .map_err(NodeError::BadRequest)
+                    .and_then(|cfg| Ok(target.set_host_dhchap(&nqn, &d.host_nqn, Some(cfg))?));
+                if let Err(e) = applied {
+                    let _ = c.restore_subsystem(before.clone());
+                    return Err(e);
+                }
+                tracing::info!(subsys = %nqn, host = %d.host_nqn, "host must authenticate with DH-HMAC-CHAP");
+            }
+            for d in &before.dhchap {
+                if !after.dhchap.iter().any(|a| a.host_nqn == d.host_nqn) {
+                    let _ = target.set_host_dhchap(&nqn, &d.host_nqn, None);
+                }
             }
             Ok(node.subsystem_view(c.state(), &after))
         })

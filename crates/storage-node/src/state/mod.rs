@@ -16,6 +16,6 @@ pub use store::{
     StateFile, StateStore, TEMP_FILE,
 };
 pub use types::{
-    Attachment, DriveRecord, Extent, KvParams, NamespaceKind, NamespaceRecord, NodeState,
-    QosRecord, Registrant, ReservationState, SmartCounters, SubsystemRecord,
+    Attachment, DhchapHostRecord, DriveRecord, Extent, KvParams, NamespaceKind, NamespaceRecord,
+    NodeState, QosRecord, Registrant, ReservationState, SmartCounters, SubsystemRecord,
 };

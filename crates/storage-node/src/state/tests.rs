@@ -28,6 +28,7 @@ pub(crate) fn sample_state() -> NodeState {
             drive_uuid,
             allow_any_host: false,
             allowed_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:host-a".into()],
+            dhchap: Vec::new(),
         }],
         namespaces: vec![NamespaceRecord {
             subsystem_nqn: nqn,
@@ -186,17 +187,13 @@ fn fixed_vector_v2() {
     assert!(d.state.qos.is_empty());
 }
 
-/// The committed v3 vector (with QoS limits) must decode forever, and the encoder must
-/// keep writing exactly it. Regenerate after a deliberate format change with
-/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v3`.
+/// The committed v3 vector (with QoS limits, written by the version 3 program) must
+/// decode forever; a state without DH-HMAC-CHAP hosts still encodes to the same body.
 #[test]
 fn fixed_vector_v3() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v3.bin");
-    let encoded = codec::encode(&sample_state_v3(), 7).unwrap();
-    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
-        std::fs::write(&path, &encoded).unwrap();
-    }
+    let encoded = reseal_with_version(codec::encode(&sample_state_v3(), 7).unwrap(), 3);
     let vector = std::fs::read(&path).unwrap();
     assert_eq!(&vector[8..12], &3u32.to_le_bytes(), "a version 3 file");
     let d = codec::decode(&vector).expect("v3 vector decodes");
@@ -207,6 +204,61 @@ fn fixed_vector_v3() {
     assert!(body.contains("\"min_iops\": 5000"), "{body}");
     assert!(body.contains("\"nsid\": null"), "{body}");
     assert_eq!(encoded, vector, "encoder drifted");
+}
+
+/// The v3 sample plus a host that must authenticate with DH-HMAC-CHAP (the fixed v4 vector).
+pub(crate) fn sample_state_v4() -> NodeState {
+    let mut s = sample_state_v3();
+    s.subsystems[0].dhchap = vec![DhchapHostRecord {
+        host_nqn: "nqn.2014-08.org.nvmexpress:uuid:host-a".into(),
+        secret: "DHHC-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:".into(),
+        ctrl_secret: None,
+        hashes: vec!["hmac(sha256)".into()],
+        dhgroups: vec!["ffdhe2048".into(), "null".into()],
+    }];
+    s
+}
+
+/// The committed v4 vector (with a DH-HMAC-CHAP host) must decode forever, and the
+/// encoder must keep writing exactly it. Regenerate after a deliberate format change with
+/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v4`.
+#[test]
+fn fixed_vector_v4() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v4.bin");
+    let encoded = codec::encode(&sample_state_v4(), 8).unwrap();
+    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+    }
+    let vector = std::fs::read(&path).unwrap();
+    assert_eq!(&vector[8..12], &4u32.to_le_bytes(), "a version 4 file");
+    let d = codec::decode(&vector).expect("v4 vector decodes");
+    assert_eq!(d.generation, 8);
+    assert_eq!(d.state, sample_state_v4());
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(body.contains("\"dhchap\""), "{body}");
+    assert_eq!(encoded, vector, "encoder drifted");
+    // Debug output never shows the secret.
+    let dbg = format!("{:?}", d.state);
+    assert!(!dbg.contains("DHHC-1"), "{dbg}");
+}
+
+/// A version 3 file cannot hold DH-HMAC-CHAP hosts (a v3 program would let them in
+/// unauthenticated); a bad secret is a corrupt state.
+#[test]
+fn version_3_with_dhchap_hosts_is_corrupt() {
+    let bytes = reseal_with_version(codec::encode(&sample_state_v4(), 1).unwrap(), 3);
+    match codec::decode(&bytes) {
+        Err(DecodeError::Body(why)) => {
+            assert_eq!(why, "a version 3 state holds DH-HMAC-CHAP hosts")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut s = sample_state_v4();
+    s.subsystems[0].dhchap[0].secret = "DHHC-1:01:AAAA:".into();
+    let err = s.validate().unwrap_err();
+    assert!(err.contains("DH-HMAC-CHAP secret of host"), "{err}");
+    assert!(!err.contains("AAAA"), "{err}");
 }
 
 /// A version 2 file cannot hold QoS limits (a v2 program would drop them).
@@ -297,12 +349,12 @@ fn every_single_bit_flip_and_truncation_is_refused() {
 
 #[test]
 fn newer_version_is_refused_clearly() {
-    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 4);
+    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 5);
     let err = codec::decode(&bytes).unwrap_err();
     assert!(err.is_newer());
     assert_eq!(
         err.to_string(),
-        "format version 4 is newer than this program supports (3); upgrade ferrobay"
+        "format version 5 is newer than this program supports (4); upgrade ferrobay"
     );
     let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 0);
     assert_eq!(

@@ -90,6 +90,78 @@ pub struct SubsystemRecord {
     pub drive_uuid: Uuid,
     pub allow_any_host: bool,
     pub allowed_hosts: Vec<String>,
+    /// Hosts that must authenticate with DH-HMAC-CHAP (format version 4), sorted by NQN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhchap: Vec<DhchapHostRecord>,
+}
+
+/// A host that must authenticate to a subsystem with DH-HMAC-CHAP. The secrets are kept
+/// in their `DHHC-1:..` form; `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DhchapHostRecord {
+    pub host_nqn: String,
+    /// The host's secret (what the host gives `nvme connect --dhchap-secret`).
+    pub secret: String,
+    /// The controller's secret, for hosts that authenticate the controller too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctrl_secret: Option<String>,
+    /// Accepted hash functions (`hmac(sha256)`, ...), preferred first; empty: all three.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hashes: Vec<String>,
+    /// Accepted DH groups (`ffdhe2048`, ..., `null`), preferred first; empty: the target's
+    /// default (every FFDHE group, then null).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhgroups: Vec<String>,
+}
+
+impl std::fmt::Debug for DhchapHostRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DhchapHostRecord")
+            .field("host_nqn", &self.host_nqn)
+            .field("secret", &"<redacted>")
+            .field(
+                "ctrl_secret",
+                &self.ctrl_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("hashes", &self.hashes)
+            .field("dhgroups", &self.dhgroups)
+            .finish()
+    }
+}
+
+impl DhchapHostRecord {
+    /// The target's configuration for this host, or why the record is unusable (the
+    /// reason never contains a secret).
+    pub fn to_target_config(&self) -> Result<nvmf_target::DhchapHostConfig, String> {
+        use nvme_proto::auth::{DhGroup, DhchapSecret, HashId};
+        let secret = DhchapSecret::parse(&self.secret)
+            .map_err(|e| format!("DH-HMAC-CHAP secret of host {}: {e}", self.host_nqn))?;
+        let ctrl = match &self.ctrl_secret {
+            None => None,
+            Some(c) => Some(DhchapSecret::parse(c).map_err(|e| {
+                format!(
+                    "DH-HMAC-CHAP controller secret for host {}: {e}",
+                    self.host_nqn
+                )
+            })?),
+        };
+        let mut cfg = nvmf_target::DhchapHostConfig::new(secret, ctrl);
+        if !self.hashes.is_empty() {
+            cfg.hashes = self
+                .hashes
+                .iter()
+                .map(|h| HashId::parse(h).ok_or_else(|| format!("unknown DH-HMAC-CHAP hash {h:?}")))
+                .collect::<Result<_, _>>()?;
+        }
+        if !self.dhgroups.is_empty() {
+            cfg.dhgroups = self
+                .dhgroups
+                .iter()
+                .map(|g| DhGroup::parse(g).ok_or_else(|| format!("unknown DH group {g:?}")))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(cfg)
+    }
 }
 
 /// A byte range of a drive. Offsets and lengths are multiples of the allocation unit.
@@ -300,6 +372,17 @@ impl NodeState {
                     "subsystem {} refers to unknown drive {}",
                     s.nqn, s.drive_uuid
                 ));
+            }
+            let mut hosts = std::collections::HashSet::new();
+            for d in &s.dhchap {
+                if !hosts.insert(d.host_nqn.as_str()) {
+                    return Err(format!(
+                        "subsystem {} lists DH-HMAC-CHAP host {} twice",
+                        s.nqn, d.host_nqn
+                    ));
+                }
+                d.to_target_config()
+                    .map_err(|e| format!("subsystem {}: {e}", s.nqn))?;
             }
         }
         let mut ids = std::collections::HashSet::new();

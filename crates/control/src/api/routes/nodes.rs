@@ -219,7 +219,8 @@ pub(crate) async fn all_hosts(State(cfg): State<ApiState>) -> Result<Response, A
     Ok(ok(&v))
 }
 
-/// Allows a host on a storage node's subsystem (any-host goes off).
+/// Allows a host on a storage node's subsystem (any-host goes off), with its DH-HMAC-CHAP
+/// secrets when given (passed on to the node as they are).
 #[utoipa::path(post, path = "/api/v1/nodes/{name}/subsystems/{nqn}/hosts", tag = "nodes",
     params(("name" = String, Path, description = "Storage node name"), ("nqn" = String, Path, description = "Subsystem NQN")),
     request_body = HostRequest,
@@ -232,7 +233,7 @@ pub(crate) async fn allow_host(
     let node = storage_node(&cfg, &name).await?;
     let c = client(&cfg, &node).await.map_err(err)?;
     let v = c
-        .allow_host(&nqn, &r.host_nqn)
+        .allow_host_with(&nqn, &r)
         .await
         .map_err(|e| node_err(&name, e))?;
     Ok(ok(&v))
