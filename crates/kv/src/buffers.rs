@@ -1,13 +1,12 @@
 //! Buffers the command path reuses instead of allocating per command:
-//! - copies of large Store values (64 KiB and up), handed to the committer and given back
-//!   once copied into a batch: allocating and freeing a fresh megabyte per Store costs
-//!   page faults and page clearing (measured: about a fifth of the CPU of 1 MiB Stores
-//!   over NVMe/TCP);
-//! - aligned Retrieve read buffers (up to 64 KiB): many Retrieves are in flight at once,
-//!   so one cached buffer per thread was rarely free;
-//! - large Retrieve read buffers (above 64 KiB), bounded in bytes (an [`IoBufPool`]): a fresh half megabyte
-//!   per Retrieve of an object shard cost page faults, page clearing and unmapping
-//!   (measured: about a fifth of a storage node's CPU under 1 MiB S3 GETs).
+//! - aligned Retrieve read buffers and the value buffers of `Kv::store` (which copies the
+//!   caller's slice once into one; `Kv::store_buf` takes the caller's buffer and needs
+//!   none), up to 64 KiB: many commands are in flight at once, so one cached buffer per
+//!   thread was rarely free;
+//! - large ones (above 64 KiB), bounded in bytes (an [`IoBufPool`]): a fresh megabyte per
+//!   Store or half megabyte per Retrieve of an object shard cost page faults, page
+//!   clearing and unmapping (measured: about a fifth of the CPU of 1 MiB Stores over
+//!   NVMe/TCP, and of a storage node's CPU under 1 MiB S3 GETs).
 //!
 //! Both pools are bounded (count and bytes); what does not fit is freed.
 
@@ -15,15 +14,11 @@ use std::sync::Mutex;
 
 use blockdev::{IoBuf, IoBufPool};
 
-/// Values at least this large are copied into pooled buffers.
-const VALUE_POOL_MIN_BYTES: usize = 64 << 10;
-/// Bytes of value buffers kept.
-const VALUE_POOL_MAX_BYTES: usize = 32 << 20;
-/// Read buffers up to this size are kept.
+/// Buffers up to this size are kept by count.
 const READ_POOL_MAX_BUFFER_BYTES: usize = 64 << 10;
-/// Read buffers kept.
+/// Small buffers kept.
 const READ_POOL_MAX_BUFFERS: usize = 128;
-/// Bytes of large read buffers kept.
+/// Bytes of large buffers kept.
 const LARGE_READ_POOL_MAX_BYTES: usize = 32 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -31,7 +26,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub(crate) struct Buffers {
-    values: Mutex<Vec<Vec<u8>>>,
     reads: Mutex<Vec<IoBuf>>,
     large_reads: IoBufPool,
 }
@@ -39,7 +33,6 @@ pub(crate) struct Buffers {
 impl Default for Buffers {
     fn default() -> Buffers {
         Buffers {
-            values: Mutex::default(),
             reads: Mutex::default(),
             large_reads: IoBufPool::new(LARGE_READ_POOL_MAX_BYTES),
         }
@@ -47,33 +40,12 @@ impl Default for Buffers {
 }
 
 impl Buffers {
-    /// An owned copy of `value`, in a reused buffer when it is large.
-    pub fn value_copy(&self, value: &[u8]) -> Vec<u8> {
-        if value.len() < VALUE_POOL_MIN_BYTES {
-            return value.to_vec();
-        }
-        let reused = {
-            let mut pool = lock(&self.values);
-            pool.iter()
-                .position(|b| b.capacity() >= value.len())
-                .map(|i| pool.swap_remove(i))
-        };
-        let mut v = reused.unwrap_or_else(|| Vec::with_capacity(value.len()));
-        v.clear();
-        v.extend_from_slice(value);
-        v
-    }
-
-    /// A value copy is no longer needed.
-    pub fn give_back_value(&self, v: Vec<u8>) {
-        if v.capacity() < VALUE_POOL_MIN_BYTES {
-            return;
-        }
-        let mut pool = lock(&self.values);
-        let held: usize = pool.iter().map(Vec::capacity).sum();
-        if held + v.capacity() <= VALUE_POOL_MAX_BYTES {
-            pool.push(v);
-        }
+    /// A copy of `value` in a reused aligned buffer (given back with
+    /// [`Buffers::give_back_read`]).
+    pub fn value_copy(&self, value: &[u8]) -> IoBuf {
+        let mut b = self.read_buffer(value.len());
+        b.copy_from_slice(value);
+        b
     }
 
     /// An aligned buffer of `len` bytes for a device read (its content is not zeroed
@@ -119,18 +91,14 @@ mod tests {
         let b = Buffers::default();
         let big = vec![7u8; 1 << 20];
         let v = b.value_copy(&big);
+        assert_eq!(&v[..], &big[..]);
         let ptr = v.as_ptr();
-        b.give_back_value(v);
-        let again = b.value_copy(&[9u8; 100_000]);
+        b.give_back_read(v);
+        let again = b.value_copy(&[9u8; 700_000]);
         assert_eq!(again.as_ptr(), ptr, "the 1 MiB buffer is reused");
-        assert_eq!(again, vec![9u8; 100_000]);
-        // Small values are plain copies; the pool holds at most 32 MiB.
-        assert_eq!(b.value_copy(b"small"), b"small");
-        for _ in 0..64 {
-            b.give_back_value(Vec::with_capacity(1 << 20));
-        }
-        let held: usize = lock(&b.values).iter().map(Vec::capacity).sum();
-        assert!(held <= VALUE_POOL_MAX_BYTES, "{held}");
+        assert_eq!(&again[..], &[9u8; 700_000][..]);
+        drop(again);
+        assert_eq!(&b.value_copy(b"small")[..], b"small");
         let r = b.read_buffer(8192);
         assert_eq!(r.len(), 8192);
         b.give_back_read(r);

@@ -19,9 +19,10 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::KvError;
+use crate::bytes::align_up;
 use crate::format::{
     BATCH_FLAG_RELOCATION, BatchHeader, DESCRIPTOR_BYTES, Descriptor, Entry, LogPosition,
-    NO_SEGMENT, RecordKind, encode_batch_meta, meta_bytes, plan_batch,
+    NO_SEGMENT, RecordKind, encode_batch_meta, meta_bytes, plan_batch, plan_batch_in_place,
 };
 use crate::inner::{
     Inner, RelocateOutcome, RelocateRequest, Relocation, Reply, Request, StoreMode,
@@ -53,6 +54,9 @@ enum Waiter {
         result: Result<(), KvError>,
         /// Counted as a store of this many bytes / a delete on success.
         count: Count,
+        /// A Store's value buffer, given back with the answer (an in-place value's once
+        /// its write returned it).
+        buf: Option<IoBuf>,
     },
     Relocation(oneshot::Sender<Result<RelocateOutcome, KvError>>),
 }
@@ -74,12 +78,43 @@ struct Apply {
     value_offset: u32,
 }
 
-/// A record as gathered for a user batch: key, kind, value and its crc.
-type Gathered = (Key, RecordKind, Option<(Vec<u8>, u32)>);
+/// A record as gathered for a user batch: key, kind, value and its crc, and the index
+/// of its waiter.
+type Gathered = (Key, RecordKind, Option<(IoBuf, u32)>, usize);
+
+/// A large value written from its own buffer at `offset` in the batch.
+struct InPlace {
+    waiter: usize,
+    offset: u32,
+    /// The value's length (the buffer is extended with zeros to a whole block).
+    len: usize,
+    buf: IoBuf,
+}
+
+/// Which write of a batch completed.
+#[derive(Clone, Copy)]
+enum Part {
+    /// The batch buffer: header, descriptors and small values.
+    Head,
+    /// An in-place value, for waiter `waiter`, `len` bytes long.
+    Value { waiter: usize, len: usize },
+}
+
+/// One device write of a batch.
+struct Write {
+    offset: u64,
+    buf: IoBuf,
+    batch_seq: u64,
+    part: Part,
+}
 
 /// A batch built but not yet placed in the log.
 struct Built {
+    /// Header, descriptors and small values (the batch's first bytes).
     buf: IoBuf,
+    /// Bytes of the whole batch (`buf` plus the in-place values).
+    bytes: u64,
+    inplace: Vec<InPlace>,
     descs: Vec<Descriptor>,
     applies: Vec<Apply>,
     waiters: Vec<Waiter>,
@@ -99,7 +134,9 @@ struct Inflight {
     applies: Vec<Apply>,
     waiters: Vec<Waiter>,
     relocation: bool,
-    written: bool,
+    /// Device writes of the batch not completed yet.
+    writes_left: usize,
+    /// The first flush started after its writes completed.
     flush: Option<u64>,
     durable: bool,
 }
@@ -107,6 +144,7 @@ struct Inflight {
 enum Event {
     Written {
         batch_seq: u64,
+        part: Part,
         res: Result<IoBuf, BlockError>,
     },
     Flushed {
@@ -131,7 +169,7 @@ pub(crate) struct Committer {
     proj_live: u64,
     inflight: VecDeque<Inflight>,
     next_flush_id: u64,
-    flush_running: bool,
+    flushes_running: usize,
     pool: Vec<IoBuf>,
     stalled: Option<Box<Built>>,
     failed: Option<String>,
@@ -164,7 +202,7 @@ impl Committer {
             proj_live,
             inflight: VecDeque::new(),
             next_flush_id: 0,
-            flush_running: false,
+            flushes_running: 0,
             pool: Vec::new(),
             stalled: None,
             failed: None,
@@ -177,6 +215,7 @@ impl Committer {
         let dev: &dyn BlockDevice = dev.as_ref();
         let volatile = dev.info().volatile_write_cache;
         let max_inflight = self.inner.opts.max_inflight_batches.max(1);
+        let max_flushes = self.inner.opts.max_inflight_flushes.max(1);
         let queue_cap = self.inner.opts.queue_capacity.max(1);
         let mut io: FuturesUnordered<BoxFuture<'_, Event>> = FuturesUnordered::new();
         loop {
@@ -187,15 +226,21 @@ impl Committer {
                 self.drain_input(queue_cap);
             }
             while self.writes_in_flight() < max_inflight {
-                let Some((offset, buf, batch_seq)) = self.next_write() else {
+                let Some(writes) = self.next_write() else {
                     break;
                 };
-                io.push(Box::pin(async move {
-                    let res = dev.write(offset, buf, WriteFlags::default()).await;
-                    Event::Written { batch_seq, res }
-                }));
+                for w in writes {
+                    io.push(Box::pin(async move {
+                        let res = dev.write(w.offset, w.buf, WriteFlags::default()).await;
+                        Event::Written {
+                            batch_seq: w.batch_seq,
+                            part: w.part,
+                            res,
+                        }
+                    }));
+                }
             }
-            if volatile && let Some(id) = self.start_flush() {
+            if volatile && let Some(id) = self.start_flush(max_flushes) {
                 io.push(Box::pin(async move {
                     Event::Flushed {
                         id,
@@ -249,11 +294,11 @@ impl Committer {
     }
 
     fn writes_in_flight(&self) -> usize {
-        self.inflight.iter().filter(|b| !b.written).count()
+        self.inflight.iter().filter(|b| b.writes_left > 0).count()
     }
 
     /// The next batch to write: a stalled one, then relocations, then user commands.
-    fn next_write(&mut self) -> Option<(u64, IoBuf, u64)> {
+    fn next_write(&mut self) -> Option<Vec<Write>> {
         if let Some(reason) = self.failed.clone() {
             self.reject_all(&reason);
             return None;
@@ -373,6 +418,7 @@ impl Committer {
                             reply,
                             result: Err(err),
                             count: Count::Nothing,
+                            buf: Some(value),
                         });
                         continue;
                     }
@@ -392,8 +438,9 @@ impl Committer {
                         reply,
                         result: Ok(()),
                         count: Count::Store(value.len() as u64),
+                        buf: None,
                     });
-                    records.push((key, RecordKind::Put, Some((value, crc))));
+                    records.push((key, RecordKind::Put, Some((value, crc)), waiters.len() - 1));
                 }
                 Request::Delete { key, reply } => {
                     let (exists, old_fp) = self.current(&st, &key);
@@ -403,6 +450,7 @@ impl Committer {
                             reply,
                             result: Err(KvError::KeyNotFound),
                             count: Count::Nothing,
+                            buf: None,
                         });
                         continue;
                     }
@@ -422,13 +470,15 @@ impl Committer {
                         reply,
                         result: Ok(()),
                         count: Count::Delete,
+                        buf: None,
                     });
-                    records.push((key, RecordKind::Tombstone, None));
+                    records.push((key, RecordKind::Tombstone, None, waiters.len() - 1));
                 }
                 Request::Barrier { reply } => waiters.push(Waiter::User {
                     reply,
                     result: Ok(()),
                     count: Count::Nothing,
+                    buf: None,
                 }),
             }
         }
@@ -437,27 +487,47 @@ impl Committer {
             self.answer_in_order(waiters);
             return None;
         }
+        let block = layout.block();
         let lens: Vec<u32> = records
             .iter()
-            .map(|(_, _, v)| v.as_ref().map_or(0, |(v, _)| v.len() as u32))
+            .map(|(_, _, v, _)| v.as_ref().map_or(0, |(v, _)| v.len() as u32))
             .collect();
-        let (offsets, total) = plan_batch(layout.block(), &lens);
-        let mut buf = self.buffer(total as usize);
+        // Values this large are written from their own buffers (`Options::in_place_min_bytes`).
+        let in_place_min = inner.opts.in_place_min_bytes.max(block as usize);
+        let (offsets, head, total) = plan_batch_in_place(block, &lens, in_place_min);
+        let mut buf = self.buffer(head as usize);
         let mut descs = Vec::with_capacity(records.len());
         let mut applies = Vec::with_capacity(records.len());
+        let mut inplace = Vec::new();
         let mut filled = meta_bytes(records.len());
-        for ((key, kind, value), offset) in records.into_iter().zip(offsets) {
+        for ((key, kind, value, waiter), offset) in records.into_iter().zip(offsets) {
             let seq = self.pos.next_record_seq;
             self.pos.next_record_seq += 1;
             let (len, crc) = match value {
-                Some((v, crc)) => {
-                    let at = offset as usize;
-                    buf[filled..at].fill(0);
-                    buf[at..at + v.len()].copy_from_slice(&v);
-                    filled = at + v.len();
-                    let len = v.len() as u32;
-                    self.inner.buffers.give_back_value(v);
-                    (len, crc)
+                Some((mut v, crc)) => {
+                    let len = v.len();
+                    if len >= in_place_min {
+                        // Written from its own buffer; the rest of its last block is zero
+                        // (the buffer's capacity is whole pages, a multiple of any block).
+                        let whole = align_up(len as u64, block) as usize;
+                        v.set_len(whole);
+                        v[len..].fill(0);
+                        inplace.push(InPlace {
+                            waiter,
+                            offset,
+                            len,
+                            buf: v,
+                        });
+                    } else {
+                        let at = offset as usize;
+                        buf[filled..at].fill(0);
+                        buf[at..at + len].copy_from_slice(&v);
+                        filled = at + len;
+                        if let Some(Waiter::User { buf: slot, .. }) = waiters.get_mut(waiter) {
+                            *slot = Some(v);
+                        }
+                    }
+                    (len as u32, crc)
                 }
                 None => (0, 0),
             };
@@ -481,6 +551,8 @@ impl Committer {
         buf[filled..].fill(0);
         Some(Built {
             buf,
+            bytes: total,
+            inplace,
             descs,
             applies,
             waiters,
@@ -534,6 +606,8 @@ impl Committer {
         buf[filled..].fill(0);
         Built {
             buf,
+            bytes: total,
+            inplace: Vec::new(),
             descs,
             applies,
             waiters: vec![Waiter::Relocation(r.reply)],
@@ -600,9 +674,9 @@ impl Committer {
     }
 
     /// Places a built batch, encodes its header and queues it as in flight.
-    fn issue(&mut self, b: Built) -> Result<(u64, IoBuf, u64), Box<Built>> {
+    fn issue(&mut self, b: Built) -> Result<Vec<Write>, Box<Built>> {
         let mut b = b;
-        let bytes = b.buf.len() as u64;
+        let bytes = b.bytes;
         let Some((segment, offset)) = self.place(bytes, b.relocation) else {
             return Err(Box::new(b));
         };
@@ -644,6 +718,25 @@ impl Committer {
         if b.relocation {
             add(&self.inner.counters.compaction_bytes_moved, bytes);
         }
+        let at = layout.device_offset(layout.addr(segment, offset));
+        let mut writes = Vec::with_capacity(1 + b.inplace.len());
+        writes.push(Write {
+            offset: at,
+            buf: b.buf,
+            batch_seq,
+            part: Part::Head,
+        });
+        for ip in b.inplace {
+            writes.push(Write {
+                offset: at + u64::from(ip.offset),
+                buf: ip.buf,
+                batch_seq,
+                part: Part::Value {
+                    waiter: ip.waiter,
+                    len: ip.len,
+                },
+            });
+        }
         self.inflight.push_back(Inflight {
             batch_seq,
             segment,
@@ -653,21 +746,19 @@ impl Committer {
             applies: b.applies,
             waiters: b.waiters,
             relocation: b.relocation,
-            written: false,
+            writes_left: writes.len(),
             flush: None,
             durable: false,
         });
-        Ok((
-            layout.device_offset(layout.addr(segment, offset)),
-            b.buf,
-            batch_seq,
-        ))
+        Ok(writes)
     }
 
     /// Refuses a batch that cannot be placed: its commands fail with capacity exceeded
     /// and their effects on later conditions are rolled back.
     #[allow(clippy::boxed_local)] // the stalled batch is kept boxed
     fn refuse(&mut self, b: Box<Built>) {
+        let mut b = *b;
+        give_back_in_place(&mut b);
         for (key, prev) in b.undo.into_iter().rev() {
             match prev {
                 Some(o) => self.overlay.insert(key, o),
@@ -679,12 +770,14 @@ impl Committer {
         let reason = "no free log segment and compaction cannot reclaim space".to_string();
         for w in b.waiters {
             match w {
-                Waiter::User { reply, result, .. } => {
+                Waiter::User {
+                    reply, result, buf, ..
+                } => {
                     let result = match result {
                         Ok(()) => Err(KvError::CapacityExceeded(reason.clone())),
                         Err(e) => Err(e),
                     };
-                    let _ = reply.send(result);
+                    let _ = reply.send((result, buf));
                 }
                 Waiter::Relocation(reply) => {
                     let _ = reply.send(Err(KvError::CapacityExceeded(reason.clone())));
@@ -719,6 +812,7 @@ impl Committer {
                 reply,
                 result,
                 count,
+                buf,
             } => {
                 if result.is_ok() {
                     match count {
@@ -730,7 +824,7 @@ impl Committer {
                         Count::Nothing => {}
                     }
                 }
-                let _ = reply.send(result);
+                let _ = reply.send((result, buf));
             }
             Waiter::Relocation(reply) => {
                 let _ = reply.send(Ok(outcome));
@@ -738,14 +832,16 @@ impl Committer {
         }
     }
 
-    fn start_flush(&mut self) -> Option<u64> {
-        if self.flush_running || self.failed.is_some() {
+    /// Starts a flush for every batch written and not covered by a flush yet, unless
+    /// `max` flushes run already.
+    fn start_flush(&mut self, max: usize) -> Option<u64> {
+        if self.flushes_running >= max || self.failed.is_some() {
             return None;
         }
         let id = self.next_flush_id;
         let mut any = false;
         for b in self.inflight.iter_mut() {
-            if b.written && b.flush.is_none() {
+            if b.writes_left == 0 && b.flush.is_none() {
                 b.flush = Some(id);
                 any = true;
             }
@@ -754,34 +850,54 @@ impl Committer {
             return None;
         }
         self.next_flush_id += 1;
-        self.flush_running = true;
+        self.flushes_running += 1;
         add(&self.inner.counters.flushes, 1);
         Some(id)
     }
 
     fn on_event(&mut self, ev: Event, volatile: bool) {
         match ev {
-            Event::Written { batch_seq, res } => {
+            Event::Written {
+                batch_seq,
+                part,
+                res,
+            } => {
                 let Some(b) = self.inflight.iter_mut().find(|b| b.batch_seq == batch_seq) else {
                     return;
                 };
                 match res {
-                    Ok(buf) => {
-                        b.written = true;
-                        b.durable = !volatile;
-                        if self.pool.len() < POOL_BUFFERS {
-                            self.pool.push(buf);
+                    Ok(mut buf) => {
+                        b.writes_left = b.writes_left.saturating_sub(1);
+                        if b.writes_left == 0 {
+                            b.durable = !volatile;
+                        }
+                        match part {
+                            Part::Head => {
+                                if self.pool.len() < POOL_BUFFERS {
+                                    self.pool.push(buf);
+                                }
+                            }
+                            Part::Value { waiter, len } => {
+                                buf.set_len(len);
+                                if let Some(Waiter::User { buf: slot, .. }) =
+                                    b.waiters.get_mut(waiter)
+                                {
+                                    *slot = Some(buf);
+                                }
+                            }
                         }
                     }
                     Err(e) => self.fail(format!("log write failed: {e}")),
                 }
             }
             Event::Flushed { id, res } => {
-                self.flush_running = false;
+                self.flushes_running = self.flushes_running.saturating_sub(1);
                 match res {
                     Ok(()) => {
+                        // A flush makes every write durable that completed before it
+                        // started, so also those covered by earlier flushes still running.
                         for b in self.inflight.iter_mut() {
-                            if b.flush == Some(id) {
+                            if b.flush.is_some_and(|f| f <= id) {
                                 b.durable = true;
                             }
                         }
@@ -870,8 +986,10 @@ impl Committer {
         for b in self.inflight.drain(..) {
             for w in b.waiters {
                 match w {
-                    Waiter::User { reply, result, .. } => {
-                        let _ = reply.send(result.and(Err(err())));
+                    Waiter::User {
+                        reply, result, buf, ..
+                    } => {
+                        let _ = reply.send((result.and(Err(err())), buf));
                     }
                     Waiter::Relocation(reply) => {
                         let _ = reply.send(Err(err()));
@@ -880,10 +998,12 @@ impl Committer {
             }
         }
         if let Some(b) = self.stalled.take() {
+            let mut b = *b;
+            give_back_in_place(&mut b);
             for w in b.waiters {
                 match w {
-                    Waiter::User { reply, .. } => {
-                        let _ = reply.send(Err(err()));
+                    Waiter::User { reply, buf, .. } => {
+                        let _ = reply.send((Err(err()), buf));
                     }
                     Waiter::Relocation(reply) => {
                         let _ = reply.send(Err(err()));
@@ -896,15 +1016,25 @@ impl Committer {
 
     fn reject_all(&mut self, reason: &str) {
         for req in self.queue.drain(..) {
-            let reply = match req {
-                Request::Put { reply, .. }
-                | Request::Delete { reply, .. }
-                | Request::Barrier { reply } => reply,
+            let (reply, buf) = match req {
+                Request::Put { reply, value, .. } => (reply, Some(value)),
+                Request::Delete { reply, .. } | Request::Barrier { reply } => (reply, None),
             };
-            let _ = reply.send(Err(KvError::Failed(reason.to_string())));
+            let _ = reply.send((Err(KvError::Failed(reason.to_string())), buf));
         }
         if let Some(r) = self.pending_reloc.take() {
             let _ = r.reply.send(Err(KvError::Failed(reason.to_string())));
+        }
+    }
+}
+
+/// Moves the buffers of a batch's in-place values back to their waiters (the batch is
+/// answered without being written).
+fn give_back_in_place(b: &mut Built) {
+    for mut ip in b.inplace.drain(..) {
+        ip.buf.set_len(ip.len);
+        if let Some(Waiter::User { buf: slot, .. }) = b.waiters.get_mut(ip.waiter) {
+            *slot = Some(ip.buf);
         }
     }
 }

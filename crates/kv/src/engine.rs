@@ -14,8 +14,8 @@ use crate::bytes::align_up;
 use crate::checkpoint;
 use crate::committer::Committer;
 use crate::compactor::{CompactionReport, MaintCommand, Maintenance};
-use crate::format::{FormatOptions, Layout, SUPERBLOCK_BYTES};
-use crate::inner::{Inner, Request, StoreMode};
+use crate::format::{Entry, FormatOptions, Layout, SUPERBLOCK_BYTES};
+use crate::inner::{Done, Inner, Reply, Request, StoreMode};
 use crate::key::{Key, MAX_KEY_BYTES};
 use crate::options::Options;
 use crate::recovery::{self, RecoveryReport};
@@ -228,35 +228,76 @@ impl Kv {
         }
     }
 
-    async fn submit(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<(), KvError>>) -> Request,
-    ) -> Result<(), KvError> {
-        self.check_open()?;
-        let (reply, rx) = oneshot::channel();
-        self.shared
-            .tx
-            .send(make(reply))
-            .await
-            .map_err(|_| KvError::Closed)?;
-        rx.await.map_err(|_| KvError::Closed)?
+    async fn submit(&self, make: impl FnOnce(Reply) -> Request) -> Result<(), KvError> {
+        self.submit_done(make).await.0
     }
 
-    /// Stores `value` under `key`; durable when it returns `Ok`. Concurrent calls share
-    /// log writes and flushes (group commit).
-    pub async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<(), KvError> {
+    /// Sends a command to the committer and waits for its answer (and the Store's buffer).
+    async fn submit_done(&self, make: impl FnOnce(Reply) -> Request) -> Done {
+        let (reply, rx) = oneshot::channel();
+        let req = make(reply);
+        if let Err(e) = self.check_open() {
+            return (Err(e), req.into_value());
+        }
+        if let Err(mpsc::error::SendError(req)) = self.shared.tx.send(req).await {
+            return (Err(KvError::Closed), req.into_value());
+        }
+        rx.await.unwrap_or((Err(KvError::Closed), None))
+    }
+
+    /// Checks a Store's key and value size.
+    fn check_store(&self, key: &[u8], len: usize) -> Result<Key, KvError> {
         let key = Key::new(key)?;
         let max = self.inner().layout.max_value_bytes;
-        if value.is_empty() || value.len() > max as usize {
+        if len == 0 || len > max as usize {
             add(&self.inner().counters.rejected, 1);
             return Err(KvError::InvalidValueSize {
-                len: value.len(),
+                len,
                 max_bytes: max,
             });
         }
+        Ok(key)
+    }
+
+    /// Stores `value` under `key`; durable when it returns `Ok`. Concurrent calls share
+    /// log writes and flushes (group commit). The value is copied once (into a reused
+    /// buffer); [`Kv::store_buf`] takes a buffer instead.
+    pub async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<(), KvError> {
+        let key = self.check_store(key, value.len())?;
         let crc = crc32c::crc32c(value);
         let value = self.inner().buffers.value_copy(value);
-        self.submit(|reply| Request::Put {
+        let (r, buf) = self
+            .submit_done(|reply| Request::Put {
+                key,
+                value,
+                crc,
+                mode,
+                reply,
+            })
+            .await;
+        if let Some(b) = buf {
+            self.inner().buffers.give_back_read(b);
+        }
+        r
+    }
+
+    /// Stores the whole of `value` (its length is the value's) under `key`, as
+    /// [`Kv::store`] does, without copying it first: a value of 64 KiB or more is written
+    /// to the log from this buffer, a smaller one is copied into the batch. The buffer
+    /// comes back with the result (its length unchanged, its content the value); only a
+    /// failed device write may keep it (`None`).
+    pub async fn store_buf(
+        &self,
+        key: &[u8],
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> (Result<(), KvError>, Option<IoBuf>) {
+        let key = match self.check_store(key, value.len()) {
+            Ok(k) => k,
+            Err(e) => return (Err(e), Some(value)),
+        };
+        let crc = crc32c::crc32c(&value);
+        self.submit_done(|reply| Request::Put {
             key,
             value,
             crc,
@@ -305,27 +346,13 @@ impl Kv {
                 }
                 continue; // compaction moved the value and its segment was reused
             }
-            let buf = match res {
-                Ok(b) => b,
-                Err(BlockError::Media { offset_bytes }) => {
-                    add(&inner.counters.media_errors, 1);
-                    return Err(KvError::Unrecovered {
-                        addr: e.addr,
-                        reason: format!("media error at device offset {offset_bytes}"),
-                    });
-                }
-                Err(err) => return Err(KvError::Device(err)),
-            };
+            let buf = res.map_err(|err| read_error(inner, &e, err))?;
             let skip = (dev_off - start) as usize;
             let value = &buf[skip..skip + e.len as usize];
             if crc32c::crc32c(value) != e.crc {
-                add(&inner.counters.checksum_errors, 1);
-                tracing::error!(device = %inner.dev.info().name, ?key, addr = e.addr,
-                    "KV value fails its checksum");
-                return Err(KvError::Unrecovered {
-                    addr: e.addr,
-                    reason: "value checksum mismatch".into(),
-                });
+                let err = checksum_error(inner, &key, &e);
+                inner.buffers.give_back_read(buf);
+                return Err(err);
             }
             let n = out.len().min(value.len());
             out[..n].copy_from_slice(&value[..n]);
@@ -337,10 +364,90 @@ impl Kv {
                 copied_bytes: n,
             });
         }
-        Err(KvError::Unrecovered {
-            addr: 0,
-            reason: "the value kept moving during the read".into(),
-        })
+        Err(moving_error())
+    }
+
+    /// Reads the value of `key` into `buf`, the buffer that goes out to the host: like
+    /// [`Kv::retrieve`] into `buf[..]`, and the bytes after the copied ones are zero.
+    /// When `buf` can hold the blocks the value spans (its capacity is whole pages), the
+    /// device reads straight into it and nothing is copied (a value that does not start
+    /// on a block is moved to the front). The buffer comes back with its length unchanged
+    /// (a fresh zeroed one after a failed device read, which keeps the buffer).
+    pub async fn retrieve_buf(
+        &self,
+        key: &[u8],
+        buf: IoBuf,
+    ) -> (Result<Retrieved, KvError>, IoBuf) {
+        let want = buf.len();
+        let key = match Key::new(key).and_then(|k| self.check_open().map(|()| k)) {
+            Ok(k) => k,
+            Err(e) => return (Err(e), buf),
+        };
+        let inner = self.inner();
+        let layout = &inner.layout;
+        let block = layout.block();
+        let mut buf = buf;
+        for _ in 0..READ_ATTEMPTS {
+            let (e, generation) = {
+                let st = inner.read();
+                let Some(e) = st.index.get(&key).copied() else {
+                    return (Err(KvError::KeyNotFound), buf);
+                };
+                (e, inner.generation(layout.segment_of(e.addr)))
+            };
+            let dev_off = layout.device_offset(e.addr);
+            let start = dev_off / block * block;
+            let span = (align_up(dev_off + u64::from(e.len), block) - start) as usize;
+            let skip = (dev_off - start) as usize;
+            let len = e.len as usize;
+            if span > buf.capacity() {
+                // Too small for the blocks (a short buffer): read elsewhere and copy.
+                let r = self.retrieve(key.as_bytes(), &mut buf).await;
+                if let Ok(got) = &r {
+                    buf[got.copied_bytes..].fill(0);
+                }
+                return (r, buf);
+            }
+            buf.set_len(span);
+            let res = inner.dev.read(start, buf).await;
+            let moved = inner.generation(layout.segment_of(e.addr)) != generation;
+            let mut b = match res {
+                Ok(b) => b,
+                Err(err) => {
+                    let fresh = IoBuf::new_zeroed(want);
+                    if moved {
+                        buf = fresh;
+                        continue;
+                    }
+                    return (Err(read_error(inner, &e, err)), fresh);
+                }
+            };
+            if moved {
+                b.set_len(want);
+                buf = b;
+                continue; // compaction moved the value and its segment was reused
+            }
+            if crc32c::crc32c(&b[skip..skip + len]) != e.crc {
+                b.set_len(want);
+                return (Err(checksum_error(inner, &key, &e)), b);
+            }
+            let n = want.min(len);
+            if skip > 0 {
+                b.copy_within(skip..skip + n, 0);
+            }
+            b.set_len(want);
+            b[n..].fill(0);
+            add(&inner.counters.retrieves, 1);
+            add(&inner.counters.retrieve_bytes, n as u64);
+            return (
+                Ok(Retrieved {
+                    value_bytes: e.len,
+                    copied_bytes: n,
+                }),
+                b,
+            );
+        }
+        (Err(moving_error()), buf)
     }
 
     /// The whole value of `key`.
@@ -452,6 +559,38 @@ impl Kv {
             let _ = t.await;
         }
         synced.and(checkpointed)
+    }
+}
+
+/// A failed value read.
+fn read_error(inner: &Inner, e: &Entry, err: BlockError) -> KvError {
+    match err {
+        BlockError::Media { offset_bytes } => {
+            add(&inner.counters.media_errors, 1);
+            KvError::Unrecovered {
+                addr: e.addr,
+                reason: format!("media error at device offset {offset_bytes}"),
+            }
+        }
+        err => KvError::Device(err),
+    }
+}
+
+/// A value read whose bytes fail their checksum.
+fn checksum_error(inner: &Inner, key: &Key, e: &Entry) -> KvError {
+    add(&inner.counters.checksum_errors, 1);
+    tracing::error!(device = %inner.dev.info().name, ?key, addr = e.addr,
+        "KV value fails its checksum");
+    KvError::Unrecovered {
+        addr: e.addr,
+        reason: "value checksum mismatch".into(),
+    }
+}
+
+fn moving_error() -> KvError {
+    KvError::Unrecovered {
+        addr: 0,
+        reason: "the value kept moving during the read".into(),
     }
 }
 

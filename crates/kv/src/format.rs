@@ -537,6 +537,42 @@ pub(crate) fn plan_batch(block: u64, value_lens: &[u32]) -> (Vec<u32>, u64) {
     (offsets, align_up(pos, block))
 }
 
+/// Like [`plan_batch`], but values of `in_place_min` bytes or more go after all the
+/// smaller ones, each at a block boundary and taking whole blocks, so each can be written
+/// from its own buffer: the offsets (in descriptor order), the bytes of the batch's head
+/// (header, descriptors and the smaller values, whole blocks) and of the whole batch.
+/// The format is the same: descriptors give each value's offset, in any order.
+pub(crate) fn plan_batch_in_place(
+    block: u64,
+    value_lens: &[u32],
+    in_place_min: usize,
+) -> (Vec<u32>, u64, u64) {
+    let large = |len: u32| len as usize >= in_place_min;
+    let mut pos = meta_bytes(value_lens.len()) as u64;
+    let mut offsets = vec![0u32; value_lens.len()];
+    for (o, &len) in offsets.iter_mut().zip(value_lens) {
+        if len == 0 || large(len) {
+            continue;
+        }
+        let len = u64::from(len);
+        let in_block = pos % block;
+        if len >= block || in_block + len > block {
+            pos = align_up(pos, block);
+        }
+        *o = pos as u32;
+        pos += len;
+    }
+    let head = align_up(pos, block);
+    let mut end = head;
+    for (o, &len) in offsets.iter_mut().zip(value_lens) {
+        if len != 0 && large(len) {
+            *o = end as u32;
+            end += align_up(u64::from(len), block);
+        }
+    }
+    (offsets, head, end)
+}
+
 /// Writes header and descriptors into the front of `buf` (values already in place) and
 /// returns the batch's `meta_crc`.
 pub(crate) fn encode_batch_meta(buf: &mut [u8], h: &BatchHeader, descs: &[Descriptor]) -> u32 {
@@ -692,6 +728,24 @@ mod tests {
             );
             assert!(u64::from(*o) + u64::from(l) <= total);
         }
+    }
+
+    #[test]
+    fn in_place_values_follow_the_small_ones_block_aligned() {
+        // meta = 64 + 4 * 40 = 224; the 100-byte values pack after it, the large ones
+        // follow the head in descriptor order, each in whole blocks.
+        let (offs, head, total) = plan_batch_in_place(4096, &[70_000, 100, 0, 100], 65_536);
+        assert_eq!(offs, vec![4096, 224, 0, 324]);
+        assert_eq!((head, total), (4096, 4096 + 73_728));
+        let (offs, head, total) = plan_batch_in_place(512, &[1 << 20, 65_536, 5000], 65_536);
+        assert_eq!(head, 512 + 5120);
+        assert_eq!(offs, vec![5632, 5632 + (1 << 20), 512]);
+        assert_eq!(total, 5632 + (1 << 20) + 65_536);
+        // No large value: the same as plan_batch.
+        let lens = [1u32, 511, 512, 513, 4096, 7, 1000];
+        let (offs, head, total) = plan_batch_in_place(512, &lens, 65_536);
+        assert_eq!((offs, total), plan_batch(512, &lens));
+        assert_eq!(head, total);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use blockdev::BlockDevice;
+use blockdev::{BlockDevice, IoBuf};
 use tokio::sync::{Notify, oneshot};
 
 use crate::KvError;
@@ -26,13 +26,18 @@ pub enum StoreMode {
     OnlyIfAbsent,
 }
 
-pub(crate) type Reply = oneshot::Sender<Result<(), KvError>>;
+/// A command's answer, with the value buffer of a Store given back (`None` for other
+/// commands, and when a failed device write kept it).
+pub(crate) type Done = (Result<(), KvError>, Option<IoBuf>);
+pub(crate) type Reply = oneshot::Sender<Done>;
 
 /// A command for the committer.
 pub(crate) enum Request {
     Put {
         key: Key,
-        value: Vec<u8>,
+        /// The value (its length is the value's): copied into the batch when small,
+        /// written from here in place when large.
+        value: IoBuf,
         crc: u32,
         mode: StoreMode,
         reply: Reply,
@@ -45,6 +50,16 @@ pub(crate) enum Request {
     Barrier {
         reply: Reply,
     },
+}
+
+impl Request {
+    /// The value buffer of a Store that is not sent.
+    pub(crate) fn into_value(self) -> Option<IoBuf> {
+        match self {
+            Request::Put { value, .. } => Some(value),
+            Request::Delete { .. } | Request::Barrier { .. } => None,
+        }
+    }
 }
 
 /// A value compaction moves (one relocation request is at most a batch).

@@ -54,8 +54,13 @@ impl Key {
 }
 
 impl Ord for Key {
+    /// Bytewise, as one 128-bit comparison: the zero padding makes the padded bytes,
+    /// read big-endian, order as the keys do except that a key and itself followed by
+    /// zero bytes tie, which the length decides (the shorter, a prefix, first).
     fn cmp(&self, other: &Key) -> Ordering {
-        self.as_bytes().cmp(other.as_bytes())
+        u128::from_be_bytes(self.bytes)
+            .cmp(&u128::from_be_bytes(other.bytes))
+            .then(self.len.cmp(&other.len))
     }
 }
 
@@ -112,5 +117,30 @@ mod tests {
         assert_eq!(got, vec![&b"a"[..], b"a\0", b"ab", b"b", b"\xff"]);
         // Trailing zero bytes are part of the key.
         assert_ne!(Key::new(b"a").unwrap(), Key::new(b"a\0").unwrap());
+    }
+
+    #[test]
+    fn order_matches_byte_slices() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let k = |r: u64| {
+                let len = 1 + (r % 16) as usize;
+                // Few distinct byte values, so prefixes and trailing zeros are common.
+                let bytes: Vec<u8> = (0..len)
+                    .map(|i| [0u8, 1, 0xff][(r >> (4 + 2 * i)) as usize % 3])
+                    .collect();
+                bytes
+            };
+            let (a, b) = (k(next()), k(next()));
+            let (ka, kb) = (Key::new(&a).unwrap(), Key::new(&b).unwrap());
+            assert_eq!(ka.cmp(&kb), a.cmp(&b), "{a:?} vs {b:?}");
+            assert_eq!(ka == kb, a == b);
+        }
     }
 }

@@ -12,8 +12,16 @@ pub struct Options {
     /// Target size of one group-commit write (records join a batch while it stays under
     /// this; one record alone may be larger). Clamped to a quarter segment. Default 1 MiB.
     pub batch_max_bytes: u32,
-    /// Log writes in flight at once (each followed by a shared flush). Default 8.
+    /// Batches being written at once. Default 8.
     pub max_inflight_batches: usize,
+    /// Flushes in flight at once (on a device with a volatile write cache): when a
+    /// batch's writes complete, a flush for it (and every other completed write) starts
+    /// while fewer than this many run, instead of waiting for the running one. Default 4.
+    pub max_inflight_flushes: usize,
+    /// Values at least this large (and at least a logical block) are written to the log
+    /// from the Store's own buffer, in place in their batch, by a device write of their
+    /// own; smaller ones are copied into the batch buffer. Default 64 KiB.
+    pub in_place_min_bytes: usize,
     /// Commands waiting for the committer before `store`/`delete` callers wait for room.
     /// Default 4096.
     pub queue_capacity: usize,
@@ -59,6 +67,8 @@ impl Default for Options {
             clock: Arc::new(TokioClock::new()),
             batch_max_bytes: 1 << 20,
             max_inflight_batches: 8,
+            max_inflight_flushes: 4,
+            in_place_min_bytes: 64 << 10,
             queue_capacity: 4096,
             checkpoint_interval_bytes: 256 << 20,
             fill_percent: 90,
@@ -72,6 +82,8 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("batch_max_bytes", &self.batch_max_bytes)
             .field("max_inflight_batches", &self.max_inflight_batches)
+            .field("max_inflight_flushes", &self.max_inflight_flushes)
+            .field("in_place_min_bytes", &self.in_place_min_bytes)
             .field("queue_capacity", &self.queue_capacity)
             .field("checkpoint_interval_bytes", &self.checkpoint_interval_bytes)
             .field("fill_percent", &self.fill_percent)

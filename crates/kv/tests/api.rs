@@ -4,6 +4,7 @@
 
 mod common;
 
+use blockdev::IoBuf;
 use common::*;
 use kv::{ErrorKind, Kv, KvError, StoreMode};
 
@@ -133,6 +134,86 @@ async fn retrieve_into_a_small_buffer_reports_the_value_size() {
     assert_eq!((r.value_bytes, r.copied_bytes), (3000, 3000));
     assert_eq!(&larger[..3000], &v[..]);
     assert_eq!(kv.value_len(b"big").unwrap(), 3000);
+}
+
+/// A buffer of `len` bytes, every one 0xEE (what a reused transfer buffer may hold).
+fn dirty(len: usize) -> IoBuf {
+    let mut b = IoBuf::new_zeroed(len);
+    b.fill(0xEE);
+    b
+}
+
+#[tokio::test]
+async fn store_buf_and_retrieve_buf_give_the_buffers_back() {
+    let dev = ram(8 << 20);
+    let kv = fresh(&dev).await; // values of 2 KiB and more go in place
+    // Small (packed, not block aligned), in place with a partial last block, whole blocks.
+    let lens = [10usize, 100, 700, 2048, 3001, 4096, 8192];
+    for (i, &len) in lens.iter().enumerate() {
+        let v = value(i as u64, len);
+        let (r, back) = kv
+            .store_buf(&[b'k', i as u8], IoBuf::from_slice(&v), StoreMode::Upsert)
+            .await;
+        r.unwrap();
+        let back = back.expect("the buffer comes back");
+        assert_eq!(&back[..], &v[..], "length and content unchanged");
+    }
+    for (i, &len) in lens.iter().enumerate() {
+        let v = value(i as u64, len);
+        let key = [b'k', i as u8];
+        assert_eq!(kv.get(&key).await.unwrap(), v);
+        // Exact, larger (zeros after the value), shorter (the first bytes, whole value
+        // checked), and a buffer whose capacity cannot hold the value's blocks.
+        for want in [len, len + 1000, len / 2, 1] {
+            let (r, b) = kv.retrieve_buf(&key, dirty(want)).await;
+            let r = r.unwrap();
+            let n = want.min(len);
+            assert_eq!((r.value_bytes as usize, r.copied_bytes), (len, n));
+            assert_eq!(b.len(), want);
+            assert_eq!(&b[..n], &v[..n], "len {len} into {want}");
+            assert!(b[n..].iter().all(|&x| x == 0), "zeros after the value");
+        }
+    }
+    // Refused: the buffer comes back untouched.
+    let (r, b) = kv.retrieve_buf(b"none", dirty(4096)).await;
+    assert!(matches!(r, Err(KvError::KeyNotFound)));
+    assert_eq!(b.len(), 4096);
+    let (r, b) = kv
+        .store_buf(b"zz", dirty(100), StoreMode::OnlyIfExists)
+        .await;
+    assert!(matches!(r, Err(KvError::KeyNotFound)));
+    assert_eq!(b.unwrap().len(), 100);
+    let (r, b) = kv
+        .store_buf(b"k\x03", dirty(5000), StoreMode::OnlyIfAbsent)
+        .await;
+    assert!(matches!(r, Err(KvError::KeyExists)));
+    assert_eq!(b.unwrap().len(), 5000);
+    let (r, b) = kv
+        .store_buf(b"k", IoBuf::new_zeroed(0), StoreMode::Upsert)
+        .await;
+    assert!(matches!(r, Err(KvError::InvalidValueSize { .. })));
+    assert!(b.is_some());
+    // Many in-place values in one batch, with small ones between them, reopened.
+    let mut tasks = Vec::new();
+    for i in 0..40u64 {
+        let kv = kv.clone();
+        tasks.push(tokio::spawn(async move {
+            let v = value(100 + i, [50, 2500, 8192, 3000][i as usize % 4]);
+            let (r, _) = kv
+                .store_buf(&[b'm', i as u8], IoBuf::from_slice(&v), StoreMode::Upsert)
+                .await;
+            r.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    kv.close().await.unwrap();
+    let (kv, _) = Kv::open(dev.clone(), small_options()).await.unwrap();
+    for i in 0..40u64 {
+        let v = value(100 + i, [50, 2500, 8192, 3000][i as usize % 4]);
+        assert_eq!(kv.get(&[b'm', i as u8]).await.unwrap(), v);
+    }
 }
 
 #[tokio::test]

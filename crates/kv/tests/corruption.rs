@@ -213,9 +213,13 @@ fn landed(indices: &[usize]) -> Vec<WriteChoice> {
 }
 
 async fn open_no_flush(image: &RamDevice) -> (Kv, Arc<CrashRecorder>) {
+    open_no_flush_with(image, small_options()).await
+}
+
+async fn open_no_flush_with(image: &RamDevice, opts: kv::Options) -> (Kv, Arc<CrashRecorder>) {
     let rec = Arc::new(CrashRecorder::from_image("r", image));
     let dev: Arc<dyn BlockDevice> = Arc::new(NoFlush(rec.clone()));
-    (Kv::open(dev, small_options()).await.unwrap().0, rec)
+    (Kv::open(dev, opts).await.unwrap().0, rec)
 }
 
 #[tokio::test]
@@ -257,7 +261,19 @@ async fn recovery_stops_at_a_torn_batch_and_keeps_everything_before() {
     let rec = Arc::new(CrashRecorder::new("kv", 4 << 20));
     let dev: Arc<dyn BlockDevice> = rec.clone();
     Kv::format(&dev, &small_format()).await.unwrap();
-    let (kv, rec) = open_no_flush(&rec.durable_image()).await;
+    let image = rec.durable_image();
+    // Each value in its batch's one write, or b's value in place (a second write).
+    for in_place in [false, true] {
+        let mut opts = small_options();
+        if !in_place {
+            opts.in_place_min_bytes = usize::MAX;
+        }
+        torn_batch_ends_the_log(&image, opts, in_place).await;
+    }
+}
+
+async fn torn_batch_ends_the_log(image: &RamDevice, opts: kv::Options, in_place: bool) {
+    let (kv, rec) = open_no_flush_with(image, opts).await;
     kv.store(b"a", &value(1, 1500), StoreMode::Upsert)
         .await
         .unwrap();
@@ -268,25 +284,39 @@ async fn recovery_stops_at_a_torn_batch_and_keeps_everything_before() {
         .await
         .unwrap();
     let pending = rec.pending_writes();
-    assert_eq!(pending.len(), 3);
-    // Batch b torn: its header block landed, one value block did not.
-    let blocks = (pending[1].len_bytes / 512) as usize;
-    let mut mask = vec![true; blocks];
-    mask[blocks - 1] = false;
-    let img = rec.crash_image_with(&[
-        WriteChoice {
-            index: 0,
+    let img = if in_place {
+        // b's head (header, descriptor) landed, its value write did not.
+        assert_eq!(pending.len(), 4);
+        assert_eq!(pending[2].len_bytes, 3072);
+        assert_eq!(
+            pending[2].offset_bytes,
+            pending[1].offset_bytes + pending[1].len_bytes
+        );
+        rec.crash_image_with(&[0, 1, 3].map(|index| WriteChoice {
+            index,
             blocks: None,
-        },
-        WriteChoice {
-            index: 1,
-            blocks: Some(mask),
-        },
-        WriteChoice {
-            index: 2,
-            blocks: None,
-        },
-    ]);
+        }))
+    } else {
+        assert_eq!(pending.len(), 3);
+        // Batch b torn: its header block landed, one value block did not.
+        let blocks = (pending[1].len_bytes / 512) as usize;
+        let mut mask = vec![true; blocks];
+        mask[blocks - 1] = false;
+        rec.crash_image_with(&[
+            WriteChoice {
+                index: 0,
+                blocks: None,
+            },
+            WriteChoice {
+                index: 1,
+                blocks: Some(mask),
+            },
+            WriteChoice {
+                index: 2,
+                blocks: None,
+            },
+        ])
+    };
     drop(kv);
     let rec = Arc::new(CrashRecorder::from_image("r", &img));
     let dev: Arc<dyn BlockDevice> = rec;

@@ -12,12 +12,17 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use blockdev::IoBuf;
 use nvme_proto::Status;
 use nvme_proto::kv::{KvKey, StoreMode};
 
 /// A backend operation in flight. Boxed: one allocation per KV command, like the
 /// command future the target builds around it anyway.
 pub type KvFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, KvBackendError>> + Send + 'a>>;
+
+/// A backend operation on a transfer buffer, which comes back with the result.
+pub type KvBufFuture<'a, T> =
+    Pin<Box<dyn Future<Output = (Result<T, KvBackendError>, Option<IoBuf>)> + Send + 'a>>;
 
 /// Why a backend operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +104,34 @@ pub trait KvBackend: Send + Sync + 'static {
     fn store<'a>(&'a self, key: &'a [u8], value: &'a [u8], mode: StoreMode) -> KvFuture<'a, ()>;
     /// Copies the first min(value, `out.len()`) bytes of `key`'s value into `out`.
     fn retrieve<'a>(&'a self, key: &'a [u8], out: &'a mut [u8]) -> KvFuture<'a, KvRetrieved>;
+    /// [`KvBackend::store`] of the whole received buffer, which the backend may keep
+    /// until it answers (to write the value from it) and gives back with the result
+    /// (`None` only if a failed device write kept it).
+    fn store_buf<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> KvBufFuture<'a, ()> {
+        Box::pin(async move {
+            let r = self.store(key, &value, mode).await;
+            (r, Some(value))
+        })
+    }
+    /// [`KvBackend::retrieve`] into the buffer that is sent to the host, given back with
+    /// the result: the first min(value, `buf.len()`) bytes of the value, then zeros to
+    /// its length (on success).
+    fn retrieve_buf<'a>(&'a self, key: &'a [u8], buf: IoBuf) -> KvBufFuture<'a, KvRetrieved> {
+        Box::pin(async move {
+            let mut buf = buf;
+            let r = self.retrieve(key, &mut buf).await;
+            if let Ok(got) = &r {
+                let copied = got.copied_bytes.min(buf.len());
+                buf[copied..].fill(0);
+            }
+            (r, Some(buf))
+        })
+    }
     /// Removes `key`; [`KvBackendError::KeyNotFound`] if it has no value.
     fn delete<'a>(&'a self, key: &'a [u8]) -> KvFuture<'a, ()>;
     /// Waits until everything acknowledged is durable (Flush).

@@ -73,7 +73,7 @@ pub use fuzz::{
     FUZZ_HOSTNQN, FUZZ_KV_NSID, FUZZ_SUBNQN, fuzz_one_connection, fuzz_seed_admin_session,
     fuzz_seed_io_session, fuzz_seed_kv_session,
 };
-pub use kv_backend::{KvBackend, KvBackendError, KvFuture, KvRetrieved, KvUsage};
+pub use kv_backend::{KvBackend, KvBackendError, KvBufFuture, KvFuture, KvRetrieved, KvUsage};
 pub use kv_mem::MemKvBackend;
 pub use media_health::{AvailableSpare, MediaHealth, MediaHealthSource};
 pub use namespace::{Attachment, NamespaceInfo};

@@ -15,11 +15,13 @@ pub fn small_format() -> FormatOptions {
     }
 }
 
-/// Options for small stores: small batches, frequent checkpoints, unthrottled compaction.
+/// Options for small stores: small batches, frequent checkpoints, unthrottled compaction,
+/// values of 2 KiB and more written in place.
 pub fn small_options() -> Options {
     let mut o = Options {
         batch_max_bytes: 16 << 10,
         checkpoint_interval_bytes: 256 << 10,
+        in_place_min_bytes: 2048,
         ..Options::default()
     };
     o.compaction.throttle_bytes_per_sec = 0;

@@ -165,9 +165,11 @@ impl QueueContext {
                 };
                 let bytes = u64::from(value_size_bytes);
                 self.kv_later(ns, OpKind::Write, guard, async move {
-                    let r = kv.backend.store(key.as_bytes(), &value, mode).await;
+                    // The received buffer goes to the store (large values are written
+                    // from it) and comes back for the connection's pool.
+                    let (r, value) = kv.backend.store_buf(key.as_bytes(), value, mode).await;
                     r.map(|()| Outcome {
-                        spare: Some(value),
+                        spare: value,
                         acct: Some(Acct {
                             kind: OpKind::Write,
                             bytes,
@@ -187,14 +189,19 @@ impl QueueContext {
                 if let Some(b) = data {
                     self.pool.put(b);
                 }
-                let mut buf = self.pool.get(host_buffer_bytes as usize);
+                let buf = self.pool.get(host_buffer_bytes as usize);
                 self.kv_later(ns, OpKind::Read, None, async move {
-                    let got = kv.backend.retrieve(key.as_bytes(), &mut buf).await?;
                     // The whole host buffer goes out (hosts expect the length they
                     // described): the value, then zeros over whatever the pool buffer
-                    // held before.
+                    // held before. The store reads into it when it can.
+                    let (got, buf) = kv.backend.retrieve_buf(key.as_bytes(), buf).await;
+                    let got = got?;
+                    let Some(buf) = buf else {
+                        return Err(KvBackendError::Internal(
+                            "the store kept the Retrieve buffer".into(),
+                        ));
+                    };
                     let copied = got.copied_bytes.min(buf.len());
-                    buf[copied..].fill(0);
                     let (data, spare) = if buf.is_empty() {
                         (None, Some(buf))
                     } else {

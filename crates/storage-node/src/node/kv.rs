@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blockdev::BlockDevice;
+use blockdev::{BlockDevice, IoBuf};
 use nvme_proto::kv::{KvKey, StoreMode};
-use nvmf_target::{KvBackend, KvBackendError, KvFuture, KvRetrieved, KvUsage};
+use nvmf_target::{KvBackend, KvBackendError, KvBufFuture, KvFuture, KvRetrieved, KvUsage};
 
 use crate::extent_device::ExtentDevice;
 use crate::state::{KvParams, NamespaceRecord};
@@ -260,6 +260,29 @@ impl KvBackend for EngineBackend {
                 value_bytes: r.value_bytes,
                 copied_bytes: r.copied_bytes,
             })
+        })
+    }
+
+    fn store_buf<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: IoBuf,
+        mode: StoreMode,
+    ) -> KvBufFuture<'a, ()> {
+        Box::pin(async move {
+            let (r, buf) = self.engine.store_buf(key, value, store_mode(mode)).await;
+            (r.map_err(backend_error), buf)
+        })
+    }
+
+    fn retrieve_buf<'a>(&'a self, key: &'a [u8], buf: IoBuf) -> KvBufFuture<'a, KvRetrieved> {
+        Box::pin(async move {
+            let (r, buf) = self.engine.retrieve_buf(key, buf).await;
+            let r = r.map_err(backend_error).map(|r| KvRetrieved {
+                value_bytes: r.value_bytes,
+                copied_bytes: r.copied_bytes,
+            });
+            (r, Some(buf))
         })
     }
 
