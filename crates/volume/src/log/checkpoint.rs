@@ -18,16 +18,15 @@ use crate::engine::Inner;
 use crate::error::{Result, VolumeError};
 
 impl LogEngine {
-    /// Writes checkpoint `number` of `map` and then its root, both with FUA. Checkpoint
-    /// `n` goes to slot `n % 2` and its root to copy `n % 2`, so the previous pair stays
-    /// intact until the new root is durable.
-    async fn write_checkpoint(
+    /// Writes checkpoint `number` of `map` into slot `number % 2` (not FUA: the member
+    /// flush before its root makes it durable). Returns its length and CRC for the root.
+    async fn write_checkpoint_body(
         inner: &Inner,
         geo: &LogGeometry,
         number: u64,
         next_seq: u64,
         map: &[super::format::Loc],
-    ) -> Result<()> {
+    ) -> Result<(u64, u32)> {
         let mut bytes = encode_checkpoint(inner.uuid, number, next_seq, map);
         let len = bytes.len() as u64;
         if len > geo.checkpoint_capacity() {
@@ -40,14 +39,19 @@ impl LogEngine {
         bytes.resize(geo.align_up(len) as usize, 0);
         let slot = (number % 2) as usize;
         inner
-            .write_volume(geo.checkpoint_offset(slot), IoBuf::from_slice(&bytes), true)
+            .write_volume(
+                geo.checkpoint_offset(slot),
+                IoBuf::from_slice(&bytes),
+                false,
+            )
             .await?;
-        let root = Root {
-            volume_uuid: inner.uuid,
-            checkpoint: number,
-            checkpoint_bytes: len,
-            checkpoint_crc: crc,
-        };
+        Ok((len, crc))
+    }
+
+    /// Writes the root of checkpoint `root.checkpoint` to copy `number % 2`, FUA. The
+    /// previous checkpoint and its root stay intact until this write is durable.
+    async fn write_root(inner: &Inner, root: &Root) -> Result<()> {
+        let slot = (root.checkpoint % 2) as usize;
         inner
             .write_volume(
                 LogGeometry::root_offset(slot),
@@ -69,41 +73,84 @@ impl LogEngine {
                 true,
             )
             .await?;
-        Self::write_checkpoint(inner, geo, 1, 1, &map).await
+        let (len, crc) = Self::write_checkpoint_body(inner, geo, 1, 1, &map).await?;
+        inner.flush_volume().await?;
+        let root = Root {
+            volume_uuid: inner.uuid,
+            checkpoint: 1,
+            checkpoint_bytes: len,
+            checkpoint_crc: crc,
+            head: Vec::new(),
+        };
+        Self::write_root(inner, &root).await
     }
 
-    /// Writes a checkpoint of the current map: drains the segment writes in flight,
-    /// flushes the members, writes the checkpoint and its root, then turns every segment
-    /// emptied since the last checkpoint into a free one.
+    /// Writes a checkpoint of the current map without pausing the write pipeline:
+    ///
+    /// 1. Under the state lock: the map as of `A` = every segment below `A` applied, the
+    ///    segments empty in it, and the open checkpoint's head = the segments in flight
+    ///    (sequences `A..`). Segments sealed from now on join the head.
+    /// 2. The map is written to the checkpoint slot and the members are flushed (every
+    ///    segment below `A` is applied, so written: now durable), while segment writes
+    ///    go on from the previous checkpoint's free list.
+    /// 3. Sealing pauses for the root write alone: the root (its head = every segment
+    ///    allocated since `A`, in sequence order) is written FUA.
+    /// 4. The segments empty in the map and not in the head become the free list
+    ///    (ascending): exactly the order replay derives from the root.
     pub async fn checkpoint(self: &Arc<Self>) -> Result<()> {
         let _one = self.ckpt_lock.lock().await;
-        let mut rx = self.progress.subscribe();
-        self.st().ckpt_blocking = true;
+        let (number, next_seq, map, empty) = {
+            let mut st = self.st();
+            let head: Vec<u32> = st.flights.values().map(|f| f.seg).collect();
+            st.ckpt_head = Some(head);
+            (
+                st.checkpoint_no + 1,
+                st.apply_seq,
+                st.space.map.clone(),
+                st.space.empty_segments(),
+            )
+        };
+        // Whatever ends the checkpoint (an error, or the keeper aborted at stop), sealing
+        // resumes and no head is kept open.
+        let _close = CloseCheckpoint(self);
         let r = async {
-            loop {
-                if self.st().inflight == 0 {
-                    break;
-                }
-                let _ = rx.changed().await;
-            }
+            let (len, crc) =
+                Self::write_checkpoint_body(&self.inner, &self.geo, number, next_seq, &map).await?;
+            drop(map);
             self.inner.flush_volume().await?;
-            let (number, next_seq, map) = {
-                let st = self.st();
-                (st.checkpoint_no + 1, st.next_seq, st.space.map.clone())
+            let head = {
+                let mut st = self.st();
+                st.flushed_seq = st.flushed_seq.max(next_seq);
+                st.ckpt_blocking = true;
+                st.ckpt_head.clone().unwrap_or_default()
             };
-            Self::write_checkpoint(&self.inner, &self.geo, number, next_seq, &map).await?;
+            let root = Root {
+                volume_uuid: self.uuid,
+                checkpoint: number,
+                checkpoint_bytes: len,
+                checkpoint_crc: crc,
+                head,
+            };
+            if let Err(e) = Self::write_root(&self.inner, &root).await {
+                // The root may or may not be on the members: which allocation order
+                // replay follows is unknown, so no segment may be allocated again.
+                self.st().failed.get_or_insert_with(|| e.to_string());
+                return Err(e);
+            }
             let mut st = self.st();
             st.checkpoint_no = number;
-            st.flushed_seq = st.flushed_seq.max(next_seq);
-            st.segs_since_ckpt = 0;
-            st.space.reset_free();
+            st.segs_since_ckpt = root.head.len() as u64;
+            self.counters
+                .checkpoint_head_segments
+                .fetch_add(root.head.len() as u64, Ordering::Relaxed);
+            st.space.install_free(&empty, &root.head);
             Ok(())
         }
         .await;
-        self.st().ckpt_blocking = false;
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.bump();
-        self.kick_seal();
+        drop(_close);
+        if r.is_ok() {
+            self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
         r
     }
 
@@ -136,29 +183,38 @@ impl LogEngine {
                 why = format!("log checkpoint {} checksum mismatch", root.checkpoint);
                 continue;
             }
-            match decode_checkpoint(bytes, inner.uuid, &geo) {
-                Ok(c) if c.number == root.checkpoint => {
-                    found = Some(c);
+            let ck = match decode_checkpoint(bytes, inner.uuid, &geo) {
+                Ok(c) if c.number == root.checkpoint => c,
+                Ok(_) => {
+                    why = "log checkpoint number differs from its root".into();
+                    continue;
+                }
+                Err(e) => {
+                    why = e;
+                    continue;
+                }
+            };
+            let mut space = Space::new(&geo);
+            for (lba, loc) in &ck.entries {
+                space.apply(
+                    loc.seg,
+                    &[super::format::Record::Write {
+                        lba: *lba,
+                        loc: *loc,
+                    }],
+                );
+            }
+            match space.allocation_order(&root.head) {
+                Some(order) => {
+                    found = Some((ck, space, order));
                     break;
                 }
-                Ok(_) => why = "log checkpoint number differs from its root".into(),
-                Err(e) => why = e,
+                None => why = "log root's head does not fit its checkpoint".into(),
             }
         }
-        let ck =
+        let (ck, mut space, free) =
             found.ok_or_else(|| VolumeError::Invalid(format!("volume {}: {why}", inner.name)))?;
-        let mut space = Space::new(&geo);
-        for (lba, loc) in &ck.entries {
-            space.apply(
-                loc.seg,
-                &[super::format::Record::Write {
-                    lba: *lba,
-                    loc: *loc,
-                }],
-            );
-        }
-        space.reset_free();
-        let free: Vec<u32> = space.free.iter().copied().collect();
+        space.set_free_order(&free);
         let mut replayed = 0u64;
         let mut misses = 0usize;
         let mut next_seq = ck.next_seq;
@@ -203,11 +259,28 @@ impl LogEngine {
             }
             log.checkpoint().await?;
         } else {
-            // Nothing after the checkpoint: allocation resumes at its free list.
-            log.st().space.reset_free();
+            // Nothing after the checkpoint: allocation resumes in its order (the root's
+            // head first).
+            log.st().space.set_free_order(&free);
         }
         info!(volume = %inner.name, checkpoint = checkpoint_no, replayed, "log layout opened");
         Ok(log)
+    }
+}
+
+/// Closes an open checkpoint when dropped: the head is forgotten and sealing resumes.
+struct CloseCheckpoint<'a>(&'a Arc<LogEngine>);
+
+impl Drop for CloseCheckpoint<'_> {
+    fn drop(&mut self) {
+        {
+            let mut st = self.0.st();
+            st.ckpt_blocking = false;
+            st.ckpt_head = None;
+        }
+        self.0.bump();
+        // What gathered while the root was written goes out.
+        self.0.kick_seal();
     }
 }
 

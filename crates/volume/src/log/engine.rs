@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::compress::{self, CODEC_RAW};
-use super::format::{Loc, LogGeometry, Record, encode_summary};
+use super::format::{Loc, LogGeometry, MAX_ROOT_HEAD, Record, encode_summary};
 use super::params::LogParams;
 use super::state::Space;
 use crate::engine::Inner;
@@ -63,8 +63,8 @@ impl Open {
     }
 }
 
-struct Flight {
-    seg: u32,
+pub(super) struct Flight {
+    pub seg: u32,
     records: Vec<Record>,
     ticket: Arc<Ticket>,
     result: Option<std::result::Result<(), String>>,
@@ -79,10 +79,13 @@ pub(super) struct State {
     pub apply_seq: u64,
     /// Every segment below this one is durable.
     pub flushed_seq: u64,
-    flights: BTreeMap<u64, Flight>,
+    pub(super) flights: BTreeMap<u64, Flight>,
     pub inflight: usize,
-    /// A checkpoint is draining or writing: no segment may be allocated.
+    /// A checkpoint's root is being written: no segment may be allocated.
     pub ckpt_blocking: bool,
+    /// A checkpoint is open (its map taken, its root not written yet): the segments
+    /// allocated since its map was taken, in sequence order (its root's head).
+    pub ckpt_head: Option<Vec<u32>>,
     pub checkpoint_no: u64,
     pub segs_since_ckpt: u64,
     /// Set when a segment write failed: the log takes no more writes.
@@ -98,6 +101,9 @@ pub struct LogCounters {
     pub gc_segments: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     pub checkpoints: AtomicU64,
+    /// Segments sealed while a checkpoint was being written (the heads of its roots):
+    /// writes the checkpoints did not pause.
+    pub checkpoint_head_segments: AtomicU64,
 }
 
 /// A sealed segment, ready to be written.
@@ -174,6 +180,7 @@ impl LogEngine {
                 flights: BTreeMap::new(),
                 inflight: 0,
                 ckpt_blocking: false,
+                ckpt_head: None,
                 checkpoint_no,
                 segs_since_ckpt: 0,
                 failed: None,
@@ -335,6 +342,15 @@ impl LogEngine {
         if st.open.records.is_empty() || st.ckpt_blocking || st.inflight >= MAX_INFLIGHT {
             return None;
         }
+        // An open checkpoint's root lists what is allocated meanwhile: it has room for
+        // `MAX_ROOT_HEAD` (a bound never met in practice: the checkpoint is one write).
+        if st
+            .ckpt_head
+            .as_ref()
+            .is_some_and(|h| h.len() >= MAX_ROOT_HEAD)
+        {
+            return None;
+        }
         let reserve = if st.open.gc { 0 } else { GC_RESERVE };
         if st.space.free.len() <= reserve {
             self.gc_kick.notify_one();
@@ -342,6 +358,9 @@ impl LogEngine {
         }
         let seg = st.space.free.pop_front()?;
         st.space.seg_state[seg as usize] = super::state::SegState::Writing;
+        if let Some(head) = &mut st.ckpt_head {
+            head.push(seg);
+        }
         let seq = st.next_seq;
         st.next_seq += 1;
         let mut open = std::mem::replace(&mut st.open, Open::new(self.geo.segment_bytes));

@@ -10,7 +10,15 @@ use crate::format::codec::*;
 pub const ROOT_MAGIC: [u8; 8] = *b"FBLOGRT1";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FBLOGCP1";
 pub const SUMMARY_MAGIC: [u8; 8] = *b"FBLOGSG1";
+/// Version of checkpoints and segment summaries.
 pub const LOG_FORMAT_VERSION: u32 = 1;
+/// Version of the log root written now: 2 carries the allocation head (the segments
+/// sealed while its checkpoint was written). Version 1 roots (no head) are still read.
+pub const ROOT_FORMAT_VERSION: u32 = 2;
+/// Byte offset of the head's entries in a version 2 root.
+const ROOT_HEAD_AT: usize = 64;
+/// Most segments a version 2 root's head lists.
+pub const MAX_ROOT_HEAD: usize = (4096 - ROOT_HEAD_AT) / 4;
 pub const ROOT_BYTES: usize = 4096;
 pub const CHECKPOINT_HEADER_BYTES: usize = 4096;
 pub const CHECKPOINT_ENTRY_BYTES: usize = 32;
@@ -159,42 +167,67 @@ impl LogGeometry {
 
 /// The log root: which checkpoint is current. Two copies at array offsets 0 and 4096;
 /// checkpoint `n` goes to slot `n % 2` and its root to copy `n % 2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// `head`: the segments allocated (in sequence order, from the checkpoint's `next_seq`
+/// on) before the root was written: they were sealed while the checkpoint was written,
+/// from the free list of the previous one. The allocation order that replay follows is
+/// `head`, then every other segment without a live block in the checkpoint, ascending.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Root {
     pub volume_uuid: Uuid,
     pub checkpoint: u64,
     pub checkpoint_bytes: u64,
     pub checkpoint_crc: u32,
+    pub head: Vec<u32>,
 }
 
 impl Root {
+    /// Version 2 encoding (at most `MAX_ROOT_HEAD` head entries are kept: the engine
+    /// never seals more while a checkpoint is open).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; ROOT_BYTES];
         put(&mut b, 0, &ROOT_MAGIC);
-        put_u32(&mut b, 8, LOG_FORMAT_VERSION);
+        put_u32(&mut b, 8, ROOT_FORMAT_VERSION);
         put(&mut b, 16, self.volume_uuid.as_bytes());
         put_u64(&mut b, 32, self.checkpoint);
         put_u64(&mut b, 40, self.checkpoint_bytes);
         put_u32(&mut b, 48, self.checkpoint_crc);
+        let head = &self.head[..self.head.len().min(MAX_ROOT_HEAD)];
+        put_u32(&mut b, 52, head.len() as u32);
+        for (i, seg) in head.iter().enumerate() {
+            put_u32(&mut b, ROOT_HEAD_AT + 4 * i, *seg);
+        }
         let crc = crc32c::crc32c(&b);
         put_u32(&mut b, 12, crc);
         b
     }
 
-    /// `None` for anything but a valid root of this volume.
+    /// `None` for anything but a valid root (version 1 or 2) of this volume. The head's
+    /// entries are checked against the geometry by the caller.
     pub fn decode(b: &[u8], volume_uuid: Uuid) -> Option<Root> {
         let b = b.get(..ROOT_BYTES)?;
-        if get::<8>(b, 0) != ROOT_MAGIC || u32_at(b, 8) != LOG_FORMAT_VERSION {
+        let version = u32_at(b, 8);
+        if get::<8>(b, 0) != ROOT_MAGIC || !(1..=ROOT_FORMAT_VERSION).contains(&version) {
             return None;
         }
         if !crc_ok(b, 12) || Uuid::from_bytes(get(b, 16)) != volume_uuid {
             return None;
         }
+        let head = if version >= 2 {
+            let n = u32_at(b, 52) as usize;
+            if n > MAX_ROOT_HEAD {
+                return None;
+            }
+            (0..n).map(|i| u32_at(b, ROOT_HEAD_AT + 4 * i)).collect()
+        } else {
+            Vec::new()
+        };
         Some(Root {
             volume_uuid,
             checkpoint: u64_at(b, 32),
             checkpoint_bytes: u64_at(b, 40),
             checkpoint_crc: u32_at(b, 48),
+            head,
         })
     }
 }
@@ -504,4 +537,64 @@ pub fn trailer_seq(trailer: &[u8], volume_uuid: Uuid, index: u32) -> Option<u64>
         && Uuid::from_bytes(get(t, 16)) == volume_uuid
         && u32_at(t, 40) == index)
         .then(|| u64_at(t, 32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Committed vectors (tests/vectors/log_roots.py writes them from the offsets in
+    // docs/volume-format.md, independently of this encoder).
+    const ROOT_V1: &[u8] = include_bytes!("../../tests/vectors/log_root_v1.bin");
+    const ROOT_V2: &[u8] = include_bytes!("../../tests/vectors/log_root_v2.bin");
+
+    fn uuid() -> Uuid {
+        Uuid::from_bytes([0xA5; 16])
+    }
+
+    #[test]
+    fn version_1_roots_still_decode_with_an_empty_head() {
+        let r = Root::decode(ROOT_V1, uuid()).expect("a valid version 1 root");
+        assert_eq!(
+            r,
+            Root {
+                volume_uuid: uuid(),
+                checkpoint: 7,
+                checkpoint_bytes: 4096 + 3 * 32,
+                checkpoint_crc: 0x1234_ABCD,
+                head: vec![],
+            }
+        );
+        assert!(Root::decode(ROOT_V1, Uuid::from_bytes([1; 16])).is_none());
+        let mut bad = ROOT_V1.to_vec();
+        bad[33] ^= 1;
+        assert!(Root::decode(&bad, uuid()).is_none());
+    }
+
+    #[test]
+    fn version_2_root_matches_its_vector_byte_for_byte() {
+        let r = Root {
+            volume_uuid: uuid(),
+            checkpoint: 8,
+            checkpoint_bytes: 4096 + 5 * 32,
+            checkpoint_crc: 0x0BAD_F00D,
+            head: vec![17, 3, 250],
+        };
+        assert_eq!(r.encode(), ROOT_V2);
+        assert_eq!(Root::decode(ROOT_V2, uuid()), Some(r));
+        // A head count beyond the root's room is refused, not read past the end.
+        let mut bad = ROOT_V2.to_vec();
+        put_u32(&mut bad, 52, MAX_ROOT_HEAD as u32 + 1);
+        put_u32(&mut bad, 12, 0);
+        let crc = crc32c::crc32c(&bad);
+        put_u32(&mut bad, 12, crc);
+        assert!(Root::decode(&bad, uuid()).is_none());
+        // Unknown versions are refused.
+        let mut v3 = ROOT_V2.to_vec();
+        put_u32(&mut v3, 8, 3);
+        put_u32(&mut v3, 12, 0);
+        let crc = crc32c::crc32c(&v3);
+        put_u32(&mut v3, 12, crc);
+        assert!(Root::decode(&v3, uuid()).is_none());
+    }
 }

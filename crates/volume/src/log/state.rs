@@ -52,7 +52,8 @@ impl Space {
     }
 
     /// Rebuilds the free list from usage: every segment without a live block, ascending.
-    /// Exactly what replay derives from the checkpoint written at the same moment.
+    /// (What a checkpoint with an empty head leaves; the tests' shortcut.)
+    #[cfg(test)]
     pub fn reset_free(&mut self) {
         self.free.clear();
         self.pending = 0;
@@ -64,6 +65,82 @@ impl Space {
                 self.seg_state[i] = SegState::Used;
             }
         }
+    }
+
+    /// Segments without a live block that are not being written (free or pending).
+    pub fn empty_segments(&self) -> Vec<u32> {
+        (0..self.seg_state.len())
+            .filter(|&i| matches!(self.seg_state[i], SegState::Free | SegState::Pending))
+            .map(|i| i as u32)
+            .collect()
+    }
+
+    /// Allocation order of a checkpoint whose root lists `head`: the head, then every
+    /// other segment without a live block, ascending. `None` if the head names a segment
+    /// out of range, twice, or one holding live blocks (a root that does not belong to
+    /// this map).
+    pub fn allocation_order(&self, head: &[u32]) -> Option<Vec<u32>> {
+        let mut in_head = vec![false; self.usage.len()];
+        for &s in head {
+            let slot = in_head.get_mut(s as usize)?;
+            if *slot || self.usage[s as usize].blocks != 0 {
+                return None;
+            }
+            *slot = true;
+        }
+        let mut order = head.to_vec();
+        order.extend(
+            (0..self.usage.len())
+                .filter(|&i| !in_head[i] && self.usage[i].blocks == 0)
+                .map(|i| i as u32),
+        );
+        Some(order)
+    }
+
+    /// Makes `order` the free list (all of them free, in this order); every other
+    /// segment is used or pending by its usage.
+    pub fn set_free_order(&mut self, order: &[u32]) {
+        for (i, u) in self.usage.iter().enumerate() {
+            self.seg_state[i] = if u.blocks == 0 {
+                SegState::Pending
+            } else {
+                SegState::Used
+            };
+        }
+        self.free.clear();
+        for &s in order {
+            self.seg_state[s as usize] = SegState::Free;
+            self.free.push_back(s);
+        }
+        self.pending = self
+            .seg_state
+            .iter()
+            .filter(|s| **s == SegState::Pending)
+            .count();
+    }
+
+    /// A checkpoint's root is durable: the segments that were empty in its map (`empty`,
+    /// ascending) and not allocated since (`head`) are the free list from now on. Segments
+    /// emptied after its map was taken stay pending (the new checkpoint points into them).
+    pub fn install_free(&mut self, empty: &[u32], head: &[u32]) {
+        let mut allocated = vec![false; self.usage.len()];
+        for &s in head {
+            if let Some(a) = allocated.get_mut(s as usize) {
+                *a = true;
+            }
+        }
+        self.free.clear();
+        for &s in empty {
+            if !allocated[s as usize] {
+                self.seg_state[s as usize] = SegState::Free;
+                self.free.push_back(s);
+            }
+        }
+        self.pending = self
+            .seg_state
+            .iter()
+            .filter(|s| **s == SegState::Pending)
+            .count();
     }
 
     fn release(&mut self, old: Loc) {
@@ -112,8 +189,15 @@ impl Space {
                     src_seg,
                     src_off,
                 } => {
+                    // The source must still be the very block moved (same checksum and
+                    // length): a segment emptied, freed by a checkpoint and reused while
+                    // the move waited may hold a newer block of `lba` at that offset.
                     let cur = self.map[lba as usize];
-                    if cur.seg == src_seg && cur.off == src_off {
+                    if cur.seg == src_seg
+                        && cur.off == src_off
+                        && cur.crc == loc.crc
+                        && cur.len == loc.len
+                    {
                         self.set(lba, Loc { seg, ..loc });
                     }
                 }
