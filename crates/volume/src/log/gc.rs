@@ -180,9 +180,12 @@ impl LogEngine {
         let low = self.gc_low_water();
         if free < low {
             // Emptied segments come back with a checkpoint; batch them (a checkpoint
-            // writes the whole map) unless space is short.
-            if pending > 0 && (free <= GC_RESERVE + 1 || pending >= low / 2) {
-                self.checkpoint().await?;
+            // writes the whole map) unless space is short. It does not pause the
+            // writes, so the collection goes on beside it.
+            if pending > 0 && (free <= GC_RESERVE + 1 || pending >= low / 4) {
+                let (ck, gc) = tokio::join!(self.checkpoint(), self.collect_garbage());
+                ck?;
+                gc?;
                 return Ok(true);
             }
             if self.collect_garbage().await? > 0 {
