@@ -2,7 +2,8 @@
 //! member medium of `LOG_BENCH_MEDIA` (default `file,ram`):
 //!
 //! - `file`: real files opened with O_DIRECT (io_uring) in `LOG_BENCH_DIR` (default
-//!   `<target>/bench/log_layout_members`, so on the disk the build uses, not a tmpfs):
+//!   `<target>/bench/log_layout_members`, so on the disk the build uses, not a tmpfs),
+//!   written out whole first (allocated, like a drive's blocks) and reused by every case:
 //!   device-bound members, the medium the goals are about. The JSON says whether
 //!   the filesystem took O_DIRECT (`o_direct`); a buffered fallback is reported, not hidden.
 //! - `ram`: RAM disks: the layouts' own CPU costs without device time.
@@ -15,8 +16,9 @@
 //!    (compression off) and log (lz4); the load's data is the bench crate's pseudo-random
 //!    stamps (incompressible) and is verified afterwards. Ratio: log / in place (the
 //!    issue's goal: >= 2).
-//!    Then (unless `LOG_BENCH_FULL=0`) the volume is filled to 80 % sequentially and the
-//!    random writes run again over the filled range (the log layout collecting garbage):
+//!    Then (unless `LOG_BENCH_FULL=0`) the volume is filled to 80 % sequentially,
+//!    random writes of half that range warm it up, and the random writes run again over
+//!    the filled range (the log layout collecting garbage):
 //!    ratio to the fresh rate (the goal for the log layout: >= 0.5).
 //! 2. 4 KiB random read latency at QD1 over a prefilled 32 MiB range: log (lz4) vs in
 //!    place (overhead goal: <= 20 %).
@@ -77,18 +79,39 @@ impl Medium {
     }
 }
 
-/// Members of one case; file members are removed when it ends.
+/// Members of one case.
 struct Members {
     devs: Vec<Arc<dyn BlockDevice>>,
-    files: Vec<PathBuf>,
     o_direct: bool,
 }
 
-impl Drop for Members {
-    fn drop(&mut self) {
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
+fn member_path(st: &Settings, i: usize) -> PathBuf {
+    st.dir.join(format!("member{i}.img"))
+}
+
+/// Writes the file members out whole (zeroes, synced) once per medium: every case then
+/// runs on allocated blocks, as on a drive, instead of paying the filesystem's block
+/// allocation on first writes (which would slow the fresh runs and flatter the
+/// 80 %-full ones). The cases reuse them; each creates its volume anew.
+fn prepare_files(st: &Settings) -> Result<(), Error> {
+    std::fs::create_dir_all(&st.dir)?;
+    let chunk = vec![0u8; 1 << 20];
+    for i in 0..4 {
+        let mut f = std::fs::File::create(member_path(st, i))?;
+        let mut left = st.member_bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..n])?;
+            left -= n as u64;
         }
+        f.sync_all()?;
+    }
+    Ok(())
+}
+
+fn remove_files(st: &Settings) {
+    for i in 0..4 {
+        let _ = std::fs::remove_file(member_path(st, i));
     }
 }
 
@@ -98,27 +121,15 @@ fn members(medium: Medium, member_bytes: u64, st: &Settings) -> Result<Members, 
             devs: (0..4)
                 .map(|i| Arc::new(RamDevice::new(format!("ram{i}"), member_bytes)) as _)
                 .collect(),
-            files: vec![],
             o_direct: false,
         }),
         Medium::File => {
-            std::fs::create_dir_all(&st.dir)?;
             let mut m = Members {
                 devs: vec![],
-                files: vec![],
                 o_direct: true,
             };
             for i in 0..4 {
-                let path = st.dir.join(format!("member{i}.img"));
-                let _ = std::fs::remove_file(&path);
-                m.files.push(path.clone());
-                let dev = FileDevice::open(
-                    &path,
-                    OpenOptions {
-                        create_size_bytes: Some(member_bytes),
-                        ..OpenOptions::default()
-                    },
-                )?;
+                let dev = FileDevice::open(member_path(st, i), OpenOptions::default())?;
                 m.o_direct &= dev.is_direct();
                 m.devs.push(Arc::new(dev));
             }
@@ -134,8 +145,11 @@ async fn volume(
 ) -> Result<(Arc<Volume>, Members), Error> {
     let m = members(medium, st.member_bytes, st)?;
     let mut cfg = VolumeConfig::new(LevelSpec::Raid5);
-    // RAM disks and new sparse files read as zeroes.
+    // RAM disks read as zeroes; file members hold an earlier case's blocks, whose parity
+    // no bench step depends on (nothing reads degraded, reads cover written ranges only).
     cfg.assume_clean = true;
+    // The file members carry the previous case's superblocks.
+    cfg.force = true;
     cfg.options = EngineOptions::default();
     cfg.log = log.map(LogConfig::new);
     let vol = Volume::create("bench", cfg, m.devs.clone(), vec![]).await?;
@@ -244,17 +258,16 @@ async fn layout_case(
     };
     run(&vol, &fill).await?;
     let randwrite_full = |ms| load(Pattern::RandWrite, 4096, st.qd, ms, full_range, false);
-    let mut warmup_s = 0.0;
-    for _ in 0..40 {
-        let t = Instant::now();
-        run(&vol, &randwrite_full(500)).await?;
-        warmup_s += t.elapsed().as_secs_f64();
-        match vol.status().log {
-            None => break,
-            Some(l) if l.gc_segments > 0 && l.segments_free < l.segments_total / 10 => break,
-            Some(_) => {}
-        }
-    }
+    // Warm-up: random writes of half the filled range (at most 30 s), so the segments
+    // the collector picks are as sparse as random overwrites leave them, not the
+    // near-empty ones the sequential fill left behind.
+    let t = Instant::now();
+    let warmup = BenchConfig {
+        size_bytes: full_range / 2,
+        ..randwrite_full(30_000)
+    };
+    run(&vol, &warmup).await?;
+    let warmup_s = t.elapsed().as_secs_f64();
     let before = vol.status().log;
     let full = run(&vol, &randwrite_full(st.runtime_ms)).await?;
     let status = vol.status();
@@ -438,6 +451,17 @@ fn round_ratios(layouts: &[Value]) -> Value {
 
 /// Every round of one medium, and the medians of their ratios.
 async fn medium_case(medium: Medium, st: &Settings) -> Result<Value, Error> {
+    if medium == Medium::File {
+        prepare_files(st)?;
+    }
+    let r = medium_rounds(medium, st).await;
+    if medium == Medium::File {
+        remove_files(st);
+    }
+    r
+}
+
+async fn medium_rounds(medium: Medium, st: &Settings) -> Result<Value, Error> {
     let load_before = loadavg();
     let mut rounds = Vec::new();
     let mut o_direct = medium == Medium::File;
