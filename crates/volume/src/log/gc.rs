@@ -19,7 +19,7 @@ use crate::error::{Result, VolumeError};
 pub const CHECKPOINT_EVERY_SEGMENTS: u64 = 1024;
 /// Most segments emptied in one round.
 const MAX_VICTIMS: usize = 32;
-/// Destination segments one round fills at most (fewer when fewer are free): rounds
+/// Destination segments one round fills at most (fewer when few are free): rounds
 /// that free several segments at once mean fewer checkpoints per segment freed.
 const GC_BATCH_SEGMENTS: u64 = 4;
 
@@ -45,7 +45,10 @@ impl LogEngine {
             let st = self.st();
             let mut used = st.space.gc_candidates(capacity.saturating_sub(bs));
             used.sort_by_key(|&(_, bytes)| bytes);
-            let batch = capacity * GC_BATCH_SEGMENTS.min(st.space.free.len() as u64).max(1);
+            // Half the free segments above the host writers' reserve: a batch must not
+            // run out of destinations half way (host writes take segments too).
+            let spare = (st.space.free.len().saturating_sub(GC_RESERVE) / 2) as u64;
+            let batch = capacity * GC_BATCH_SEGMENTS.min(spare).max(1);
             let mut total = 0u64;
             let mut out = Vec::new();
             for (seg, bytes) in used {
