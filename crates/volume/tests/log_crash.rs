@@ -144,6 +144,8 @@ struct Run {
     member_ops: u64,
     /// Segments sealed while a checkpoint was written (its root's head).
     head_segments: u64,
+    /// Checkpoints written as deltas.
+    deltas: u64,
 }
 
 async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
@@ -173,6 +175,7 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
                 model: Model::new(0),
                 member_ops: power.ops.load(Ordering::Acquire),
                 head_segments: 0,
+                deltas: 0,
             };
         }
     };
@@ -254,18 +257,16 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
         }
     }
     let member_ops = power.ops.load(Ordering::Acquire);
-    let head_segments = vol
-        .log()
-        .unwrap()
-        .counters
-        .checkpoint_head_segments
-        .load(Ordering::Relaxed);
+    let counters = &vol.log().unwrap().counters;
+    let head_segments = counters.checkpoint_head_segments.load(Ordering::Relaxed);
+    let deltas = counters.checkpoint_deltas.load(Ordering::Relaxed);
     drop(vol);
     Run {
         images: power.images.lock().unwrap().take(),
         model,
         member_ops,
         head_segments,
+        deltas,
     }
 }
 
@@ -299,8 +300,9 @@ async fn verify(images: Vec<RamDevice>, model: &Model, what: &str) {
     check(&vol, model, &format!("{what} degraded")).await;
 }
 
-/// Returns the segments the uncut run sealed while checkpoints were written.
-async fn crash_points(seed: u64, ops: usize, points: u64) -> u64 {
+/// Returns the segments the uncut run sealed while checkpoints were written, and its
+/// delta checkpoints.
+async fn crash_points(seed: u64, ops: usize, points: u64) -> (u64, u64) {
     let script = script(seed, ops);
     let full = run(&script, u64::MAX, seed).await;
     assert!(full.images.is_none());
@@ -320,18 +322,22 @@ async fn crash_points(seed: u64, ops: usize, points: u64) -> u64 {
         cuts += 1;
     }
     assert!(cuts as u64 >= points / 2, "only {cuts} crash points hit");
-    full.head_segments
+    (full.head_segments, full.deltas)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_point_keeps_acknowledged_writes_and_tears_no_block() {
-    let mut head_segments = 0;
+    let (mut head_segments, mut deltas) = (0, 0);
     for seed in [1u64, 2] {
-        head_segments += crash_points(seed, 120, 60).await;
+        let (h, d) = crash_points(seed, 120, 60).await;
+        head_segments += h;
+        deltas += d;
     }
-    // The cuts fell among segment writes that overlapped a checkpoint, too.
+    // The cuts fell among segment writes that overlapped a checkpoint, and among delta
+    // checkpoints, too.
     assert!(
         head_segments > 0,
         "no segment was sealed during a checkpoint"
     );
+    assert!(deltas > 0, "no checkpoint was written as a delta");
 }

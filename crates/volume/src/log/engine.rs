@@ -87,6 +87,8 @@ pub(super) struct State {
     /// allocated since its map was taken, in sequence order (its root's head).
     pub ckpt_head: Option<Vec<u32>>,
     pub checkpoint_no: u64,
+    /// The current checkpoint's base and deltas (where the next delta goes).
+    pub chain: super::checkpoint::Chain,
     pub segs_since_ckpt: u64,
     /// Set when a segment write failed: the log takes no more writes.
     pub failed: Option<String>,
@@ -104,6 +106,8 @@ pub struct LogCounters {
     /// Segments sealed while a checkpoint was being written (the heads of its roots):
     /// writes the checkpoints did not pause.
     pub checkpoint_head_segments: AtomicU64,
+    /// Checkpoints written as a delta after the last one (the others wrote the whole map).
+    pub checkpoint_deltas: AtomicU64,
 }
 
 /// A sealed segment, ready to be written.
@@ -155,6 +159,7 @@ impl LogEngine {
         space: Space,
         checkpoint_no: u64,
         next_seq: u64,
+        chain: super::checkpoint::Chain,
     ) -> LogEngine {
         let info = DeviceInfo {
             name: inner.name.clone(),
@@ -182,6 +187,7 @@ impl LogEngine {
                 ckpt_blocking: false,
                 ckpt_head: None,
                 checkpoint_no,
+                chain,
                 segs_since_ckpt: 0,
                 failed: None,
             }),

@@ -36,6 +36,10 @@ pub struct Space {
     pub pending: usize,
     pub mapped_blocks: u64,
     pub live_stored_bytes: u64,
+    /// Blocks whose map entry changed since the last checkpoint took them (the next
+    /// delta), once each (`dirty_bits`).
+    dirty: Vec<u64>,
+    dirty_bits: Vec<u64>,
 }
 
 impl Space {
@@ -48,6 +52,47 @@ impl Space {
             pending: 0,
             mapped_blocks: 0,
             live_stored_bytes: 0,
+            dirty: Vec::new(),
+            dirty_bits: vec![0; geo.logical_blocks.div_ceil(64) as usize],
+        }
+    }
+
+    fn mark(&mut self, lba: u64) {
+        let (w, bit) = ((lba / 64) as usize, 1u64 << (lba % 64));
+        if self.dirty_bits[w] & bit == 0 {
+            self.dirty_bits[w] |= bit;
+            self.dirty.push(lba);
+        }
+    }
+
+    /// The blocks changed since the last call, ascending; the set starts empty again.
+    pub fn take_dirty(&mut self) -> Vec<u64> {
+        let mut d = std::mem::take(&mut self.dirty);
+        for &lba in &d {
+            self.dirty_bits[(lba / 64) as usize] = 0;
+        }
+        d.sort_unstable();
+        d
+    }
+
+    /// A checkpoint that took `lbas` failed: they are still to be written.
+    pub fn restore_dirty(&mut self, lbas: &[u64]) {
+        for &lba in lbas {
+            self.mark(lba);
+        }
+    }
+
+    /// Loads one entry of a checkpoint delta: `loc` or unmapped (`Loc::NONE`).
+    pub fn load_entry(&mut self, lba: u64, loc: Loc) {
+        if loc.is_some() {
+            self.set(lba, loc);
+        } else {
+            let old = self.map[lba as usize];
+            if old.is_some() {
+                self.release(old);
+                self.map[lba as usize] = Loc::NONE;
+                self.mark(lba);
+            }
         }
     }
 
@@ -156,6 +201,7 @@ impl Space {
     }
 
     fn set(&mut self, lba: u64, loc: Loc) {
+        self.mark(lba);
         let old = self.map[lba as usize];
         if old.is_some() {
             self.release(old);
@@ -180,6 +226,7 @@ impl Space {
                         if old.is_some() {
                             self.release(old);
                             self.map[l as usize] = Loc::NONE;
+                            self.mark(l);
                         }
                     }
                 }

@@ -27,7 +27,11 @@ struct.pack_into("<Q", b, 32, 8)
 struct.pack_into("<Q", b, 40, 4096+5*32)
 struct.pack_into("<I", b, 48, 0x0BADF00D)
 head=[17,3,250]
+deltas=[(8192, 4096+2*32, 0x11112222), (16384, 4096+32, 0x33334444)]
 struct.pack_into("<I", b, 52, len(head))
-for i,h in enumerate(head): struct.pack_into("<I", b, 64+4*i, h)
+struct.pack_into("<I", b, 56, len(deltas))
+struct.pack_into("<I", b, 60, 0)  # slot of the base
+for i,(off,ln,crc) in enumerate(deltas): struct.pack_into("<QQI", b, 64+24*i, off, ln, crc)
+for i,h in enumerate(head): struct.pack_into("<I", b, 832+4*i, h)
 struct.pack_into("<I", b, 12, crc32c(bytes(b)))
 open(os.path.join(HERE, "log_root_v2.bin"), "wb").write(b)
