@@ -258,13 +258,13 @@ async fn layout_case(
     };
     run(&vol, &fill).await?;
     let randwrite_full = |ms| load(Pattern::RandWrite, 4096, st.qd, ms, full_range, false);
-    // Warm-up: random writes of half the filled range (at most 30 s), so the segments
+    // Warm-up: random writes of half the filled range (at most 10 s), so the segments
     // the collector picks are as sparse as random overwrites leave them, not the
     // near-empty ones the sequential fill left behind.
     let t = Instant::now();
     let warmup = BenchConfig {
         size_bytes: full_range / 2,
-        ..randwrite_full(30_000)
+        ..randwrite_full(10_000)
     };
     run(&vol, &warmup).await?;
     let warmup_s = t.elapsed().as_secs_f64();

@@ -189,7 +189,7 @@ impl LogEngine {
             // Emptied segments come back with a checkpoint; batch them (a checkpoint
             // writes the whole map) unless space is short. It does not pause the
             // writes, so the collection goes on beside it.
-            if pending >= low / 4 || (free <= GC_RESERVE + 1 && pending >= GC_RESERVE) {
+            if pending > 0 && (free <= GC_RESERVE + 1 || pending >= low / 4) {
                 let (ck, gc) = tokio::join!(self.checkpoint(), self.collect_garbage());
                 ck?;
                 gc?;
