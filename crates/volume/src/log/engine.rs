@@ -48,6 +48,9 @@ pub(super) struct Open {
     pub ticket: Arc<Ticket>,
     pub fua: bool,
     pub gc: bool,
+    /// Holds a host write or trim (garbage collection's moves alone wait for the
+    /// collector's own seal, so its destinations go out full).
+    pub host: bool,
 }
 
 impl Open {
@@ -59,6 +62,7 @@ impl Open {
             ticket: Arc::new(watch::channel(None).0),
             fua: false,
             gc: false,
+            host: false,
         }
     }
 }
@@ -311,9 +315,12 @@ impl LogEngine {
                         open.records.push(rec);
                         open.fua |= fua;
                         open.gc |= gc;
+                        open.host |= !gc;
                         let ticket = open.ticket.clone();
-                        // Group commit: go now if nothing is being written.
-                        let job = if st.inflight == 0 {
+                        // Group commit: go now if nothing is being written (not for the
+                        // collector's moves: a destination sealed after each victim would
+                        // be the next round's sparse victim).
+                        let job = if st.inflight == 0 && !gc {
                             self.seal(&mut st)
                         } else {
                             None
@@ -463,8 +470,9 @@ impl LogEngine {
                 f.ticket.send_replace(Some(result));
             }
             // Group commit: what gathered goes out once the pipeline is empty (a full
-            // segment went out already, from `append`).
-            if st.inflight == 0 {
+            // segment went out already, from `append`); moves alone wait for the
+            // collector's seal at the end of its round.
+            if st.inflight == 0 && st.open.host {
                 self.seal(&mut st)
             } else {
                 None
