@@ -27,20 +27,37 @@ const HOT_BLOCKS: u64 = 96;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { block: u64, count: u64, fua: bool },
-    Trim { block: u64, count: u64 },
+    Write {
+        block: u64,
+        count: u64,
+        fua: bool,
+    },
+    Trim {
+        block: u64,
+        count: u64,
+    },
     Flush,
     Gc,
     Checkpoint,
+    /// A checkpoint while three writes of `count` blocks at `block`, `block + 32` and
+    /// `block + 64` (mod the hot range) go on: segments written while it is.
+    CheckpointUnderWrites {
+        block: u64,
+        count: u64,
+    },
 }
 
 fn script(seed: u64, ops: usize) -> Vec<Op> {
     let mut r = rng(seed);
     (0..ops)
-        .map(|_| match r.random_range(0..20) {
+        .map(|_| match r.random_range(0..22) {
             0 | 1 => Op::Flush,
             2 => Op::Gc,
             3 => Op::Checkpoint,
+            20 | 21 => Op::CheckpointUnderWrites {
+                block: r.random_range(0..HOT_BLOCKS),
+                count: r.random_range(1..=4),
+            },
             4 | 5 => Op::Trim {
                 block: r.random_range(0..HOT_BLOCKS),
                 count: r.random_range(1..=8),
@@ -125,6 +142,10 @@ struct Run {
     images: Option<Vec<RamDevice>>,
     model: Model,
     member_ops: u64,
+    /// Segments sealed while a checkpoint was written (its root's head).
+    head_segments: u64,
+    /// Checkpoints written as deltas.
+    deltas: u64,
 }
 
 async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
@@ -143,6 +164,7 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
         r.flush().await.unwrap();
     }
     let power = Power::new(cut_at, seed, recorders.clone());
+    power.yield_writes.store(true, Ordering::Relaxed);
     let devs = power.members(&[]);
     let vol = match Volume::assemble_with(devs, options()).await {
         Ok(v) => v,
@@ -152,6 +174,8 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
                 images: power.images.lock().unwrap().take(),
                 model: Model::new(0),
                 member_ops: power.ops.load(Ordering::Acquire),
+                head_segments: 0,
+                deltas: 0,
             };
         }
     };
@@ -197,6 +221,32 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
             }
             Op::Gc => vol.log().unwrap().collect_garbage().await.is_ok(),
             Op::Checkpoint => vol.log().unwrap().checkpoint().await.is_ok(),
+            Op::CheckpointUnderWrites { block, count } => {
+                let starts: Vec<u64> = (0..3)
+                    .map(|i| (block + 32 * i) % (HOT_BLOCKS - count + 1))
+                    .collect();
+                let mut bufs = Vec::new();
+                for &s in &starts {
+                    let mut data = Vec::new();
+                    for b in s..s + count {
+                        data.extend_from_slice(&block_content(w, b));
+                        if !model.pending[b as usize].contains(&w) {
+                            model.pending[b as usize].push(w);
+                        }
+                    }
+                    bufs.push((s, data));
+                }
+                let log = vol.log().unwrap();
+                // Writes first: the first is in flight when the checkpoint takes its
+                // map; the others are sealed while it is written.
+                let (writes, ck) = futures::join!(
+                    futures::future::join_all(bufs.iter().map(|(s, d)| {
+                        vol.write(s * BLOCK, IoBuf::from_slice(d), WriteFlags::default())
+                    })),
+                    log.checkpoint(),
+                );
+                ck.is_ok() && writes.iter().all(|r| r.is_ok())
+            }
         };
         if !ok {
             assert!(
@@ -207,11 +257,16 @@ async fn run(ops: &[Op], cut_at: u64, seed: u64) -> Run {
         }
     }
     let member_ops = power.ops.load(Ordering::Acquire);
+    let counters = &vol.log().unwrap().counters;
+    let head_segments = counters.checkpoint_head_segments.load(Ordering::Relaxed);
+    let deltas = counters.checkpoint_deltas.load(Ordering::Relaxed);
     drop(vol);
     Run {
         images: power.images.lock().unwrap().take(),
         model,
         member_ops,
+        head_segments,
+        deltas,
     }
 }
 
@@ -245,7 +300,9 @@ async fn verify(images: Vec<RamDevice>, model: &Model, what: &str) {
     check(&vol, model, &format!("{what} degraded")).await;
 }
 
-async fn crash_points(seed: u64, ops: usize, points: u64) {
+/// Returns the segments the uncut run sealed while checkpoints were written, and its
+/// delta checkpoints.
+async fn crash_points(seed: u64, ops: usize, points: u64) -> (u64, u64) {
     let script = script(seed, ops);
     let full = run(&script, u64::MAX, seed).await;
     assert!(full.images.is_none());
@@ -265,11 +322,22 @@ async fn crash_points(seed: u64, ops: usize, points: u64) {
         cuts += 1;
     }
     assert!(cuts as u64 >= points / 2, "only {cuts} crash points hit");
+    (full.head_segments, full.deltas)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_point_keeps_acknowledged_writes_and_tears_no_block() {
+    let (mut head_segments, mut deltas) = (0, 0);
     for seed in [1u64, 2] {
-        crash_points(seed, 120, 60).await;
+        let (h, d) = crash_points(seed, 120, 60).await;
+        head_segments += h;
+        deltas += d;
     }
+    // The cuts fell among segment writes that overlapped a checkpoint, and among delta
+    // checkpoints, too.
+    assert!(
+        head_segments > 0,
+        "no segment was sealed during a checkpoint"
+    );
+    assert!(deltas > 0, "no checkpoint was written as a delta");
 }

@@ -179,6 +179,13 @@ enum Op {
     Flush,
     Gc,
     Checkpoint,
+    /// A checkpoint with writes going on meanwhile (segments sealed while it is written
+    /// go into its root's head): four writes of `sectors` at `off + i * 128` sectors.
+    CheckpointUnderWrites {
+        off: u64,
+        sectors: u64,
+        seed: u64,
+    },
     /// Reassemble from the members: after a clean stop, or dropped (the log replays).
     Reopen {
         clean: bool,
@@ -195,6 +202,8 @@ fn op(hot_sectors: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         2 => Just(Op::Gc),
         1 => Just(Op::Checkpoint),
+        2 => (0..hot_sectors, 1u64..=128, any::<u64>())
+            .prop_map(|(off, sectors, seed)| Op::CheckpointUnderWrites { off, sectors, seed }),
         1 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
     ]
 }
@@ -250,6 +259,32 @@ async fn run_model(ops: Vec<Op>, block_bytes: u32) {
                 vol.log().unwrap().collect_garbage().await.unwrap();
             }
             Op::Checkpoint => vol.log().unwrap().checkpoint().await.unwrap(),
+            Op::CheckpointUnderWrites { off, sectors, seed } => {
+                let log = vol.log().unwrap();
+                let writes: Vec<(u64, Vec<u8>)> = (0..4u64)
+                    .filter_map(|i| {
+                        let start = off + i * 128;
+                        (start < sectors_total).then(|| {
+                            let (o, len) = clamp(start, sectors.min(128));
+                            (o, content(1, seed + i, len as usize))
+                        })
+                    })
+                    .collect();
+                // Writes first: they are in flight when the checkpoint takes its map.
+                let (done, ck) = futures::join!(
+                    futures::future::join_all(writes.iter().map(|(o, d)| {
+                        vol.write(*o, IoBuf::from_slice(d), WriteFlags::default())
+                    })),
+                    log.checkpoint(),
+                );
+                ck.unwrap();
+                for r in done {
+                    r.unwrap();
+                }
+                for (o, d) in &writes {
+                    model[*o as usize..*o as usize + d.len()].copy_from_slice(d);
+                }
+            }
             Op::Reopen { clean } => {
                 if clean {
                     vol.stop().await.unwrap();

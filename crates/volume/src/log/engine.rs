@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::compress::{self, CODEC_RAW};
-use super::format::{Loc, LogGeometry, Record, encode_summary};
+use super::format::{Loc, LogGeometry, MAX_ROOT_HEAD, Record, encode_summary};
 use super::params::LogParams;
 use super::state::Space;
 use crate::engine::Inner;
@@ -48,6 +48,9 @@ pub(super) struct Open {
     pub ticket: Arc<Ticket>,
     pub fua: bool,
     pub gc: bool,
+    /// Holds a host write or trim (garbage collection's moves alone wait for the
+    /// collector's own seal, so its destinations go out full).
+    pub host: bool,
 }
 
 impl Open {
@@ -59,12 +62,13 @@ impl Open {
             ticket: Arc::new(watch::channel(None).0),
             fua: false,
             gc: false,
+            host: false,
         }
     }
 }
 
-struct Flight {
-    seg: u32,
+pub(super) struct Flight {
+    pub seg: u32,
     records: Vec<Record>,
     ticket: Arc<Ticket>,
     result: Option<std::result::Result<(), String>>,
@@ -79,11 +83,16 @@ pub(super) struct State {
     pub apply_seq: u64,
     /// Every segment below this one is durable.
     pub flushed_seq: u64,
-    flights: BTreeMap<u64, Flight>,
+    pub(super) flights: BTreeMap<u64, Flight>,
     pub inflight: usize,
-    /// A checkpoint is draining or writing: no segment may be allocated.
+    /// A checkpoint's root is being written: no segment may be allocated.
     pub ckpt_blocking: bool,
+    /// A checkpoint is open (its map taken, its root not written yet): the segments
+    /// allocated since its map was taken, in sequence order (its root's head).
+    pub ckpt_head: Option<Vec<u32>>,
     pub checkpoint_no: u64,
+    /// The current checkpoint's base and deltas (where the next delta goes).
+    pub chain: super::checkpoint::Chain,
     pub segs_since_ckpt: u64,
     /// Set when a segment write failed: the log takes no more writes.
     pub failed: Option<String>,
@@ -98,6 +107,11 @@ pub struct LogCounters {
     pub gc_segments: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     pub checkpoints: AtomicU64,
+    /// Segments sealed while a checkpoint was being written (the heads of its roots):
+    /// writes the checkpoints did not pause.
+    pub checkpoint_head_segments: AtomicU64,
+    /// Checkpoints written as a delta after the last one (the others wrote the whole map).
+    pub checkpoint_deltas: AtomicU64,
 }
 
 /// A sealed segment, ready to be written.
@@ -149,6 +163,7 @@ impl LogEngine {
         space: Space,
         checkpoint_no: u64,
         next_seq: u64,
+        chain: super::checkpoint::Chain,
     ) -> LogEngine {
         let info = DeviceInfo {
             name: inner.name.clone(),
@@ -174,7 +189,9 @@ impl LogEngine {
                 flights: BTreeMap::new(),
                 inflight: 0,
                 ckpt_blocking: false,
+                ckpt_head: None,
                 checkpoint_no,
+                chain,
                 segs_since_ckpt: 0,
                 failed: None,
             }),
@@ -298,9 +315,12 @@ impl LogEngine {
                         open.records.push(rec);
                         open.fua |= fua;
                         open.gc |= gc;
+                        open.host |= !gc;
                         let ticket = open.ticket.clone();
-                        // Group commit: go now if nothing is being written.
-                        let job = if st.inflight == 0 {
+                        // Group commit: go now if nothing is being written (not for the
+                        // collector's moves: a destination sealed after each victim would
+                        // be the next round's sparse victim).
+                        let job = if st.inflight == 0 && !gc {
                             self.seal(&mut st)
                         } else {
                             None
@@ -335,6 +355,15 @@ impl LogEngine {
         if st.open.records.is_empty() || st.ckpt_blocking || st.inflight >= MAX_INFLIGHT {
             return None;
         }
+        // An open checkpoint's root lists what is allocated meanwhile: it has room for
+        // `MAX_ROOT_HEAD` (a bound never met in practice: the checkpoint is one write).
+        if st
+            .ckpt_head
+            .as_ref()
+            .is_some_and(|h| h.len() >= MAX_ROOT_HEAD)
+        {
+            return None;
+        }
         let reserve = if st.open.gc { 0 } else { GC_RESERVE };
         if st.space.free.len() <= reserve {
             self.gc_kick.notify_one();
@@ -342,6 +371,9 @@ impl LogEngine {
         }
         let seg = st.space.free.pop_front()?;
         st.space.seg_state[seg as usize] = super::state::SegState::Writing;
+        if let Some(head) = &mut st.ckpt_head {
+            head.push(seg);
+        }
         let seq = st.next_seq;
         st.next_seq += 1;
         let mut open = std::mem::replace(&mut st.open, Open::new(self.geo.segment_bytes));
@@ -438,8 +470,9 @@ impl LogEngine {
                 f.ticket.send_replace(Some(result));
             }
             // Group commit: what gathered goes out once the pipeline is empty (a full
-            // segment went out already, from `append`).
-            if st.inflight == 0 {
+            // segment went out already, from `append`); moves alone wait for the
+            // collector's seal at the end of its round.
+            if st.inflight == 0 && st.open.host {
                 self.seal(&mut st)
             } else {
                 None

@@ -10,7 +10,21 @@ use crate::format::codec::*;
 pub const ROOT_MAGIC: [u8; 8] = *b"FBLOGRT1";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FBLOGCP1";
 pub const SUMMARY_MAGIC: [u8; 8] = *b"FBLOGSG1";
+/// Version of checkpoints and segment summaries.
 pub const LOG_FORMAT_VERSION: u32 = 1;
+/// Version of the log root written now: 2 carries the allocation head (the segments
+/// sealed while its checkpoint was written). Version 1 roots (no head) are still read.
+pub const ROOT_FORMAT_VERSION: u32 = 2;
+pub const DELTA_MAGIC: [u8; 8] = *b"FBLOGDL1";
+/// Byte offset of the delta table in a version 2 root, and its entries' size.
+const ROOT_DELTAS_AT: usize = 64;
+const ROOT_DELTA_BYTES: usize = 24;
+/// Most deltas chained after a base checkpoint (a version 2 root lists them all).
+pub const MAX_DELTAS: usize = 32;
+/// Byte offset of the head's entries in a version 2 root.
+const ROOT_HEAD_AT: usize = ROOT_DELTAS_AT + MAX_DELTAS * ROOT_DELTA_BYTES;
+/// Most segments a version 2 root's head lists.
+pub const MAX_ROOT_HEAD: usize = (4096 - ROOT_HEAD_AT) / 4;
 pub const ROOT_BYTES: usize = 4096;
 pub const CHECKPOINT_HEADER_BYTES: usize = 4096;
 pub const CHECKPOINT_ENTRY_BYTES: usize = 32;
@@ -159,42 +173,109 @@ impl LogGeometry {
 
 /// The log root: which checkpoint is current. Two copies at array offsets 0 and 4096;
 /// checkpoint `n` goes to slot `n % 2` and its root to copy `n % 2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// `head`: the segments allocated (in sequence order, from the checkpoint's `next_seq`
+/// on) before the root was written: they were sealed while the checkpoint was written,
+/// from the free list of the previous one. The allocation order that replay follows is
+/// `head`, then every other segment without a live block in the checkpoint, ascending.
+///
+/// The checkpoint is a **base** (the whole map, at offset 0 of checkpoint slot `slot`;
+/// its length and CRC are `checkpoint_bytes`/`checkpoint_crc`) followed by `deltas`:
+/// pieces in the same slot, each the map entries changed since the piece before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Root {
     pub volume_uuid: Uuid,
     pub checkpoint: u64,
     pub checkpoint_bytes: u64,
     pub checkpoint_crc: u32,
+    pub slot: u32,
+    pub deltas: Vec<Piece>,
+    pub head: Vec<u32>,
+}
+
+/// One delta of a checkpoint: where it is in its slot and its checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Byte offset in the checkpoint slot (a multiple of the array's sector).
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub crc: u32,
 }
 
 impl Root {
+    /// Version 2 encoding (at most `MAX_ROOT_HEAD` head entries are kept: the engine
+    /// never seals more while a checkpoint is open).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; ROOT_BYTES];
         put(&mut b, 0, &ROOT_MAGIC);
-        put_u32(&mut b, 8, LOG_FORMAT_VERSION);
+        put_u32(&mut b, 8, ROOT_FORMAT_VERSION);
         put(&mut b, 16, self.volume_uuid.as_bytes());
         put_u64(&mut b, 32, self.checkpoint);
         put_u64(&mut b, 40, self.checkpoint_bytes);
         put_u32(&mut b, 48, self.checkpoint_crc);
+        let deltas = &self.deltas[..self.deltas.len().min(MAX_DELTAS)];
+        put_u32(&mut b, 56, deltas.len() as u32);
+        put_u32(&mut b, 60, self.slot);
+        for (i, d) in deltas.iter().enumerate() {
+            let at = ROOT_DELTAS_AT + ROOT_DELTA_BYTES * i;
+            put_u64(&mut b, at, d.offset_bytes);
+            put_u64(&mut b, at + 8, d.len_bytes);
+            put_u32(&mut b, at + 16, d.crc);
+        }
+        let head = &self.head[..self.head.len().min(MAX_ROOT_HEAD)];
+        put_u32(&mut b, 52, head.len() as u32);
+        for (i, seg) in head.iter().enumerate() {
+            put_u32(&mut b, ROOT_HEAD_AT + 4 * i, *seg);
+        }
         let crc = crc32c::crc32c(&b);
         put_u32(&mut b, 12, crc);
         b
     }
 
-    /// `None` for anything but a valid root of this volume.
+    /// `None` for anything but a valid root (version 1 or 2) of this volume. The head's
+    /// entries are checked against the geometry by the caller.
     pub fn decode(b: &[u8], volume_uuid: Uuid) -> Option<Root> {
         let b = b.get(..ROOT_BYTES)?;
-        if get::<8>(b, 0) != ROOT_MAGIC || u32_at(b, 8) != LOG_FORMAT_VERSION {
+        let version = u32_at(b, 8);
+        if get::<8>(b, 0) != ROOT_MAGIC || !(1..=ROOT_FORMAT_VERSION).contains(&version) {
             return None;
         }
         if !crc_ok(b, 12) || Uuid::from_bytes(get(b, 16)) != volume_uuid {
             return None;
         }
+        let checkpoint = u64_at(b, 32);
+        let (slot, deltas, head) = if version >= 2 {
+            let (h, d, slot) = (
+                u32_at(b, 52) as usize,
+                u32_at(b, 56) as usize,
+                u32_at(b, 60),
+            );
+            if h > MAX_ROOT_HEAD || d > MAX_DELTAS || slot > 1 {
+                return None;
+            }
+            let deltas = (0..d)
+                .map(|i| {
+                    let at = ROOT_DELTAS_AT + ROOT_DELTA_BYTES * i;
+                    Piece {
+                        offset_bytes: u64_at(b, at),
+                        len_bytes: u64_at(b, at + 8),
+                        crc: u32_at(b, at + 16),
+                    }
+                })
+                .collect();
+            let head = (0..h).map(|i| u32_at(b, ROOT_HEAD_AT + 4 * i)).collect();
+            (slot, deltas, head)
+        } else {
+            ((checkpoint % 2) as u32, Vec::new(), Vec::new())
+        };
         Some(Root {
             volume_uuid,
-            checkpoint: u64_at(b, 32),
+            checkpoint,
             checkpoint_bytes: u64_at(b, 40),
             checkpoint_crc: u32_at(b, 48),
+            slot,
+            deltas,
+            head,
         })
     }
 }
@@ -238,35 +319,70 @@ impl Loc {
 
 /// Encodes a checkpoint of the map: header then one entry per mapped block.
 pub fn encode_checkpoint(volume_uuid: Uuid, number: u64, next_seq: u64, map: &[Loc]) -> Vec<u8> {
-    let count = map.iter().filter(|l| l.is_some()).count();
-    let mut b = vec![0u8; CHECKPOINT_HEADER_BYTES + count * CHECKPOINT_ENTRY_BYTES];
-    let mut at = CHECKPOINT_HEADER_BYTES;
-    for (lba, l) in map.iter().enumerate().filter(|(_, l)| l.is_some()) {
-        put_u64(&mut b, at, lba as u64);
+    let entries = map
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_some())
+        .map(|(lba, l)| (lba as u64, *l));
+    encode_piece(CHECKPOINT_MAGIC, volume_uuid, number, next_seq, entries)
+}
+
+/// Encodes a delta: the entries (ascending, `Loc::NONE` for a block no longer mapped)
+/// changed since the checkpoint before it. Same layout as a checkpoint, magic
+/// `FBLOGDL1`.
+pub fn encode_delta(
+    volume_uuid: Uuid,
+    number: u64,
+    next_seq: u64,
+    entries: &[(u64, Loc)],
+) -> Vec<u8> {
+    encode_piece(
+        DELTA_MAGIC,
+        volume_uuid,
+        number,
+        next_seq,
+        entries.iter().copied(),
+    )
+}
+
+fn encode_piece(
+    magic: [u8; 8],
+    volume_uuid: Uuid,
+    number: u64,
+    next_seq: u64,
+    entries: impl Iterator<Item = (u64, Loc)>,
+) -> Vec<u8> {
+    let mut b = vec![0u8; CHECKPOINT_HEADER_BYTES];
+    let mut count = 0u64;
+    for (lba, l) in entries {
+        let at = b.len();
+        b.resize(at + CHECKPOINT_ENTRY_BYTES, 0);
+        put_u64(&mut b, at, lba);
         put_u32(&mut b, at + 8, l.seg);
         put_u32(&mut b, at + 12, l.off);
         put_u32(&mut b, at + 16, l.len);
         put_u32(&mut b, at + 20, l.crc);
         put_u8(&mut b, at + 24, l.codec);
-        at += CHECKPOINT_ENTRY_BYTES;
+        count += 1;
     }
     let entries_crc = crc32c::crc32c(&b[CHECKPOINT_HEADER_BYTES..]);
-    put(&mut b, 0, &CHECKPOINT_MAGIC);
+    put(&mut b, 0, &magic);
     put_u32(&mut b, 8, LOG_FORMAT_VERSION);
     put(&mut b, 16, volume_uuid.as_bytes());
     put_u64(&mut b, 32, number);
     put_u64(&mut b, 40, next_seq);
-    put_u64(&mut b, 48, count as u64);
+    put_u64(&mut b, 48, count);
     put_u32(&mut b, 56, entries_crc);
     let crc = crc32c::crc32c(&b[..CHECKPOINT_HEADER_BYTES]);
     put_u32(&mut b, 12, crc);
     b
 }
 
-/// A decoded checkpoint.
+/// A decoded checkpoint or delta.
 pub struct Checkpoint {
     pub number: u64,
     pub next_seq: u64,
+    /// Delta entries may be `Loc::NONE` (the block is no longer mapped).
     pub entries: Vec<(u64, Loc)>,
 }
 
@@ -276,25 +392,45 @@ pub fn decode_checkpoint(
     volume_uuid: Uuid,
     geo: &LogGeometry,
 ) -> Result<Checkpoint, String> {
+    decode_piece(b, volume_uuid, geo, false)
+}
+
+/// Decodes a delta; every entry is checked against the geometry.
+pub fn decode_delta(b: &[u8], volume_uuid: Uuid, geo: &LogGeometry) -> Result<Checkpoint, String> {
+    decode_piece(b, volume_uuid, geo, true)
+}
+
+fn decode_piece(
+    b: &[u8],
+    volume_uuid: Uuid,
+    geo: &LogGeometry,
+    delta: bool,
+) -> Result<Checkpoint, String> {
+    let what = if delta {
+        "checkpoint delta"
+    } else {
+        "checkpoint"
+    };
+    let magic = if delta { DELTA_MAGIC } else { CHECKPOINT_MAGIC };
     let h = b
         .get(..CHECKPOINT_HEADER_BYTES)
-        .ok_or("checkpoint too short")?;
-    if get::<8>(h, 0) != CHECKPOINT_MAGIC || u32_at(h, 8) != LOG_FORMAT_VERSION {
-        return Err("checkpoint: bad magic or version".into());
+        .ok_or(format!("{what} too short"))?;
+    if get::<8>(h, 0) != magic || u32_at(h, 8) != LOG_FORMAT_VERSION {
+        return Err(format!("{what}: bad magic or version"));
     }
     if !crc_ok(h, 12) || Uuid::from_bytes(get(h, 16)) != volume_uuid {
-        return Err("checkpoint: header checksum or volume mismatch".into());
+        return Err(format!("{what}: header checksum or volume mismatch"));
     }
     let count = u64_at(h, 48);
     if count > geo.logical_blocks {
-        return Err("checkpoint: more entries than logical blocks".into());
+        return Err(format!("{what}: more entries than logical blocks"));
     }
     let end = CHECKPOINT_HEADER_BYTES + count as usize * CHECKPOINT_ENTRY_BYTES;
     let body = b
         .get(CHECKPOINT_HEADER_BYTES..end)
-        .ok_or("checkpoint: truncated")?;
+        .ok_or(format!("{what}: truncated"))?;
     if crc32c::crc32c(body) != u32_at(h, 56) {
-        return Err("checkpoint: entries checksum mismatch".into());
+        return Err(format!("{what}: entries checksum mismatch"));
     }
     let mut entries = Vec::with_capacity(count as usize);
     for e in body.chunks_exact(CHECKPOINT_ENTRY_BYTES) {
@@ -306,7 +442,13 @@ pub fn decode_checkpoint(
             crc: u32_at(e, 20),
             codec: u8_at(e, 24),
         };
-        check_loc(geo, lba, &loc).map_err(|m| format!("checkpoint: {m}"))?;
+        if delta && loc == Loc::NONE {
+            if lba >= geo.logical_blocks {
+                return Err(format!("{what}: block beyond the volume"));
+            }
+        } else {
+            check_loc(geo, lba, &loc).map_err(|m| format!("{what}: {m}"))?;
+        }
         entries.push((lba, loc));
     }
     Ok(Checkpoint {
@@ -504,4 +646,79 @@ pub fn trailer_seq(trailer: &[u8], volume_uuid: Uuid, index: u32) -> Option<u64>
         && Uuid::from_bytes(get(t, 16)) == volume_uuid
         && u32_at(t, 40) == index)
         .then(|| u64_at(t, 32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Committed vectors (tests/vectors/log_roots.py writes them from the offsets in
+    // docs/volume-format.md, independently of this encoder).
+    const ROOT_V1: &[u8] = include_bytes!("../../tests/vectors/log_root_v1.bin");
+    const ROOT_V2: &[u8] = include_bytes!("../../tests/vectors/log_root_v2.bin");
+
+    fn uuid() -> Uuid {
+        Uuid::from_bytes([0xA5; 16])
+    }
+
+    #[test]
+    fn version_1_roots_still_decode_with_an_empty_head() {
+        let r = Root::decode(ROOT_V1, uuid()).expect("a valid version 1 root");
+        assert_eq!(
+            r,
+            Root {
+                volume_uuid: uuid(),
+                checkpoint: 7,
+                checkpoint_bytes: 4096 + 3 * 32,
+                checkpoint_crc: 0x1234_ABCD,
+                slot: 1,
+                deltas: vec![],
+                head: vec![],
+            }
+        );
+        assert!(Root::decode(ROOT_V1, Uuid::from_bytes([1; 16])).is_none());
+        let mut bad = ROOT_V1.to_vec();
+        bad[33] ^= 1;
+        assert!(Root::decode(&bad, uuid()).is_none());
+    }
+
+    #[test]
+    fn version_2_root_matches_its_vector_byte_for_byte() {
+        let r = Root {
+            volume_uuid: uuid(),
+            checkpoint: 8,
+            checkpoint_bytes: 4096 + 5 * 32,
+            checkpoint_crc: 0x0BAD_F00D,
+            slot: 0,
+            deltas: vec![
+                Piece {
+                    offset_bytes: 8192,
+                    len_bytes: 4096 + 2 * 32,
+                    crc: 0x1111_2222,
+                },
+                Piece {
+                    offset_bytes: 16384,
+                    len_bytes: 4096 + 32,
+                    crc: 0x3333_4444,
+                },
+            ],
+            head: vec![17, 3, 250],
+        };
+        assert_eq!(r.encode(), ROOT_V2);
+        assert_eq!(Root::decode(ROOT_V2, uuid()), Some(r));
+        // A head count beyond the root's room is refused, not read past the end.
+        let mut bad = ROOT_V2.to_vec();
+        put_u32(&mut bad, 52, MAX_ROOT_HEAD as u32 + 1);
+        put_u32(&mut bad, 12, 0);
+        let crc = crc32c::crc32c(&bad);
+        put_u32(&mut bad, 12, crc);
+        assert!(Root::decode(&bad, uuid()).is_none());
+        // Unknown versions are refused.
+        let mut v3 = ROOT_V2.to_vec();
+        put_u32(&mut v3, 8, 3);
+        put_u32(&mut v3, 12, 0);
+        let crc = crc32c::crc32c(&v3);
+        put_u32(&mut v3, 12, crc);
+        assert!(Root::decode(&v3, uuid()).is_none());
+    }
 }

@@ -19,6 +19,9 @@ use crate::error::{Result, VolumeError};
 pub const CHECKPOINT_EVERY_SEGMENTS: u64 = 1024;
 /// Most segments emptied in one round.
 const MAX_VICTIMS: usize = 32;
+/// Destination segments one round fills at most (fewer when few are free): rounds
+/// that free several segments at once mean fewer checkpoints per segment freed.
+const GC_BATCH_SEGMENTS: u64 = 4;
 
 impl LogEngine {
     /// Free segments below which garbage collection runs.
@@ -42,10 +45,14 @@ impl LogEngine {
             let st = self.st();
             let mut used = st.space.gc_candidates(capacity.saturating_sub(bs));
             used.sort_by_key(|&(_, bytes)| bytes);
+            // Half the free segments above the host writers' reserve: a batch must not
+            // run out of destinations half way (host writes take segments too).
+            let spare = (st.space.free.len().saturating_sub(GC_RESERVE) / 2) as u64;
+            let batch = capacity * GC_BATCH_SEGMENTS.min(spare).max(1);
             let mut total = 0u64;
             let mut out = Vec::new();
             for (seg, bytes) in used {
-                if !out.is_empty() && (total + bytes > capacity || out.len() >= MAX_VICTIMS) {
+                if !out.is_empty() && (total + bytes > batch || out.len() >= MAX_VICTIMS) {
                     break;
                 }
                 total += bytes;
@@ -180,9 +187,12 @@ impl LogEngine {
         let low = self.gc_low_water();
         if free < low {
             // Emptied segments come back with a checkpoint; batch them (a checkpoint
-            // writes the whole map) unless space is short.
-            if pending > 0 && (free <= GC_RESERVE + 1 || pending >= low / 2) {
-                self.checkpoint().await?;
+            // writes the whole map) unless space is short. It does not pause the
+            // writes, so the collection goes on beside it.
+            if pending > 0 && (free <= GC_RESERVE + 1 || pending >= low / 4) {
+                let (ck, gc) = tokio::join!(self.checkpoint(), self.collect_garbage());
+                ck?;
+                gc?;
                 return Ok(true);
             }
             if self.collect_garbage().await? > 0 {
@@ -201,9 +211,10 @@ impl LogEngine {
         Ok(false)
     }
 
-    /// Writers are waiting for space: garbage collection does not rest.
+    /// Free segments down to half the low water: writers are about to wait for space,
+    /// so garbage collection does not rest.
     fn urgent(&self) -> bool {
-        self.st().space.free.len() <= GC_RESERVE + 1
+        self.st().space.free.len() <= self.gc_low_water() / 2
     }
 
     /// The background keeper: runs until the engine is dropped or the volume stops.

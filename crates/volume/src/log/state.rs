@@ -36,6 +36,10 @@ pub struct Space {
     pub pending: usize,
     pub mapped_blocks: u64,
     pub live_stored_bytes: u64,
+    /// Blocks whose map entry changed since the last checkpoint took them (the next
+    /// delta), once each (`dirty_bits`).
+    dirty: Vec<u64>,
+    dirty_bits: Vec<u64>,
 }
 
 impl Space {
@@ -48,11 +52,53 @@ impl Space {
             pending: 0,
             mapped_blocks: 0,
             live_stored_bytes: 0,
+            dirty: Vec::new(),
+            dirty_bits: vec![0; geo.logical_blocks.div_ceil(64) as usize],
+        }
+    }
+
+    fn mark(&mut self, lba: u64) {
+        let (w, bit) = ((lba / 64) as usize, 1u64 << (lba % 64));
+        if self.dirty_bits[w] & bit == 0 {
+            self.dirty_bits[w] |= bit;
+            self.dirty.push(lba);
+        }
+    }
+
+    /// The blocks changed since the last call, ascending; the set starts empty again.
+    pub fn take_dirty(&mut self) -> Vec<u64> {
+        let mut d = std::mem::take(&mut self.dirty);
+        for &lba in &d {
+            self.dirty_bits[(lba / 64) as usize] = 0;
+        }
+        d.sort_unstable();
+        d
+    }
+
+    /// A checkpoint that took `lbas` failed: they are still to be written.
+    pub fn restore_dirty(&mut self, lbas: &[u64]) {
+        for &lba in lbas {
+            self.mark(lba);
+        }
+    }
+
+    /// Loads one entry of a checkpoint delta: `loc` or unmapped (`Loc::NONE`).
+    pub fn load_entry(&mut self, lba: u64, loc: Loc) {
+        if loc.is_some() {
+            self.set(lba, loc);
+        } else {
+            let old = self.map[lba as usize];
+            if old.is_some() {
+                self.release(old);
+                self.map[lba as usize] = Loc::NONE;
+                self.mark(lba);
+            }
         }
     }
 
     /// Rebuilds the free list from usage: every segment without a live block, ascending.
-    /// Exactly what replay derives from the checkpoint written at the same moment.
+    /// (What a checkpoint with an empty head leaves; the tests' shortcut.)
+    #[cfg(test)]
     pub fn reset_free(&mut self) {
         self.free.clear();
         self.pending = 0;
@@ -64,6 +110,82 @@ impl Space {
                 self.seg_state[i] = SegState::Used;
             }
         }
+    }
+
+    /// Segments without a live block that are not being written (free or pending).
+    pub fn empty_segments(&self) -> Vec<u32> {
+        (0..self.seg_state.len())
+            .filter(|&i| matches!(self.seg_state[i], SegState::Free | SegState::Pending))
+            .map(|i| i as u32)
+            .collect()
+    }
+
+    /// Allocation order of a checkpoint whose root lists `head`: the head, then every
+    /// other segment without a live block, ascending. `None` if the head names a segment
+    /// out of range, twice, or one holding live blocks (a root that does not belong to
+    /// this map).
+    pub fn allocation_order(&self, head: &[u32]) -> Option<Vec<u32>> {
+        let mut in_head = vec![false; self.usage.len()];
+        for &s in head {
+            let slot = in_head.get_mut(s as usize)?;
+            if *slot || self.usage[s as usize].blocks != 0 {
+                return None;
+            }
+            *slot = true;
+        }
+        let mut order = head.to_vec();
+        order.extend(
+            (0..self.usage.len())
+                .filter(|&i| !in_head[i] && self.usage[i].blocks == 0)
+                .map(|i| i as u32),
+        );
+        Some(order)
+    }
+
+    /// Makes `order` the free list (all of them free, in this order); every other
+    /// segment is used or pending by its usage.
+    pub fn set_free_order(&mut self, order: &[u32]) {
+        for (i, u) in self.usage.iter().enumerate() {
+            self.seg_state[i] = if u.blocks == 0 {
+                SegState::Pending
+            } else {
+                SegState::Used
+            };
+        }
+        self.free.clear();
+        for &s in order {
+            self.seg_state[s as usize] = SegState::Free;
+            self.free.push_back(s);
+        }
+        self.pending = self
+            .seg_state
+            .iter()
+            .filter(|s| **s == SegState::Pending)
+            .count();
+    }
+
+    /// A checkpoint's root is durable: the segments that were empty in its map (`empty`,
+    /// ascending) and not allocated since (`head`) are the free list from now on. Segments
+    /// emptied after its map was taken stay pending (the new checkpoint points into them).
+    pub fn install_free(&mut self, empty: &[u32], head: &[u32]) {
+        let mut allocated = vec![false; self.usage.len()];
+        for &s in head {
+            if let Some(a) = allocated.get_mut(s as usize) {
+                *a = true;
+            }
+        }
+        self.free.clear();
+        for &s in empty {
+            if !allocated[s as usize] {
+                self.seg_state[s as usize] = SegState::Free;
+                self.free.push_back(s);
+            }
+        }
+        self.pending = self
+            .seg_state
+            .iter()
+            .filter(|s| **s == SegState::Pending)
+            .count();
     }
 
     fn release(&mut self, old: Loc) {
@@ -79,6 +201,7 @@ impl Space {
     }
 
     fn set(&mut self, lba: u64, loc: Loc) {
+        self.mark(lba);
         let old = self.map[lba as usize];
         if old.is_some() {
             self.release(old);
@@ -103,6 +226,7 @@ impl Space {
                         if old.is_some() {
                             self.release(old);
                             self.map[l as usize] = Loc::NONE;
+                            self.mark(l);
                         }
                     }
                 }
@@ -112,8 +236,15 @@ impl Space {
                     src_seg,
                     src_off,
                 } => {
+                    // The source must still be the very block moved (same checksum and
+                    // length): a segment emptied, freed by a checkpoint and reused while
+                    // the move waited may hold a newer block of `lba` at that offset.
                     let cur = self.map[lba as usize];
-                    if cur.seg == src_seg && cur.off == src_off {
+                    if cur.seg == src_seg
+                        && cur.off == src_off
+                        && cur.crc == loc.crc
+                        && cur.len == loc.len
+                    {
                         self.set(lba, Loc { seg, ..loc });
                     }
                 }

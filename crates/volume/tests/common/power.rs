@@ -19,6 +19,9 @@ pub struct Power {
     pub cut: AtomicBool,
     pub recorders: Vec<Arc<CrashRecorder>>,
     pub images: Mutex<Option<Vec<RamDevice>>>,
+    /// Member writes and flushes yield to the scheduler before they run, so work the
+    /// engine overlaps (segment writes during a checkpoint) really interleaves.
+    pub yield_writes: AtomicBool,
 }
 
 impl Power {
@@ -31,6 +34,7 @@ impl Power {
             cut: AtomicBool::new(false),
             recorders,
             images: Mutex::new(None),
+            yield_writes: AtomicBool::new(false),
         })
     }
 
@@ -88,12 +92,18 @@ impl BlockDevice for PowerCut {
     }
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
         IoFuture::new(async move {
+            if self.power.yield_writes.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+            }
             self.power.tick()?;
             self.inner.write(offset_bytes, buf, flags).await
         })
     }
     fn flush(&self) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
+            if self.power.yield_writes.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+            }
             self.power.tick()?;
             self.inner.flush().await
         })
