@@ -38,16 +38,10 @@ pub fn probe(binary: &Path) -> Result<BuildInfo, ProbeError> {
     if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
         return Err(ProbeError::NotExecutable(path));
     }
-    let mut child = Command::new(binary)
-        .args(["version", "--json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| ProbeError::CannotRun {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+    let mut child = spawn_version(binary).map_err(|e| ProbeError::CannotRun {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
     let deadline = Instant::now() + Duration::from_millis(PROBE_TIMEOUT_MS);
     let status = loop {
         match child.try_wait() {
@@ -91,6 +85,29 @@ pub fn probe(binary: &Path) -> Result<BuildInfo, ProbeError> {
             path,
             printed: first_line(&stdout),
         })
+}
+
+/// Starts `binary version --json`. A binary just written may still be open for writing
+/// in a child some other thread is forking (ETXTBSY until that child executes): tried
+/// again for a moment.
+fn spawn_version(binary: &Path) -> std::io::Result<std::process::Child> {
+    const TRIES: u32 = 50;
+    let mut tries = 0;
+    loop {
+        let started = Command::new(binary)
+            .args(["version", "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match started {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn first_line(s: &str) -> String {
