@@ -88,19 +88,14 @@ pub fn host_response(
     challenge: &[u8],
     r: &ResponseInput<'_>,
 ) -> Zeroizing<Vec<u8>> {
-    hmac_parts(
+    response(
         hash,
         key,
-        &[
-            challenge,
-            &r.seqnum.to_le_bytes(),
-            &r.t_id.to_le_bytes(),
-            &[0],
-            b"HostHost",
-            r.host_nqn.as_bytes(),
-            &[0],
-            r.subsys_nqn.as_bytes(),
-        ],
+        challenge,
+        r,
+        b"HostHost",
+        r.host_nqn,
+        r.subsys_nqn,
     )
 }
 
@@ -112,6 +107,28 @@ pub fn ctrl_response(
     challenge: &[u8],
     r: &ResponseInput<'_>,
 ) -> Zeroizing<Vec<u8>> {
+    response(
+        hash,
+        key,
+        challenge,
+        r,
+        b"Controller",
+        r.subsys_nqn,
+        r.host_nqn,
+    )
+}
+
+/// HMAC(key, challenge || seqnum || t_id || 0 || label || own NQN || 0 || peer NQN): both
+/// responses, which differ in the label and the order of the NQNs.
+fn response(
+    hash: HashId,
+    key: &[u8],
+    challenge: &[u8],
+    r: &ResponseInput<'_>,
+    label: &[u8],
+    own_nqn: &str,
+    peer_nqn: &str,
+) -> Zeroizing<Vec<u8>> {
     hmac_parts(
         hash,
         key,
@@ -120,10 +137,10 @@ pub fn ctrl_response(
             &r.seqnum.to_le_bytes(),
             &r.t_id.to_le_bytes(),
             &[0],
-            b"Controller",
-            r.subsys_nqn.as_bytes(),
+            label,
+            own_nqn.as_bytes(),
             &[0],
-            r.host_nqn.as_bytes(),
+            peer_nqn.as_bytes(),
         ],
     )
 }
