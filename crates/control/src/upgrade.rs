@@ -171,19 +171,10 @@ async fn upgrade_storage_node(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<NodeUpgrade, ControlError> {
     let connected = connected_hosts(node, opts).await?;
+    let (back, restart_ms) = restart(store, opts, node, "storage", progress).await?;
     progress(&format!(
-        "storage node {}: restarting as the new binary",
-        node.name
-    ));
-    let asked = Instant::now();
-    request_upgrade(node, opts, false).await?;
-    let back = wait_restarted(store, node, opts).await?;
-    let restart_ms = ms(asked.elapsed());
-    progress(&format!(
-        "storage node {}: back after {:.1} s ({}); waiting for its {} hosts to reconnect and its volumes to be healthy",
+        "storage node {}: waiting for its {} hosts to reconnect and its volumes to be healthy",
         node.name,
-        asked.elapsed().as_secs_f64(),
-        back.version,
         connected.len()
     ));
     let settled = Instant::now();
@@ -232,20 +223,7 @@ async fn upgrade_processor_node(
             move_and_wait(store, opts, v, &carrier).await?;
         }
     }
-    progress(&format!(
-        "processor node {}: restarting as the new binary",
-        node.name
-    ));
-    let asked = Instant::now();
-    request_upgrade(node, opts, false).await?;
-    let back = wait_restarted(store, node, opts).await?;
-    let restart_ms = ms(asked.elapsed());
-    progress(&format!(
-        "processor node {}: back after {:.1} s ({})",
-        node.name,
-        asked.elapsed().as_secs_f64(),
-        back.version
-    ));
+    let (back, restart_ms) = restart(store, opts, node, "processor", progress).await?;
     let settled = Instant::now();
     for v in &owned {
         progress(&format!("volume {v}: moving back to {}", node.name));
@@ -261,6 +239,31 @@ async fn upgrade_processor_node(
         settle_ms: ms(settled.elapsed()),
         volumes_moved: owned,
     })
+}
+
+/// Asks `node` to upgrade and waits until it is registered again: its new record and
+/// the milliseconds from the request to then.
+async fn restart(
+    store: &dyn MetaStore,
+    opts: &UpgradeOptions,
+    node: &NodeRecord,
+    kind: &str,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<(NodeRecord, u64), ControlError> {
+    progress(&format!(
+        "{kind} node {}: restarting as the new binary",
+        node.name
+    ));
+    let asked = Instant::now();
+    request_upgrade(node, opts).await?;
+    let back = wait_restarted(store, node, opts).await?;
+    progress(&format!(
+        "{kind} node {}: back after {:.1} s ({})",
+        node.name,
+        asked.elapsed().as_secs_f64(),
+        back.version
+    ));
+    Ok((back, ms(asked.elapsed())))
 }
 
 /// The live processor node other than `node` that owns the fewest volumes.
@@ -283,21 +286,16 @@ async fn carrier_for(
 }
 
 /// `POST /api/v1/node/upgrade` on the node's API.
-async fn request_upgrade(
-    node: &NodeRecord,
-    opts: &UpgradeOptions,
-    force: bool,
-) -> Result<(), ControlError> {
+async fn request_upgrade(node: &NodeRecord, opts: &UpgradeOptions) -> Result<(), ControlError> {
     let Some(api) = node.api_addr else {
         return Err(ControlError::Invalid(format!(
             "node {} publishes no API address: it cannot be upgraded remotely",
             node.name
         )));
     };
-    let body = serde_json::json!({
-        "binary": opts.binary.display().to_string(),
-        "force": force,
-    });
+    // Without force: a processor node refuses while it still owns volumes (they were
+    // moved away first).
+    let body = serde_json::json!({ "binary": opts.binary.display().to_string() });
     let client = httpapi::HttpClient::new(api.to_string())
         .with_token(opts.token.clone())
         .with_timeout(Duration::from_secs(30));
