@@ -39,17 +39,7 @@ pub async fn wait(
 pub fn exec(binary: &Path) -> anyhow::Error {
     let previous = std::env::current_exe().ok();
     tracing::info!(binary = %binary.display(), "re-executing as the new binary");
-    let sockets = release::sockets::handover_env();
-    let mut cmd = std::process::Command::new(binary);
-    cmd.args(args());
-    if let Some(p) = &previous {
-        cmd.env(UPGRADED_FROM_ENV, p);
-    }
-    match &sockets {
-        Some(list) => cmd.env(release::sockets::LISTEN_FDS_ENV, list),
-        None => cmd.env_remove(release::sockets::LISTEN_FDS_ENV),
-    };
-    let e = cmd.exec();
+    let e = command(binary, previous.as_deref()).exec();
     let Some(previous) = previous else {
         return anyhow::anyhow!("cannot execute {}: {e}", binary.display());
     };
@@ -58,17 +48,28 @@ pub fn exec(binary: &Path) -> anyhow::Error {
         binary.display(),
         previous.display()
     );
-    let mut again = std::process::Command::new(&previous);
-    again.args(args()).env_remove(UPGRADED_FROM_ENV);
-    if let Some(list) = &sockets {
-        again.env(release::sockets::LISTEN_FDS_ENV, list);
-    }
-    let again = again.exec();
+    let again = command(&previous, None).exec();
     anyhow::anyhow!(
         "cannot execute {}: {e}; nor {} again: {again}",
         binary.display(),
         previous.display()
     )
+}
+
+/// `binary` with this process's arguments and environment, the listening sockets handed
+/// down, and `upgraded_from` (the binary to go back to) when there is one.
+fn command(binary: &Path, upgraded_from: Option<&Path>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(binary);
+    cmd.args(args());
+    match upgraded_from {
+        Some(p) => cmd.env(UPGRADED_FROM_ENV, p),
+        None => cmd.env_remove(UPGRADED_FROM_ENV),
+    };
+    match release::sockets::handover_env() {
+        Some(list) => cmd.env(release::sockets::LISTEN_FDS_ENV, list),
+        None => cmd.env_remove(release::sockets::LISTEN_FDS_ENV),
+    };
+    cmd
 }
 
 /// The daemon serves: errors from now on are not the upgrade's.
@@ -89,13 +90,7 @@ pub fn fall_back(e: anyhow::Error) -> anyhow::Error {
         "this binary cannot start after the upgrade ({e:#}); going back to {}",
         previous.display()
     );
-    let mut cmd = std::process::Command::new(&previous);
-    cmd.args(args()).env_remove(UPGRADED_FROM_ENV);
-    match release::sockets::handover_env() {
-        Some(list) => cmd.env(release::sockets::LISTEN_FDS_ENV, list),
-        None => cmd.env_remove(release::sockets::LISTEN_FDS_ENV),
-    };
-    let err = cmd.exec();
+    let err = command(&previous, None).exec();
     e.context(format!(
         "and going back to {} failed: {err}",
         previous.display()

@@ -135,11 +135,12 @@ pub fn bind(role: Option<&str>, addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// The value of [`LISTEN_FDS_ENV`] for the process this one is about to execute: every
-/// kept socket, made inheritable. None when there is none.
+/// kept socket and every inherited one not bound again yet (a start that failed half way
+/// hands all of them on), made inheritable. None when there is none.
 pub fn handover_env() -> Option<String> {
     let s = state();
     let mut out = Vec::new();
-    for (role, l) in &s.kept {
+    for (role, l) in s.kept.iter().map(|(r, l)| (r, l)).chain(s.inherited.iter()) {
         if set_cloexec(l.as_raw_fd(), false).is_ok() {
             out.push(format!("{role}={}", l.as_raw_fd()));
         }
