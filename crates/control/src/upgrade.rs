@@ -115,6 +115,11 @@ pub async fn rolling_upgrade(
         .map_err(|e| ControlError::Invalid(format!("probing the binary: {e}")))?
         .map_err(|e| ControlError::Invalid(e.to_string()))?;
     let nodes = list_nodes(store.as_ref()).await?;
+    if nodes.is_empty() {
+        return Err(ControlError::NotFound(
+            "no node is registered in this metadata store: nothing to upgrade (is --meta the cluster's store?)".into(),
+        ));
+    }
     if let Some(why) = refusal(&candidate, &nodes) {
         return Err(ControlError::Incompatible(why));
     }
