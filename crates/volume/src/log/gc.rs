@@ -4,6 +4,7 @@
 //! Between victims it rests like a rebuild (`Throttle::Fraction`), except when writers
 //! are waiting for space.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -21,7 +22,46 @@ pub const CHECKPOINT_EVERY_SEGMENTS: u64 = 1024;
 const MAX_VICTIMS: usize = 32;
 /// Destination segments one round fills at most (fewer when few are free): rounds
 /// that free several segments at once mean fewer checkpoints per segment freed.
-const GC_BATCH_SEGMENTS: u64 = 4;
+const GC_BATCH_SEGMENTS: usize = 8;
+/// Victim segments read at once (a round's reads overlap; memory stays at this many
+/// segment buffers).
+const VICTIM_READS_IN_FLIGHT: usize = 4;
+
+/// The victims of one round: the sparsest used segments (fewest live bytes first) whose
+/// live bytes fit `destinations` segments of `capacity` bytes, at most `MAX_VICTIMS`.
+/// Empty unless the round frees more segments than it fills: moving one victim into
+/// one destination (what the sparsest victims of an 80 %-full log would allow a round
+/// of one destination) only turns an emptied segment into a half-filled one.
+pub(super) fn choose_victims(
+    mut used: Vec<(u32, u64)>,
+    capacity: u64,
+    destinations: usize,
+) -> Vec<u32> {
+    used.sort_by_key(|&(seg, bytes)| (bytes, seg));
+    let budget = capacity * destinations as u64;
+    let mut total = 0u64;
+    let mut out = Vec::new();
+    for (seg, bytes) in used {
+        if total + bytes > budget || out.len() >= MAX_VICTIMS {
+            break;
+        }
+        total += bytes;
+        out.push(seg);
+    }
+    // Destinations the round fills (the last one partly).
+    let filled = total.div_ceil(capacity.max(1)) as usize;
+    if out.len() <= filled {
+        out.clear();
+    }
+    out
+}
+
+/// Destination segments a round may fill when `free` segments are free: all of the
+/// writers' reserve (host writes never take it) and half of the rest (host writes
+/// take segments meanwhile), at least 1, at most `GC_BATCH_SEGMENTS`.
+pub(super) fn round_destinations(free: usize) -> usize {
+    (free.min(GC_RESERVE) + free.saturating_sub(GC_RESERVE) / 2).clamp(1, GC_BATCH_SEGMENTS)
+}
 
 impl LogEngine {
     /// Free segments below which garbage collection runs.
@@ -29,9 +69,10 @@ impl LogEngine {
         (self.geo.segments as usize / 10).max(2 * GC_RESERVE + 2)
     }
 
-    /// Moves the live blocks of the sparsest segments, as many as fill about one
-    /// segment (so the segment they go to is full, not as sparse as its sources). Returns
-    /// how many segments it emptied (0: no segment worth moving).
+    /// One round: moves the live blocks of the sparsest segments, as many as fill the
+    /// destinations the free segments allow (so they go out full, not as sparse as
+    /// their sources), provided that frees more segments than it fills. Returns how many
+    /// segments it emptied (0: no round worth doing).
     pub async fn collect_garbage(self: &Arc<Self>) -> Result<usize> {
         let per_seg = LogGeometry::raw_blocks_per_segment(
             self.geo.segment_bytes,
@@ -43,31 +84,46 @@ impl LogEngine {
         let capacity = per_seg * bs;
         let victims: Vec<u32> = {
             let st = self.st();
-            let mut used = st.space.gc_candidates(capacity.saturating_sub(bs));
-            used.sort_by_key(|&(_, bytes)| bytes);
-            // Half the free segments above the host writers' reserve: a batch must not
-            // run out of destinations half way (host writes take segments too).
-            let spare = (st.space.free.len().saturating_sub(GC_RESERVE) / 2) as u64;
-            let batch = capacity * GC_BATCH_SEGMENTS.min(spare).max(1);
-            let mut total = 0u64;
-            let mut out = Vec::new();
-            for (seg, bytes) in used {
-                if !out.is_empty() && (total + bytes > batch || out.len() >= MAX_VICTIMS) {
-                    break;
-                }
-                total += bytes;
-                out.push(seg);
-            }
-            out
+            choose_victims(
+                st.space.gc_candidates(capacity.saturating_sub(bs)),
+                capacity,
+                round_destinations(st.space.free.len()),
+            )
         };
         if victims.is_empty() {
             return Ok(0);
         }
         let mut tickets = Vec::new();
         let mut moved = 0u64;
-        for &victim in &victims {
+        // Victim reads overlap (spawned: each owns its buffer), moves go in victim order.
+        let read = |victim: u32| {
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.inner
+                    .read_volume(
+                        me.geo.segment_offset(victim),
+                        IoBuf::new_zeroed(me.geo.segment_bytes as usize),
+                    )
+                    .await
+            })
+        };
+        let mut reads: VecDeque<_> = victims
+            .iter()
+            .take(VICTIM_READS_IN_FLIGHT)
+            .map(|&v| read(v))
+            .collect();
+        for (i, &victim) in victims.iter().enumerate() {
+            let Some(pending_read) = reads.pop_front() else {
+                break;
+            };
+            if let Some(&next) = victims.get(i + VICTIM_READS_IN_FLIGHT) {
+                reads.push_back(read(next));
+            }
+            let data = pending_read.await.map_err(|e| {
+                VolumeError::Invalid(format!("log segment {victim}: read task failed: {e}"))
+            })?;
             match self
-                .move_live_blocks(victim, &mut tickets, &mut moved)
+                .move_live_blocks(victim, &data?, &mut tickets, &mut moved)
                 .await
             {
                 Ok(()) => {}
@@ -126,21 +182,16 @@ impl LogEngine {
         }
     }
 
-    /// Appends every block still live in `victim` as a move record.
+    /// Appends every block still live in `victim` (whose bytes are `data`) as a move
+    /// record.
     async fn move_live_blocks(
         self: &Arc<Self>,
         victim: u32,
+        data: &[u8],
         tickets: &mut Vec<Arc<super::engine::Ticket>>,
         moved: &mut u64,
     ) -> Result<()> {
-        let data = self
-            .inner
-            .read_volume(
-                self.geo.segment_offset(victim),
-                IoBuf::new_zeroed(self.geo.segment_bytes as usize),
-            )
-            .await?;
-        let summary = decode_summary(&data, &self.geo, self.uuid, victim).ok_or_else(|| {
+        let summary = decode_summary(data, &self.geo, self.uuid, victim).ok_or_else(|| {
             VolumeError::Invalid(format!("log segment {victim} has no valid summary"))
         })?;
         for r in &summary.records {
@@ -257,5 +308,38 @@ impl LogEngine {
                     tokio::time::timeout(Duration::from_millis(200), me.gc_kick.notified()).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: u64 = 47 * 4096;
+
+    #[test]
+    fn a_round_that_frees_no_more_than_it_fills_is_not_taken() {
+        // Victims half full: one destination holds one of them (1 freed, 1 filled).
+        let used: Vec<(u32, u64)> = (0..10).map(|s| (s, 25 * 4096)).collect();
+        assert!(choose_victims(used.clone(), CAP, 1).is_empty());
+        // Three destinations take five of them: two segments gained.
+        assert_eq!(choose_victims(used, CAP, 3), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn victims_are_the_sparsest_and_bounded() {
+        let used = vec![(7, 46 * 4096), (3, 4096), (5, 2 * 4096), (9, 4096)];
+        assert_eq!(choose_victims(used, CAP, 1), vec![3, 9, 5]);
+        let many: Vec<(u32, u64)> = (0..100).map(|s| (s, 0)).collect();
+        assert_eq!(choose_victims(many, CAP, 8).len(), MAX_VICTIMS);
+    }
+
+    #[test]
+    fn the_collector_takes_the_whole_reserve_when_writers_wait() {
+        assert_eq!(round_destinations(0), 1);
+        assert_eq!(round_destinations(2), 2);
+        assert_eq!(round_destinations(GC_RESERVE), GC_RESERVE);
+        assert_eq!(round_destinations(GC_RESERVE + 4), GC_RESERVE + 2);
+        assert_eq!(round_destinations(1000), GC_BATCH_SEGMENTS);
     }
 }
