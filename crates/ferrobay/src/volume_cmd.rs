@@ -404,10 +404,11 @@ async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
             "rebuild of member {} finished: {}{}",
             p.member,
             crate::cluster::human_bytes(p.bytes_done),
-            if p.partial {
-                " (dirty regions only)"
-            } else {
-                ""
+            match (p.partial, p.in_use_only) {
+                (true, true) => " (dirty regions in use only)",
+                (true, false) => " (dirty regions only)",
+                (false, true) => " (segments in use only)",
+                (false, false) => "",
             }
         );
     }

@@ -97,10 +97,11 @@ pub fn status_text(s: &VolumeStatus) -> String {
                 percent(p.bytes_done, p.bytes_total),
                 human_bytes(p.bytes_done),
                 human_bytes(p.bytes_total),
-                if p.partial {
-                    ", dirty regions only"
-                } else {
-                    ""
+                match (p.partial, p.in_use_only) {
+                    (true, true) => ", dirty regions in use only",
+                    (true, false) => ", dirty regions only",
+                    (false, true) => ", segments in use only",
+                    (false, false) => "",
                 },
                 p.eta_secs
                     .map_or_else(String::new, |e| format!(", ETA {e:.0} s"))

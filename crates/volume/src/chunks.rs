@@ -70,6 +70,24 @@ pub(crate) fn merge_ranges(ranges: impl IntoIterator<Item = (u64, u64)>) -> Vec<
     out
 }
 
+/// The rows in both `a` and `b` (each sorted and disjoint).
+pub(crate) fn intersect_ranges(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() && j < b.len() {
+        let (lo, hi) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if lo < hi {
+            out.push((lo, hi));
+        }
+        if a[i].1 <= b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
 /// Near layouts: the chunks with a copy in rows `[r0, r1)` of `members` members holding
 /// `copies` copies, clipped to `chunks` (what resync and scrub visit per batch).
 pub(crate) fn near_chunk_span(
@@ -283,6 +301,18 @@ pub(crate) fn rate_eta(done: u64, total: u64, elapsed_secs: f64) -> (f64, Option
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, Sleep};
+
+    #[test]
+    fn intersections_keep_only_rows_in_both() {
+        let a = [(0, 10), (20, 30)];
+        let b = [(0, 1), (5, 6), (9, 21), (29, 40)];
+        assert_eq!(
+            intersect_ranges(&a, &b),
+            vec![(0, 1), (5, 6), (9, 10), (20, 21), (29, 30)]
+        );
+        assert!(intersect_ranges(&a, &[]).is_empty());
+        assert_eq!(intersect_ranges(&[(3, 8)], &[(0, 100)]), vec![(3, 8)]);
+    }
 
     #[test]
     fn chunks_split_ranges_and_point_to_the_next() {

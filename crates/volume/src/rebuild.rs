@@ -12,7 +12,7 @@ use blockdev::IoBuf;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::chunks::{BufPool, Pacer, Window, chunks, merge_ranges, rate_eta};
+use crate::chunks::{BufPool, Pacer, Window, chunks, intersect_ranges, merge_ranges, rate_eta};
 use crate::engine::{FailedBy, Faults, Inner};
 use crate::error::{Result, VolumeError};
 use crate::format::MemberState;
@@ -20,6 +20,14 @@ use crate::layout::Family;
 use crate::status::{RebuildProgress, TaskPhase};
 use crate::topology::{Dev, Topology, same_dev};
 use crate::volume::{RebuildTask, Volume};
+
+/// A layout over the array that knows which rows hold its data (the log layout: its
+/// root and checkpoint rows and the segments not free). The rows it leaves out are
+/// written whole before they are read again, so a rebuild may skip them.
+pub(crate) trait RowsInUse: Send + Sync {
+    /// Sorted, disjoint row ranges `[start, end)`.
+    fn rows_in_use(&self) -> Vec<(u64, u64)>;
+}
 
 impl Volume {
     /// Starts rebuilding every rebuilding slot (one after the other) in the background;
@@ -85,6 +93,7 @@ impl Inner {
         let (tx, rx) = watch::channel(RebuildProgress {
             member: first,
             partial: false,
+            in_use_only: false,
             bytes_done: 0,
             bytes_total: 0,
             rate_bytes_per_sec: 0.0,
@@ -171,9 +180,20 @@ impl Inner {
         let su = self.su();
         let rows = self.geo.rows();
         let start_row = slot.frontier.load(Ordering::Acquire) / su;
-        let ranges = self.rows_to_rebuild(start_row, valid_bytes.div_ceil(su));
+        let mut ranges = self.rows_to_rebuild(start_row, valid_bytes.div_ceil(su));
+        // The log layout: only the rows it uses (taken once: a row it starts using
+        // later is written whole, on this member too).
+        let in_use = self
+            .rows_in_use
+            .get()
+            .and_then(|w| w.upgrade())
+            .map(|l| l.rows_in_use());
+        let in_use_only = in_use.is_some();
+        if let Some(used) = in_use {
+            ranges = intersect_ranges(&ranges, &used);
+        }
         let total_bytes: u64 = ranges.iter().map(|(a, b)| (b - a) * su).sum();
-        info!(volume = %self.name, member = t, partial, from = start_row * su, total_bytes, "rebuild starting");
+        info!(volume = %self.name, member = t, partial, in_use_only, from = start_row * su, total_bytes, "rebuild starting");
         let clock = self.opts.clock.clone();
         let started = clock.now();
         let mut pacer = Pacer::new(self.opts.throttle, clock.clone());
@@ -187,6 +207,7 @@ impl Inner {
         tx.send_modify(|p| {
             p.member = t;
             p.partial = partial;
+            p.in_use_only = in_use_only;
             p.bytes_done = 0;
             p.bytes_total = total_bytes;
             p.rate_bytes_per_sec = 0.0;

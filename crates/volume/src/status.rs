@@ -74,6 +74,10 @@ pub struct RebuildProgress {
     pub member: usize,
     /// Only regions dirty in the bitmap are copied.
     pub partial: bool,
+    /// Only the rows the layout uses are rebuilt (a log volume: its root, checkpoints
+    /// and segments in use, not the free segments).
+    #[serde(default)]
+    pub in_use_only: bool,
     pub bytes_done: u64,
     pub bytes_total: u64,
     pub rate_bytes_per_sec: f64,

@@ -78,6 +78,10 @@ impl Volume {
             }
         });
         inner.tasks().cleaner = Some(cleaner);
+        if let Some(l) = &log {
+            let w: std::sync::Weak<dyn crate::rebuild::RowsInUse> = Arc::downgrade(l) as _;
+            let _ = inner.rows_in_use.set(w);
+        }
         inner.kick_rebuild();
         let keeper = log.as_ref().map(|l| l.spawn_keeper());
         Volume {

@@ -12,7 +12,7 @@ use blockdev::{BlockDevice, IoBuf, WriteFlags};
 use common::*;
 use proptest::prelude::*;
 use rand::Rng;
-use volume::{Compression, LevelSpec, LogConfig, Volume, VolumeConfig};
+use volume::{Compression, LevelSpec, LogConfig, TaskPhase, Volume, VolumeConfig};
 
 const SECTOR: u64 = 512;
 const SU: u64 = 16 << 10;
@@ -623,4 +623,71 @@ async fn random_overwrites_at_80_percent_full_make_steady_progress() {
             );
         }
     }
+}
+
+/// A member rebuild of a log volume reconstructs its root and checkpoint rows and the
+/// segments in use only, not the free ones: with a few segments written, the new
+/// member receives a small share of its size, the progress says so, and the volume
+/// reads right from the rebuilt member with another one gone (writes during the
+/// rebuild included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_of_a_log_volume_writes_only_the_segments_in_use() {
+    const MEMBER: u64 = 8 * MIB;
+    const LOG_SU: u64 = 64 << 10;
+    let m = ram_members(4, MEMBER);
+    let mut cfg = config(LevelSpec::Raid5, LOG_SU, MIB);
+    cfg.log = Some(LogConfig::new(Compression::Lz4));
+    let vol = Arc::new(
+        Volume::create("t", cfg, m.devs.clone(), vec![])
+            .await
+            .unwrap(),
+    );
+    let size = vol.size_bytes() as usize;
+    let mut model = vec![0u8; size];
+    let data = content(1, 5, MIB as usize);
+    write(&vol, 0, &data).await;
+    model[..data.len()].copy_from_slice(&data);
+    vol.flush().await.unwrap();
+    let log = vol.status().log.unwrap();
+    let in_use = log.segments_total - log.segments_free;
+    assert!(in_use > 0 && in_use * 4 < log.segments_total, "{log:?}");
+
+    vol.fail_member(2).await.unwrap();
+    let new = Arc::new(blockdev::RamDevice::new("new", MEMBER));
+    vol.replace_member(2, new.clone()).await.unwrap();
+    let before = new.stats().write_bytes;
+    let mut rx = vol.start_rebuild().await.unwrap();
+    // Writes while it runs: into segments free when it started, written whole (the new
+    // member too).
+    let more = content(0, 6, MIB as usize);
+    let at = size / 2 / 4096 * 4096;
+    write(&vol, at as u64, &more).await;
+    model[at..at + more.len()].copy_from_slice(&more);
+    rx.wait_for(|p| p.phase != TaskPhase::Running).await.unwrap();
+    let p = rx.borrow().clone();
+    assert_eq!(p.phase, TaskPhase::Done, "{p:?}");
+    assert!(p.in_use_only, "{p:?}");
+    assert_eq!(p.bytes_done, p.bytes_total);
+    let member_data = vol.status().member_data_bytes;
+    // Each segment is one row: one stripe unit on each member.
+    assert!(p.bytes_total >= in_use * LOG_SU, "{p:?}");
+    assert!(
+        p.bytes_total * 4 < member_data,
+        "rebuilt {} of {member_data} member bytes with {in_use} of {} segments in use",
+        p.bytes_total,
+        log.segments_total
+    );
+    // What the new member received: the rebuilt rows, the writes meanwhile and a few
+    // superblock copies, far from the whole member.
+    let written = new.stats().write_bytes - before;
+    assert!(written >= p.bytes_total, "{written} < {}", p.bytes_total);
+    assert!(
+        written <= p.bytes_total + 2 * MIB + 64 * 4096,
+        "the new member took {written} bytes for {} rebuilt",
+        p.bytes_total
+    );
+    assert_eq!(vol.status().members[2].state, volume::MemberState::Active);
+    // The rebuilt member carries its share: lose another one and read everything.
+    vol.fail_member(0).await.unwrap();
+    check_all(&vol, &model).await;
 }

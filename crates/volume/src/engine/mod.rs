@@ -65,6 +65,9 @@ pub(crate) struct Inner {
     pub inflight: tokio::sync::RwLock<()>,
     /// Set when the volume must stop touching its members (see `fence`).
     pub fence: fence::Fence,
+    /// The layout above the array, when it knows which rows hold data (the log
+    /// layout): a rebuild reconstructs only those.
+    pub rows_in_use: std::sync::OnceLock<std::sync::Weak<dyn crate::rebuild::RowsInUse>>,
 }
 
 impl Inner {
@@ -105,6 +108,7 @@ impl Inner {
             journal,
             inflight: tokio::sync::RwLock::new(()),
             fence: fence::Fence::new(),
+            rows_in_use: std::sync::OnceLock::new(),
         })
     }
 

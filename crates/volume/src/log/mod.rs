@@ -96,3 +96,26 @@ impl LogEngine {
         }
     }
 }
+
+/// What a member rebuild of a log volume reconstructs: row 0 (the roots), the two
+/// checkpoint slots and every segment that is not free (written, being written, or
+/// emptied but still named by the last checkpoint). A free segment is written whole
+/// (every member, a rebuilding one too) before anything reads it, and replay checks
+/// each summary and payload it reads, so its old contents do not matter.
+impl crate::rebuild::RowsInUse for LogEngine {
+    fn rows_in_use(&self) -> Vec<(u64, u64)> {
+        let first_segment_row = 1 + 2 * self.geo.checkpoint_units;
+        let st = self.st();
+        let rows = st
+            .space
+            .seg_state
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s != state::SegState::Free)
+            .map(|(i, _)| {
+                let row = first_segment_row + i as u64;
+                (row, row + 1)
+            });
+        crate::chunks::merge_ranges(std::iter::once((0, first_segment_row)).chain(rows))
+    }
+}
