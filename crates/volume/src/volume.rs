@@ -91,7 +91,7 @@ impl Volume {
         }
     }
 
-    fn abort_keeper(&self) {
+    pub(crate) fn abort_keeper(&self) {
         if let Some(k) = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take() {
             k.abort();
         }

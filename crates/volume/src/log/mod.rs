@@ -10,6 +10,8 @@
 //! `checkpoint` (checkpoints and replay), `gc` (garbage collection).
 
 mod checkpoint;
+#[cfg(test)]
+mod compat_tests;
 mod compress;
 mod engine;
 pub mod format;
