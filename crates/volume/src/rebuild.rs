@@ -183,11 +183,7 @@ impl Inner {
         let mut ranges = self.rows_to_rebuild(start_row, valid_bytes.div_ceil(su));
         // The log layout: only the rows it uses (taken once: a row it starts using
         // later is written whole, on this member too).
-        let in_use = self
-            .rows_in_use
-            .get()
-            .and_then(|w| w.upgrade())
-            .map(|l| l.rows_in_use());
+        let in_use = self.layout_rows_in_use();
         let in_use_only = in_use.is_some();
         if let Some(used) = in_use {
             ranges = intersect_ranges(&ranges, &used);
@@ -325,6 +321,14 @@ impl Inner {
             r = region_end;
         }
         merge_ranges(out)
+    }
+
+    /// The rows the layout above uses (`None`: all of them, the in-place layout).
+    pub(crate) fn layout_rows_in_use(&self) -> Option<Vec<(u64, u64)>> {
+        self.rows_in_use
+            .get()
+            .and_then(|w| w.upgrade())
+            .map(|l| l.rows_in_use())
     }
 
     fn k_m(&self) -> (usize, usize) {

@@ -58,7 +58,11 @@ impl Inner {
     async fn scrub_all(&self, cancel: &AtomicBool, report: &mut ScrubReport) -> Result<bool> {
         let rows = self.geo.rows();
         let row_bytes = self.su() * self.geo.members() as u64;
-        let total = rows * row_bytes;
+        // A log volume: the rows it uses only (free segments hold nothing to check).
+        let ranges = self
+            .layout_rows_in_use()
+            .unwrap_or_else(|| vec![(0, rows)]);
+        let total: u64 = ranges.iter().map(|(a, b)| (b - a) * row_bytes).sum();
         let clock = self.opts.clock.clone();
         let started = clock.now();
         let mut pacer = Pacer::new(self.opts.throttle, clock.clone());
@@ -75,7 +79,7 @@ impl Inner {
             });
         };
         publish(0, TaskPhase::Running, 1.0);
-        let mut todo = chunks([(0, rows)], self.batch_rows(), rows).peekable();
+        let mut todo = chunks(ranges, self.batch_rows(), rows).peekable();
         let mut window = Window::new(self.opts.inflight_batches);
         let (mut done, mut stopped) = (0u64, false);
         let mut failure = None;

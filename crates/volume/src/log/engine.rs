@@ -265,8 +265,15 @@ impl LogEngine {
                 // Space is short: the last free segments are the collector's, and host
                 // blocks must not fill the segments it seals with them.
                 let host_waits = !gc && st.space.free.len() <= GC_RESERVE;
-                // The collector never waits for space only it can make (a checkpoint).
-                if gc && st.space.free.is_empty() && self.place(&st.open, &item).is_none() {
+                // The collector never waits for space only it can make (a checkpoint): with
+                // the last free segment it seals what it appended (those moves complete,
+                // their victims empty) and stops; with none left, the open segment waits
+                // for the checkpoint that its earlier destinations' victims allow.
+                if gc && st.space.free.len() <= 1 && self.place(&st.open, &item).is_none() {
+                    st.open.gc = true;
+                    if let Some(job) = self.seal(&mut st) {
+                        self.spawn_write(job);
+                    }
                     return Err(VolumeError::Io(BlockError::Unavailable(
                         "log layout: no free segment for garbage collection".into(),
                     )));

@@ -56,11 +56,14 @@ pub(super) fn choose_victims(
     out
 }
 
-/// Destination segments a round may fill when `free` segments are free: all of the
-/// writers' reserve (host writes never take it) and half of the rest (host writes
-/// take segments meanwhile), at least 1, at most `GC_BATCH_SEGMENTS`.
+/// Destination segments a round may fill when `free` segments are free: the writers'
+/// reserve (host writes never take it) and half of the rest (host writes take segments
+/// meanwhile), less one for what does not pack exactly (blocks never straddle a chunk),
+/// at least 1, at most `GC_BATCH_SEGMENTS`.
 pub(super) fn round_destinations(free: usize) -> usize {
-    (free.min(GC_RESERVE) + free.saturating_sub(GC_RESERVE) / 2).clamp(1, GC_BATCH_SEGMENTS)
+    (free.min(GC_RESERVE) + free.saturating_sub(GC_RESERVE) / 2)
+        .saturating_sub(1)
+        .clamp(1, GC_BATCH_SEGMENTS)
 }
 
 impl LogEngine {
@@ -84,11 +87,12 @@ impl LogEngine {
         let capacity = per_seg * bs;
         let victims: Vec<u32> = {
             let st = self.st();
-            choose_victims(
-                st.space.gc_candidates(capacity.saturating_sub(bs)),
-                capacity,
-                round_destinations(st.space.free.len()),
-            )
+            // What the open segment holds already goes out with the first destination.
+            let mut used = st.space.gc_candidates(capacity.saturating_sub(bs));
+            used.push((u32::MAX, st.open.fill.min(capacity)));
+            let mut v = choose_victims(used, capacity, round_destinations(st.space.free.len()));
+            v.retain(|&s| s != u32::MAX);
+            v
         };
         if victims.is_empty() {
             return Ok(0);
@@ -112,6 +116,7 @@ impl LogEngine {
             .take(VICTIM_READS_IN_FLIGHT)
             .map(|&v| read(v))
             .collect();
+        let mut emptied = 0usize;
         for (i, &victim) in victims.iter().enumerate() {
             let Some(pending_read) = reads.pop_front() else {
                 break;
@@ -126,15 +131,12 @@ impl LogEngine {
                 .move_live_blocks(victim, &data?, &mut tickets, &mut moved)
                 .await
             {
-                Ok(()) => {}
-                Err(e) if self.st().space.free.is_empty() => {
-                    // Out of segments mid-batch: what is appended goes out after the
-                    // next checkpoint (moves apply only if still current).
-                    tracing::debug!(volume = %self.inner.name, error = %e, "garbage collection paused");
-                    self.counters
-                        .gc_moved_bytes
-                        .fetch_add(moved, Ordering::Relaxed);
-                    return Ok(0);
+                Ok(()) => emptied += 1,
+                Err(_) if self.st().space.free.len() <= 1 => {
+                    // The last free segment went to the moves so far (sealed): they
+                    // complete, their victims empty, the next checkpoint frees them.
+                    tracing::debug!(volume = %self.inner.name, emptied, "garbage collection round cut short: no free segment");
+                    break;
                 }
                 Err(e) => return Err(e),
             }
@@ -145,11 +147,11 @@ impl LogEngine {
         }
         self.counters
             .gc_segments
-            .fetch_add(victims.len() as u64, Ordering::Relaxed);
+            .fetch_add(emptied as u64, Ordering::Relaxed);
         self.counters
             .gc_moved_bytes
             .fetch_add(moved, Ordering::Relaxed);
-        Ok(victims.len())
+        Ok(emptied)
     }
 
     /// Waits until the segment holding moves has been written. That segment may need the
@@ -335,11 +337,11 @@ mod tests {
     }
 
     #[test]
-    fn the_collector_takes_the_whole_reserve_when_writers_wait() {
+    fn the_collector_takes_the_reserve_but_one_when_writers_wait() {
         assert_eq!(round_destinations(0), 1);
-        assert_eq!(round_destinations(2), 2);
-        assert_eq!(round_destinations(GC_RESERVE), GC_RESERVE);
-        assert_eq!(round_destinations(GC_RESERVE + 4), GC_RESERVE + 2);
+        assert_eq!(round_destinations(2), 1);
+        assert_eq!(round_destinations(GC_RESERVE), GC_RESERVE - 1);
+        assert_eq!(round_destinations(GC_RESERVE + 4), GC_RESERVE + 1);
         assert_eq!(round_destinations(1000), GC_BATCH_SEGMENTS);
     }
 }

@@ -24,6 +24,9 @@ pub enum SegState {
 pub struct Usage {
     pub blocks: u32,
     pub bytes: u64,
+    /// The room those blocks take in the segment: each stored length rounded up to the
+    /// array's sector (what moving them fills elsewhere).
+    pub span_bytes: u64,
 }
 
 /// Map and space accounting. All changes go through `apply`.
@@ -36,6 +39,7 @@ pub struct Space {
     pub pending: usize,
     pub mapped_blocks: u64,
     pub live_stored_bytes: u64,
+    align_bytes: u64,
     /// Blocks whose map entry changed since the last checkpoint took them (the next
     /// delta), once each (`dirty_bits`).
     dirty: Vec<u64>,
@@ -52,6 +56,7 @@ impl Space {
             pending: 0,
             mapped_blocks: 0,
             live_stored_bytes: 0,
+            align_bytes: u64::from(geo.align_bytes).max(1),
             dirty: Vec::new(),
             dirty_bits: vec![0; geo.logical_blocks.div_ceil(64) as usize],
         }
@@ -188,10 +193,16 @@ impl Space {
             .count();
     }
 
+    fn span(&self, loc: &Loc) -> u64 {
+        u64::from(loc.len).div_ceil(self.align_bytes) * self.align_bytes
+    }
+
     fn release(&mut self, old: Loc) {
+        let span = self.span(&old);
         let u = &mut self.usage[old.seg as usize];
         u.blocks -= 1;
         u.bytes -= u64::from(old.len);
+        u.span_bytes -= span;
         self.mapped_blocks -= 1;
         self.live_stored_bytes -= u64::from(old.len);
         if u.blocks == 0 && self.seg_state[old.seg as usize] == SegState::Used {
@@ -207,9 +218,11 @@ impl Space {
             self.release(old);
         }
         self.map[lba as usize] = loc;
+        let span = self.span(&loc);
         let u = &mut self.usage[loc.seg as usize];
         u.blocks += 1;
         u.bytes += u64::from(loc.len);
+        u.span_bytes += span;
         self.mapped_blocks += 1;
         self.live_stored_bytes += u64::from(loc.len);
     }
@@ -258,15 +271,15 @@ impl Space {
         }
     }
 
-    /// Used segments holding at most `max_live_bytes` (moving a fuller one frees less
-    /// than a block), with their live bytes.
-    pub fn gc_candidates(&self, max_live_bytes: u64) -> Vec<(u32, u64)> {
+    /// Used segments whose live blocks take at most `max_span_bytes` (moving a fuller
+    /// one frees less than a block), with that room (`Usage::span_bytes`).
+    pub fn gc_candidates(&self, max_span_bytes: u64) -> Vec<(u32, u64)> {
         self.usage
             .iter()
             .enumerate()
             .filter(|(i, _)| self.seg_state[*i] == SegState::Used)
-            .filter(|(_, u)| u.bytes <= max_live_bytes)
-            .map(|(i, u)| (i as u32, u.bytes))
+            .filter(|(_, u)| u.span_bytes <= max_span_bytes)
+            .map(|(i, u)| (i as u32, u.span_bytes))
             .collect()
     }
 }
