@@ -413,7 +413,7 @@ impl Drop for CloseCheckpoint<'_> {
         }
         self.log.bump();
         // What gathered while the root was written goes out.
-        self.log.kick_seal();
+        self.log.kick_seal(true);
     }
 }
 

@@ -36,7 +36,7 @@ pub const FLUSH_WINDOW: u64 = 32;
 /// expected sequence number.
 pub const REPLAY_MISS_LIMIT: usize = FLUSH_WINDOW as usize + MAX_INFLIGHT + 2;
 /// Free segments only garbage collection may take (host writes wait below it).
-pub const GC_RESERVE: usize = 3;
+pub const GC_RESERVE: usize = 6;
 
 /// Completion of one segment: `None` until written and applied.
 pub type Ticket = watch::Sender<Option<std::result::Result<(), String>>>;
@@ -271,7 +271,7 @@ impl LogEngine {
                 // for the checkpoint that its earlier destinations' victims allow.
                 if gc && st.space.free.len() <= 1 && self.place(&st.open, &item).is_none() {
                     st.open.gc = true;
-                    if let Some(job) = self.seal(&mut st) {
+                    if let Some(job) = self.seal(&mut st, true) {
                         self.spawn_write(job);
                     }
                     return Err(VolumeError::Io(BlockError::Unavailable(
@@ -328,7 +328,7 @@ impl LogEngine {
                         // collector's moves: a destination sealed after each victim would
                         // be the next round's sparse victim).
                         let job = if st.inflight == 0 && !gc {
-                            self.seal(&mut st)
+                            self.seal(&mut st, false)
                         } else {
                             None
                         };
@@ -337,7 +337,7 @@ impl LogEngine {
                     None if host_waits => (None, None),
                     None => {
                         st.open.gc |= gc;
-                        (None, self.seal(&mut st))
+                        (None, self.seal(&mut st, gc))
                     }
                 }
             };
@@ -357,8 +357,11 @@ impl LogEngine {
         }
     }
 
-    /// Seals the open segment if it has records and may go out now.
-    fn seal(&self, st: &mut State) -> Option<SealJob> {
+    /// Seals the open segment if it has records and may go out now. Only the collector
+    /// (`by_gc`) may take the last `GC_RESERVE` free segments, for destinations its
+    /// round budgeted: a seal for host writes leaves them even when the open segment
+    /// holds moves too (else host writes would eat the room a round needs to gain).
+    fn seal(&self, st: &mut State, by_gc: bool) -> Option<SealJob> {
         if st.open.records.is_empty() || st.ckpt_blocking || st.inflight >= MAX_INFLIGHT {
             return None;
         }
@@ -371,7 +374,7 @@ impl LogEngine {
         {
             return None;
         }
-        let reserve = if st.open.gc { 0 } else { GC_RESERVE };
+        let reserve = if by_gc && st.open.gc { 0 } else { GC_RESERVE };
         if st.space.free.len() <= reserve {
             self.gc_kick.notify_one();
             return None;
@@ -415,10 +418,10 @@ impl LogEngine {
 
     /// Seals the open segment now (FUA writes, garbage collection, checkpoint ends) if
     /// it can go; otherwise the next completion takes it.
-    pub(super) fn kick_seal(self: &Arc<Self>) {
+    pub(super) fn kick_seal(self: &Arc<Self>, by_gc: bool) {
         let job = {
             let mut st = self.st();
-            self.seal(&mut st)
+            self.seal(&mut st, by_gc)
         };
         if let Some(job) = job {
             self.spawn_write(job);
@@ -480,7 +483,7 @@ impl LogEngine {
             // segment went out already, from `append`); moves alone wait for the
             // collector's seal at the end of its round.
             if st.inflight == 0 && st.open.host {
-                self.seal(&mut st)
+                self.seal(&mut st, false)
             } else {
                 None
             }
@@ -653,7 +656,7 @@ impl LogEngine {
             Self::push_ticket(&mut tickets, t);
         }
         if fua {
-            self.kick_seal();
+            self.kick_seal(false);
         }
         Self::wait_all(&tickets).await?;
         self.counters

@@ -28,7 +28,8 @@ const GC_BATCH_SEGMENTS: usize = 8;
 const VICTIM_READS_IN_FLIGHT: usize = 4;
 
 /// The victims of one round: the sparsest used segments (fewest live bytes first) whose
-/// live bytes fit `destinations` segments of `capacity` bytes, at most `MAX_VICTIMS`.
+/// live bytes fit `destinations` segments of `capacity` bytes beside `already_bytes`,
+/// at most `MAX_VICTIMS`.
 /// Empty unless the round frees more segments than it fills: moving one victim into
 /// one destination (what the sparsest victims of an 80 %-full log would allow a round
 /// of one destination) only turns an emptied segment into a half-filled one.
@@ -36,10 +37,12 @@ pub(super) fn choose_victims(
     mut used: Vec<(u32, u64)>,
     capacity: u64,
     destinations: usize,
+    already_bytes: u64,
 ) -> Vec<u32> {
     used.sort_by_key(|&(seg, bytes)| (bytes, seg));
     let budget = capacity * destinations as u64;
-    let mut total = 0u64;
+    // What the open segment holds goes out with the first destination.
+    let mut total = already_bytes.min(capacity);
     let mut out = Vec::new();
     for (seg, bytes) in used {
         if total + bytes > budget || out.len() >= MAX_VICTIMS {
@@ -87,12 +90,12 @@ impl LogEngine {
         let capacity = per_seg * bs;
         let victims: Vec<u32> = {
             let st = self.st();
-            // What the open segment holds already goes out with the first destination.
-            let mut used = st.space.gc_candidates(capacity.saturating_sub(bs));
-            used.push((u32::MAX, st.open.fill.min(capacity)));
-            let mut v = choose_victims(used, capacity, round_destinations(st.space.free.len()));
-            v.retain(|&s| s != u32::MAX);
-            v
+            choose_victims(
+                st.space.gc_candidates(capacity.saturating_sub(bs)),
+                capacity,
+                round_destinations(st.space.free.len()),
+                st.open.fill,
+            )
         };
         if victims.is_empty() {
             return Ok(0);
@@ -141,7 +144,7 @@ impl LogEngine {
                 Err(e) => return Err(e),
             }
         }
-        self.kick_seal();
+        self.kick_seal(true);
         for t in &tickets {
             self.wait_moved(t).await?;
         }
@@ -323,17 +326,19 @@ mod tests {
     fn a_round_that_frees_no_more_than_it_fills_is_not_taken() {
         // Victims half full: one destination holds one of them (1 freed, 1 filled).
         let used: Vec<(u32, u64)> = (0..10).map(|s| (s, 25 * 4096)).collect();
-        assert!(choose_victims(used.clone(), CAP, 1).is_empty());
+        assert!(choose_victims(used.clone(), CAP, 1, 0).is_empty());
         // Three destinations take five of them: two segments gained.
-        assert_eq!(choose_victims(used, CAP, 3), vec![0, 1, 2, 3, 4]);
+        assert_eq!(choose_victims(used.clone(), CAP, 3, 0), vec![0, 1, 2, 3, 4]);
+        // What the open segment holds counts: four of them then.
+        assert_eq!(choose_victims(used, CAP, 3, 30 * 4096), vec![0, 1, 2, 3]);
     }
 
     #[test]
     fn victims_are_the_sparsest_and_bounded() {
         let used = vec![(7, 46 * 4096), (3, 4096), (5, 2 * 4096), (9, 4096)];
-        assert_eq!(choose_victims(used, CAP, 1), vec![3, 9, 5]);
+        assert_eq!(choose_victims(used, CAP, 1, 0), vec![3, 9, 5]);
         let many: Vec<(u32, u64)> = (0..100).map(|s| (s, 0)).collect();
-        assert_eq!(choose_victims(many, CAP, 8).len(), MAX_VICTIMS);
+        assert_eq!(choose_victims(many, CAP, 8, 0).len(), MAX_VICTIMS);
     }
 
     #[test]
