@@ -59,9 +59,7 @@ impl Inner {
         let rows = self.geo.rows();
         let row_bytes = self.su() * self.geo.members() as u64;
         // A log volume: the rows it uses only (free segments hold nothing to check).
-        let ranges = self
-            .layout_rows_in_use()
-            .unwrap_or_else(|| vec![(0, rows)]);
+        let ranges = self.layout_rows_in_use().unwrap_or_else(|| vec![(0, rows)]);
         let total: u64 = ranges.iter().map(|(a, b)| (b - a) * row_bytes).sum();
         let clock = self.opts.clock.clone();
         let started = clock.now();

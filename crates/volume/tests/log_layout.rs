@@ -559,7 +559,9 @@ async fn random_overwrites_at_80_percent_full_make_steady_progress() {
                     let b = r.random_range(0..blocks / WRITERS) * WRITERS + w;
                     let seed = w << 40 | i;
                     let data = IoBuf::from_slice(&content(1, seed, BS as usize));
-                    vol.write(b * BS, data, WriteFlags::default()).await.unwrap();
+                    vol.write(b * BS, data, WriteFlags::default())
+                        .await
+                        .unwrap();
                     last.insert(b, seed);
                 }
                 last
@@ -663,7 +665,9 @@ async fn rebuild_of_a_log_volume_writes_only_the_segments_in_use() {
     let at = size / 2 / 4096 * 4096;
     write(&vol, at as u64, &more).await;
     model[at..at + more.len()].copy_from_slice(&more);
-    rx.wait_for(|p| p.phase != TaskPhase::Running).await.unwrap();
+    rx.wait_for(|p| p.phase != TaskPhase::Running)
+        .await
+        .unwrap();
     let p = rx.borrow().clone();
     assert_eq!(p.phase, TaskPhase::Done, "{p:?}");
     assert!(p.in_use_only, "{p:?}");

@@ -127,7 +127,9 @@ async fn a_volume_with_format_1_roots_opens_and_reads_back() {
     }
     let hot = distinct(&mut r, 200, blocks / 8);
     write_blocks(&vol, &mut model, &hot, 5000).await;
-    vol.write_zeroes(10 * BS as u64, 20 * BS as u64).await.unwrap();
+    vol.write_zeroes(10 * BS as u64, 20 * BS as u64)
+        .await
+        .unwrap();
     model[10..30].fill(None);
     let log = vol.log.clone().unwrap();
     // What an old binary wrote: a base checkpoint in slot n mod 2 (forced: no delta).
@@ -147,7 +149,11 @@ async fn a_volume_with_format_1_roots_opens_and_reads_back() {
     // Not checkpointed: segments the next assembly replays from the old root's free
     // list (a format 1 root has no head: ascending from the first free segment).
     let tail = distinct(&mut r, 300, blocks);
-    assert!(log.status().segments_free > log.gc_low_water() as u64, "{:?}", log.status());
+    assert!(
+        log.status().segments_free > log.gc_low_water() as u64,
+        "{:?}",
+        log.status()
+    );
     write_blocks(&vol, &mut model, &tail, 9000).await;
     vol.flush().await.unwrap();
     let current = roots(&vol)
@@ -156,7 +162,10 @@ async fn a_volume_with_format_1_roots_opens_and_reads_back() {
         .flatten()
         .max_by_key(|r| r.checkpoint)
         .unwrap();
-    assert!(current.deltas.is_empty() && current.head.is_empty(), "{current:?}");
+    assert!(
+        current.deltas.is_empty() && current.head.is_empty(),
+        "{current:?}"
+    );
     assert_eq!(u64::from(current.slot), current.checkpoint % 2);
     let copy = (current.checkpoint % 2) as usize;
     let v1 = root_v1(&current);
