@@ -136,14 +136,19 @@ async fn a_volume_with_format_1_roots_opens_and_reads_back() {
     loop {
         log.st().chain.tail = None;
         log.checkpoint().await.unwrap();
-        let st = log.st();
-        if u64::from(st.chain.slot) == st.checkpoint_no % 2 {
-            assert!(st.chain.deltas.is_empty());
+        let (in_its_slot, no_deltas) = {
+            let st = log.st();
+            (
+                u64::from(st.chain.slot) == st.checkpoint_no % 2,
+                st.chain.deltas.is_empty(),
+            )
+        };
+        if in_its_slot {
+            assert!(no_deltas);
             break;
         }
         // A delta keeps the slot and moves the number on by one: the next base lands
         // in slot n mod 2.
-        drop(st);
         log.checkpoint().await.unwrap();
     }
     // Not checkpointed: segments the next assembly replays from the old root's free
