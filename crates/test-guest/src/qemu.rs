@@ -202,7 +202,7 @@ mod tests {
             kernel: "/c/out/vmlinux".into(),
             initramfs: "/c/out/initramfs.cpio".into(),
             kernel_version: "6.1".into(),
-            fio: false,
+            flavour: crate::Flavour::Base,
         };
         let cfg = GuestConfig::new("t", "true").append("nvme_core.io_timeout=10");
         let q = QemuArgs {
