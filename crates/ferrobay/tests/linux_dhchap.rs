@@ -7,7 +7,10 @@
 //! its data reads back, and re-authentication keeps it connected; a key made by
 //! `nvme gen-dhchap-key` with a controller secret authenticates both ways; a wrong
 //! controller secret makes the host refuse the controller. SHA-256/384/512 and the
-//! null, ffdhe2048 and ffdhe4096 groups are each negotiated once.
+//! null, ffdhe2048 and ffdhe4096 groups are each negotiated once. Then a processor node
+//! (`ferrobay processor run --dhchap-secret FILE`, authenticating to the storage node's
+//! drives it uses as RAID-1 members) exports a volume that host C must authenticate to
+//! (`ferrobay volume auth set`): refused without or with a wrong secret, I/O with it.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -17,12 +20,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{NodeProcess, ferrobay_bin, scratch_dir};
+use common::{NodeProcess, cluster, ferrobay_bin, scratch_dir};
+use control::records::processor_hostnqn;
 use test_guest::{Flavour, GuestConfig, spawn};
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 const HOST_A: &str = "nqn.2014-08.org.nvmexpress:uuid:6a6a6a6a-0000-4000-8000-00000000000a";
 const HOST_B: &str = "nqn.2014-08.org.nvmexpress:uuid:6a6a6a6a-0000-4000-8000-00000000000b";
+const HOST_C: &str = "nqn.2014-08.org.nvmexpress:uuid:6a6a6a6a-0000-4000-8000-00000000000c";
 /// A refused connect must end this fast: the controller answers with AUTH_Failure1
 /// (a host waiting for a reply that never comes would take the kernel's 60 s timeout).
 const REFUSAL_MAX_SECS: f64 = 20.0;
@@ -87,12 +92,103 @@ fn linux_host_authenticates_to_a_storage_node() {
     }
     let dir = scratch_dir("linux-dhchap");
     let data = dir.path().join("n1");
-    let node = NodeProcess::start("n1", &data, &["d0=ram:64M".to_string()], (0, 0, 0));
+    let drives: Vec<String> = (0..3)
+        .map(|d| {
+            format!(
+                "d{d}=file:{}:64M",
+                dir.path().join(format!("d{d}.img")).display()
+            )
+        })
+        .collect();
+    let node = NodeProcess::start("n1", &data, &drives, (0, 0, 0));
     let key_a = ferrobay(&["gen-dhchap-key", "--hmac", "1"]);
     let key_a2 = ferrobay(&["gen-dhchap-key", "--hmac", "3"]);
     let ctrl_b = ferrobay(&["gen-dhchap-key", "--hmac", "2"]);
     // A: the defaults (SHA-256 first, ffdhe2048 first).
     allow(&data, HOST_A, &key_file(dir.path(), "a.key", &key_a), &[]);
+
+    // A processor node exporting a RAID-1 volume over drives d1 and d2 of the same
+    // storage node, which require the processor node to authenticate; host C must
+    // authenticate to the volume.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let addr = &node.endpoints.nvme_tcp[0];
+    let members = [1, 2].map(|d| format!("nvme+tcp://{addr}/nqn.2026-01.io.ferrobay:n1:d{d}/1"));
+    ferrobay(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid1",
+        "--size",
+        "32M",
+        "--members",
+        &members.join(","),
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        &meta_url,
+    ]);
+    let key_p1 = ferrobay(&["gen-dhchap-key", "--hmac", "1"]);
+    let p1_file = key_file(dir.path(), "p1.key", &key_p1);
+    for d in [1, 2] {
+        ferrobay(&[
+            "node",
+            "host",
+            "allow",
+            "--data-dir",
+            data.to_str().unwrap(),
+            &format!("nqn.2026-01.io.ferrobay:n1:d{d}"),
+            &processor_hostnqn("p1"),
+            "--dhchap-secret",
+            &p1_file,
+        ]);
+    }
+    let pdir = dir.path().join("p1");
+    let ep = pdir.join("endpoints.json");
+    let mut args = cluster::processor_run_args("p1", &meta_url, "2000", &ep);
+    args.extend(["--dhchap-secret".to_string(), p1_file.clone()]);
+    let mut p1 = cluster::Daemon::spawn(
+        Path::new(ferrobay_bin()),
+        "p1",
+        &pdir,
+        &args,
+        "info",
+        |_| {},
+    )
+    .expect("spawn processor node");
+    let pe = p1
+        .wait_json(&ep, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}:\n{}", p1.log()));
+    let pport = common::Endpoints::port(pe["nvme"][0].as_str().unwrap());
+    cluster::wait_owner(
+        Path::new(ferrobay_bin()),
+        &meta_url,
+        "vol1",
+        "p1",
+        None,
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}\nnode log:\n{}", p1.log(), node.log()));
+    let key_c = ferrobay(&["gen-dhchap-key", "--hmac", "1"]);
+    ferrobay(&[
+        "volume",
+        "auth",
+        "set",
+        "vol1",
+        HOST_C,
+        "--dhchap-secret",
+        &key_file(dir.path(), "c.key", &key_c),
+        "--meta",
+        &meta_url,
+    ]);
+    assert_eq!(
+        ferrobay(&["volume", "auth", "list", "vol1", "--meta", &meta_url]),
+        HOST_C
+    );
 
     let cfg = GuestConfig::new("linux-dhchap", include_str!("guest/dhchap.sh"))
         .trixie()
@@ -102,6 +198,10 @@ fn linux_host_authenticates_to_a_storage_node() {
         .env("HOST_B", HOST_B)
         .env("KEY_A", &key_a)
         .env("KEY_A2", &key_a2)
+        .env("HOST_C", HOST_C)
+        .env("KEY_C", &key_c)
+        .env("PPORT", pport)
+        .env("VNQN", "nqn.2026-01.io.ferrobay:vol:vol1")
         .timeout(Duration::from_secs(420));
     let guest = spawn(&cfg).unwrap_or_else(|e| panic!("{e}\nnode log:\n{}", node.log()));
     let fail = |e: test_guest::GuestError| -> ! { panic!("{e}\nnode log:\n{}", node.log()) };
@@ -161,6 +261,12 @@ fn linux_host_authenticates_to_a_storage_node() {
         "b_controller_authenticated",
         "b_wrong_ctrl_refused",
         "b_again_io",
+        "c_no_secret",
+        "c_connect",
+        "c_io",
+        "c_io_small",
+        "c_disconnect",
+        "c_wrong_secret",
     ] {
         assert!(
             run.passed(want).is_some(),
@@ -172,6 +278,8 @@ fn linux_host_authenticates_to_a_storage_node() {
         "a_no_secret",
         "a_old_secret_refused",
         "b_wrong_ctrl_refused",
+        "c_no_secret",
+        "c_wrong_secret",
     ] {
         let secs: f64 = run
             .passed(refusal)
@@ -229,8 +337,26 @@ fn linux_host_authenticates_to_a_storage_node() {
         failures, 1,
         "one line for the one refused old secret:\n{log}"
     );
-    for k in [&key_a, &key_a2, &key_b, &ctrl_b] {
+    for k in [&key_a, &key_a2, &key_b, &ctrl_b, &key_p1] {
         let b64 = k.split(':').nth(2).unwrap();
         assert!(!log.contains(b64), "a secret reached the node log:\n{log}");
     }
+    // The processor node: its secret loaded, the host's refusal logged, no secret shown.
+    let plog = p1.log();
+    assert!(plog.contains("DH-HMAC-CHAP secret loaded"), "{plog}");
+    assert!(
+        plog.contains(&format!(
+            "DH-HMAC-CHAP authentication of host {HOST_C} failed"
+        )),
+        "{plog}"
+    );
+    for k in [&key_p1, &key_c] {
+        let b64 = k.split(':').nth(2).unwrap();
+        assert!(
+            !plog.contains(b64),
+            "a secret reached the processor node's log:\n{plog}"
+        );
+    }
+    let _ = p1.terminate(Duration::from_secs(20));
+    drop(etcd);
 }

@@ -83,3 +83,9 @@ wrong_ctrl=$(nvme gen-dhchap-key --hmac=1 --nqn="$HOST_B")
 refused b_wrong_ctrl_refused "$HOST_B" --dhchap-secret="$key_b" --dhchap-ctrl-secret="$wrong_ctrl"
 # The node still serves B afterwards.
 auth_io b_again "$HOST_B" --dhchap-secret="$key_b" --dhchap-ctrl-secret="$ctrl_b" && auth_disconnect b_again
+# 6. A volume exported by a processor node (which itself authenticated to the
+#    storage node's drives): host C must authenticate to it (ferrobay volume auth set).
+PORT=$PPORT NQN=$VNQN
+refused c_no_secret "$HOST_C"
+auth_io c "$HOST_C" --dhchap-secret="$KEY_C" && auth_disconnect c
+refused c_wrong_secret "$HOST_C" --dhchap-secret="$KEY_A"
