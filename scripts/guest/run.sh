@@ -35,7 +35,7 @@ if [ "$TRIXIE" = 1 ]; then "$HERE/build.sh" --trixie; KERNEL=$DIR/out/trixie/vml
 elif [ "$FIO" = 1 ]; then "$HERE/build.sh" --fio; INITRD=$DIR/out/initramfs-fio.cpio
 else "$HERE/build.sh"; INITRD=$DIR/out/initramfs.cpio; fi
 
-APPEND="console=ttyS0 quiet panic=-1 ${EXTRA_APPEND:-}"
+APPEND="console=ttyS0 quiet panic=-1 no_timer_check ${EXTRA_APPEND:-}"
 FWCFG=()
 if [ -n "$JOB" ]; then
     FWCFG=(-fw_cfg "name=opt/ferrobay/job,file=${JOB//,/,,}")
