@@ -30,6 +30,7 @@ pub struct VolumeAuthRecord {
 
 /// The host NQNs that must authenticate to volume `name` (no secrets).
 pub async fn auth_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
+    volume_exists(store, name).await?;
     let rec = get_json::<VolumeAuthRecord, _>(store, &volume_auth_key(name)?).await?;
     Ok(rec
         .map(|r| r.value.hosts.into_iter().map(|h| h.host_nqn).collect())
@@ -47,12 +48,7 @@ pub async fn set_host(
     nvme_proto::fabrics::validate_nqn(&host.host_nqn)
         .map_err(|e| ControlError::Invalid(format!("host NQN {:?}: {e}", host.host_nqn)))?;
     host.to_target_config().map_err(ControlError::Invalid)?;
-    if get_json::<VolumeRecord, _>(store, &volume_key(name)?)
-        .await?
-        .is_none()
-    {
-        return Err(ControlError::NotFound(format!("no volume named {name:?}")));
-    }
+    volume_exists(store, name).await?;
     let nqn = host.host_nqn.clone();
     change(store, name, |r| {
         if r.hosts.contains(&host) {
@@ -83,6 +79,13 @@ pub async fn remove_host(
     })
     .await?;
     Ok(removed)
+}
+
+async fn volume_exists(store: &dyn MetaStore, name: &str) -> Result<(), ControlError> {
+    match get_json::<VolumeRecord, _>(store, &volume_key(name)?).await? {
+        Some(_) => Ok(()),
+        None => Err(ControlError::NotFound(format!("no volume named {name:?}"))),
+    }
 }
 
 /// Applies `edit` (true: it changed something) with compare-and-swap.

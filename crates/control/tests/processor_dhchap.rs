@@ -131,6 +131,14 @@ async fn volume_exports_require_the_hosts_secret() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("no volume named"), "{e}");
+    let e = volume_auth::auth_hosts(store, "nope").await.unwrap_err();
+    assert!(e.to_string().contains("no volume named"), "{e}");
+    assert!(
+        volume_auth::auth_hosts(store, VOLUME)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         volume_auth::set_host(store, VOLUME, host_record("not an nqn", &secret, None))
             .await
