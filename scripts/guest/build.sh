@@ -306,9 +306,15 @@ if [ "$WITH_TRIXIE" = 1 ]; then
     if [ "$FORCE" = 1 ] || ! ls "$TAPT"/state/lists/*_Packages* >/dev/null 2>&1; then
         log "trixie package lists: apt-get update (private configuration in $TAPT)"
         apt_trixie apt-get -qq update || die "apt-get update for trixie failed (needs root and a reachable Debian mirror)"
+        rm -f "$TAPT/kver"
     fi
-    TKVER=${TRIXIE_KVER:-$(tkver_from_apt)}
-    [ -n "$TKVER" ] || die "cannot resolve trixie's linux-image-amd64 to a kernel version"
+    # What linux-image-amd64 points to, resolved once per list update (apt-cache on
+    # the full list takes seconds; every test process calls this script).
+    if [ ! -s "$TAPT/kver" ]; then
+        tkver_from_apt > "$TAPT/kver.tmp" && mv -f "$TAPT/kver.tmp" "$TAPT/kver"
+    fi
+    TKVER=${TRIXIE_KVER:-$(cat "$TAPT/kver" 2>/dev/null)}
+    [ -n "$TKVER" ] || { rm -f "$TAPT/kver"; die "cannot resolve trixie's linux-image-amd64 to a kernel version"; }
     TSTAMP="flavour=trixie kver=$TKVER scripts=$SCRIPTS_HASH"
     if [ "$FORCE" = 0 ] && [ "$(cat "$TOUT/stamp" 2>/dev/null)" = "$TSTAMP" ] &&
        [ -s "$TOUT/vmlinux" ] && [ -s "$TOUT/initramfs.cpio" ]; then
