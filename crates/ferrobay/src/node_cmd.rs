@@ -336,6 +336,25 @@ fn host_request(host_nqn: &str, d: &DhchapArgs) -> anyhow::Result<storage_node::
     Ok(r)
 }
 
+/// The DH-HMAC-CHAP record `--dhchap-secret` (required) and its companions give for
+/// `host_nqn` (`ferrobay volume auth set`); checked here, errors never show a secret.
+pub fn dhchap_record(
+    host_nqn: &str,
+    d: &DhchapArgs,
+) -> anyhow::Result<storage_node::state::DhchapHostRecord> {
+    let r = host_request(host_nqn, d)?;
+    let secret = r
+        .dhchap_secret
+        .ok_or_else(|| crate::cluster::usage("--dhchap-secret FILE is required"))?;
+    Ok(storage_node::state::DhchapHostRecord {
+        host_nqn: host_nqn.to_string(),
+        secret,
+        ctrl_secret: r.dhchap_ctrl_secret,
+        hashes: r.dhchap_hashes,
+        dhgroups: r.dhchap_dhgroups,
+    })
+}
+
 /// The endpoints file a running node writes into its data dir.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Endpoints {
