@@ -137,11 +137,11 @@ impl ServerHandshake {
                 if dhe_share.map(|(g, _)| g) != Some(r.group) || ch.key_shares.len() != 1 {
                     return Err(proto(AlertDescription::IllegalParameter, "second ClientHello lacks the requested key share"));
                 }
-            } else if dhe_share.is_none() {
-                if let Some(group) = config.groups.iter().copied().find(|g| ch.groups.contains(&g.id())) {
-                    self.hello_retry(rl, msg, ch.session_id, suite, group);
-                    return Ok(());
-                }
+            } else if dhe_share.is_none()
+                && let Some(group) = config.groups.iter().copied().find(|g| ch.groups.contains(&g.id()))
+            {
+                self.hello_retry(rl, msg, ch.session_id, suite, group);
+                return Ok(());
             }
         }
         if dhe_share.is_none() && !(config.modes.psk_only && client_ke) {
