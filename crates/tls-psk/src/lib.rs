@@ -17,6 +17,8 @@ mod codec;
 mod config;
 mod conn;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod hash;
 mod key_schedule;
 mod kx;

@@ -20,6 +20,8 @@ pub struct TlsStream<S> {
     io: S,
     conn: Connection,
     buf: Box<[u8]>,
+    /// Gathers vectored writes.
+    scratch: Vec<u8>,
     eof: bool,
     shutdown: bool,
 }
@@ -72,7 +74,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
             // An error leaves its alert in outgoing: sent at the top of the loop.
             let _ = conn.process();
         }
-        Ok(Self { io, conn, buf, eof: false, shutdown: false })
+        Ok(Self { io, conn, buf, scratch: Vec::new(), eof: false, shutdown: false })
     }
 
     pub fn connection(&self) -> &Connection {
@@ -151,6 +153,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<S> {
             return Poll::Ready(Err(e));
         }
         Poll::Ready(Ok(n))
+    }
+
+    /// Gathers the slices into records of up to 16 KiB (a PDU header and its data travel in
+    /// one record instead of one record each).
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.conn.outgoing().len() >= OUTGOING_CAP {
+            ready!(this.poll_push(cx))?;
+        }
+        let room = OUTGOING_CAP.saturating_sub(this.conn.outgoing().len()).max(1);
+        this.scratch.clear();
+        for b in bufs {
+            let take = b.len().min(room - this.scratch.len());
+            this.scratch.extend_from_slice(&b[..take]);
+            if this.scratch.len() == room {
+                break;
+            }
+        }
+        let n = this.conn.write(&this.scratch).map_err(to_io)?;
+        if let Poll::Ready(Err(e)) = this.poll_push(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

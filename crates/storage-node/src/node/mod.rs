@@ -715,6 +715,7 @@ async fn listen_all(
         Some(addr) => {
             let opts = ListenerOptions {
                 discovery_only: true,
+                ..Default::default()
             };
             let l = target
                 .listen_as(Some("discovery"), addr, opts)
