@@ -59,7 +59,7 @@ impl PskHash {
         }
     }
 
-    pub fn len(self) -> usize {
+    pub fn output_len(self) -> usize {
         match self {
             Self::Sha256 => 32,
             Self::Sha384 => 48,
@@ -94,7 +94,7 @@ impl PskHash {
 
     /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1).
     fn extract_expand_label(self, ikm: &[u8], label: &str, context: &[u8], len: usize) -> Zeroizing<Vec<u8>> {
-        let prk = self.hmac(&vec![0u8; self.len()], &[ikm]);
+        let prk = self.hmac(&vec![0u8; self.output_len()], &[ikm]);
         let full_label = format!("tls13 {label}");
         let mut info = Vec::with_capacity(4 + full_label.len() + context.len());
         info.extend_from_slice(&(len as u16).to_be_bytes());
