@@ -20,6 +20,11 @@ command -v etcd >/dev/null || need+=(etcd-server)
 # Headless Chromium and its WebDriver server for the dashboard's browser tests.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# TLS 1.3 PSK interop peers for crates/tls-psk (OpenSSL's s_server/s_client, GnuTLS's
+# gnutls-serv/gnutls-cli) and nvme-cli for cross-checking the NVMe/TCP PSK derivations.
+command -v openssl >/dev/null || need+=(openssl)
+command -v gnutls-cli >/dev/null || need+=(gnutls-bin)
+command -v nvme >/dev/null || need+=(nvme-cli)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}"
     apt-get update -qq
