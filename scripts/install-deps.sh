@@ -7,8 +7,12 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v cpio >/dev/null || need+=(cpio)
 command -v depmod >/dev/null || need+=(kmod)
 command -v file >/dev/null || need+=(file)
-# The Linux test guest (scripts/guest/build.sh) unpacks the kernel's xz stream.
+# The Linux test guest (scripts/guest/build.sh) unpacks the kernel's xz stream
+# (bookworm) or zstd stream (trixie); the trixie flavour's sources entry is signed
+# with the Debian archive keyring.
 command -v xz >/dev/null || need+=(xz-utils)
+command -v zstd >/dev/null || need+=(zstd)
+[ -s /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
 # ISA-L, the reference the erasure-coding benchmark compares against (loaded at run time).
 [ -e /usr/include/isa-l.h ] || need+=(libisal-dev)
 # etcd server for the meta crate's tests. (No protoc: the etcd API code is committed.)
@@ -16,11 +20,25 @@ command -v etcd >/dev/null || need+=(etcd-server)
 # Headless Chromium and its WebDriver server for the dashboard's browser tests.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# TLS 1.3 PSK interop peers for crates/tls-psk (OpenSSL's s_server/s_client, GnuTLS's
+# gnutls-serv/gnutls-cli) and nvme-cli for cross-checking the NVMe/TCP PSK derivations.
+command -v openssl >/dev/null || need+=(openssl)
+command -v gnutls-cli >/dev/null || need+=(gnutls-bin)
+command -v nvme >/dev/null || need+=(nvme-cli)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# The Linux test guests (crates/test-guest): the bookworm image and the trixie one
+# (kernel 6.12 with DH-HMAC-CHAP and NVMe/TCP TLS, nvme-cli 2.13, tlshd), whose
+# packages come from Debian's trixie suite through a private apt configuration
+# (the machine's apt sources are not changed). Fetched here, while the network is
+# expected; a stamp makes this a no-op when the images are up to date.
+GUEST_BUILD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/guest/build.sh"
+bash "$GUEST_BUILD"
+bash "$GUEST_BUILD" --trixie
 
 # S3 gateway (crates/objstore) tests: PostgreSQL server binaries for the shared object
 # index (the Debian package also creates the `postgres` user the test server runs as),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/guest/run.sh [--fio] [--fwd HOSTPORT:GUESTPORT]... [--cpus N] [--mem MB]
+# scripts/guest/run.sh [--fio|--trixie] [--fwd HOSTPORT:GUESTPORT]... [--cpus N] [--mem MB]
 #                      [JOBFILE] [-- QEMU_ARGS...]
 #
 # Boots the test guest in the foreground, for people (tests use crates/test-guest).
@@ -13,10 +13,11 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DIR=${FERROBAY_GUEST_DIR:-$(cd "$HERE/../.." && pwd)/target/guest}
-FIO=0 CPUS=2 MEM=1024 JOB= NET=user,id=n0
+FIO=0 TRIXIE=0 CPUS=2 MEM=1024 JOB= NET=user,id=n0
 while [ $# -gt 0 ]; do
     case $1 in
         --fio) FIO=1 ;;
+        --trixie) TRIXIE=1 ;;
         --fwd) NET+=",hostfwd=tcp:127.0.0.1:${2%%:*}-10.0.2.15:${2##*:}"; shift ;;
         --cpus) CPUS=$2; shift ;;
         --mem) MEM=$2; shift ;;
@@ -29,10 +30,12 @@ while [ $# -gt 0 ]; do
 done
 command -v qemu-system-x86_64 >/dev/null ||
     { echo "run.sh: qemu-system-x86_64 missing: run scripts/install-deps.sh (as root)" >&2; exit 1; }
-if [ "$FIO" = 1 ]; then "$HERE/build.sh" --fio; INITRD=$DIR/out/initramfs-fio.cpio
+KERNEL=$DIR/out/vmlinux
+if [ "$TRIXIE" = 1 ]; then "$HERE/build.sh" --trixie; KERNEL=$DIR/out/trixie/vmlinux INITRD=$DIR/out/trixie/initramfs.cpio
+elif [ "$FIO" = 1 ]; then "$HERE/build.sh" --fio; INITRD=$DIR/out/initramfs-fio.cpio
 else "$HERE/build.sh"; INITRD=$DIR/out/initramfs.cpio; fi
 
-APPEND="console=ttyS0 quiet panic=-1 ${EXTRA_APPEND:-}"
+APPEND="console=ttyS0 quiet panic=-1 no_timer_check ${EXTRA_APPEND:-}"
 FWCFG=()
 if [ -n "$JOB" ]; then
     FWCFG=(-fw_cfg "name=opt/ferrobay/job,file=${JOB//,/,,}")
@@ -47,7 +50,7 @@ LOG=$DIR/runs/manual-$(date +%Y%m%d-%H%M%S)-$$.log
 set +e
 qemu-system-x86_64 -name ferrobay-guest-manual -machine pc -nodefaults -no-user-config \
     -no-reboot -display none -smp "$CPUS" -m "$MEM" "${ACCEL[@]}" \
-    -kernel "$DIR/out/vmlinux" -initrd "$INITRD" -append "$APPEND" \
+    -kernel "$KERNEL" -initrd "$INITRD" -append "$APPEND" \
     -chardev stdio,id=con,mux=on,signal=off -serial chardev:con -serial chardev:con \
     -netdev "$NET" -device virtio-net-pci,netdev=n0,romfile= \
     "${FWCFG[@]}" "$@" | tee "$LOG"

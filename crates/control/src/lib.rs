@@ -37,5 +37,6 @@ pub mod qos;
 pub mod records;
 pub mod registration;
 pub mod upgrade;
+pub mod volume_auth;
 
 pub use error::ControlError;

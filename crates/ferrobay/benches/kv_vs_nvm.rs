@@ -10,8 +10,12 @@
 //! 3. 4 KiB Stores at QD 32 vs 4 KiB sequential writes in groups of 32, each group
 //!    followed by a Flush (what one group commit needs from the drive).
 //!
+//! Beside pair 1, a reference line (not the goal's baseline): the same 1 MiB writes each
+//! with FUA, durable on completion as every Store is.
+//!
+//! An unmeasured warm-up pass of pair 1 comes first (no round pays for first writes).
 //! Each round starts with a new KV namespace (nothing in it to compact). Each pair runs
-//! `FERROBAY_BENCH_ROUNDS` times (default 3), alternating sides; the
+//! `FERROBAY_BENCH_ROUNDS` times (default 5), alternating sides; the
 //! median of each side and their ratio (goal >= 0.9) go to `target/bench/kv_vs_nvm.json`
 //! (`FERROBAY_BENCH_KV_OUT` overrides) and a table on stderr. Knobs:
 //! `FERROBAY_BENCH_SECS` (seconds per timed run, default 3), `FERROBAY_BENCH_MEDIA`

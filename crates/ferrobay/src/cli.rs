@@ -59,6 +59,47 @@ pub enum Command {
     /// Generate a DH-HMAC-CHAP secret (`DHHC-1:..`, like `nvme gen-dhchap-key`) for
     /// `ferrobay node host allow --dhchap-secret` and `nvme connect --dhchap-secret`.
     GenDhchapKey(GenDhchapKeyArgs),
+    /// Generate a configured TLS PSK (`NVMeTLSkey-1:..`, like `nvme gen-tls-key`) for
+    /// `ferrobay node host allow --tls-psk` and the host's `nvme connect --tls`.
+    GenTlsKey(GenTlsKeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenTlsKeyArgs {
+    /// Hash that derives the retained PSK: 0 none (the key is used as it is), 1 SHA-256
+    /// (32-byte key, TLS_AES_128_GCM_SHA256), 2 SHA-384 (48-byte key,
+    /// TLS_AES_256_GCM_SHA384).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub hmac: u8,
+    /// Key length for --hmac 0: 32 or 48 bytes.
+    #[arg(long, value_parser = ["32", "48"])]
+    pub key_length: Option<String>,
+    /// Also print the PSK identity and TLS PSK a host would use (version 0 identity) for
+    /// this host NQN (with --subsysnqn); the TLS PSK is printed in hex: keep it secret.
+    #[arg(long, requires = "subsysnqn")]
+    pub hostnqn: Option<String>,
+    #[arg(long, requires = "hostnqn")]
+    pub subsysnqn: Option<String>,
+}
+
+fn gen_tls_key(a: GenTlsKeyArgs) -> anyhow::Result<ExitCode> {
+    use rand::RngCore as _;
+    let len = match (a.hmac, a.key_length.as_deref()) {
+        (2, _) => 48,
+        (0, Some("48")) => 48,
+        _ => 32,
+    };
+    let mut key = zeroize::Zeroizing::new(vec![0u8; len]);
+    rand::rng().fill_bytes(&mut key);
+    let psk = nvme_proto::tls_key::ConfiguredPsk::new(a.hmac, &key)?;
+    println!("{}", &*psk.to_interchange());
+    if let (Some(h), Some(s)) = (&a.hostnqn, &a.subsysnqn) {
+        let (identity, tls) = psk.tls_psk(0, h, s)?;
+        let hex: String = tls.iter().map(|b| format!("{b:02x}")).collect();
+        println!("identity: {identity}");
+        println!("tls-psk:  {hex}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug)]
@@ -113,6 +154,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Cluster(a) => cluster_cmd::run(a).await,
         Command::Version(a) => cluster_cmd::version(&a),
         Command::GenDhchapKey(a) => gen_dhchap_key(a),
+        Command::GenTlsKey(a) => gen_tls_key(a),
     }
 }
 

@@ -95,6 +95,11 @@ pub struct RunArgs {
     /// NVMe/TCP listen address (repeatable); port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:4420")]
     pub listen: Vec<SocketAddr>,
+    /// NVMe/TCP listen address that requires TLS 1.3 with a PSK (repeatable): the TLS
+    /// handshake comes right after TCP connect (`nvme connect --tls`); hosts get their PSK
+    /// with `node host allow --tls-psk`.
+    #[arg(long)]
+    pub tls_listen: Vec<SocketAddr>,
     /// Discovery-only listener (default: port 8009 on the first listen address).
     #[arg(long)]
     pub discovery_listen: Option<SocketAddr>,
@@ -263,6 +268,11 @@ pub enum HostCommand {
         host_nqn: String,
         #[command(flatten)]
         dhchap: DhchapArgs,
+        /// The host must connect over TLS (a `--tls-listen` listener) with the PSKs derived
+        /// from this configured PSK: FILE holding the `NVMeTLSkey-1:..` line
+        /// (`ferrobay gen-tls-key > FILE`, or `nvme gen-tls-key`).
+        #[arg(long, value_name = "FILE")]
+        tls_psk: Option<PathBuf>,
     },
     Deny {
         #[command(flatten)]
@@ -314,6 +324,17 @@ fn read_dhchap_secret(arg: &str, what: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// A configured TLS PSK from FILE, checked (CRC, length) before it reaches the node. Errors
+/// never contain the key.
+fn read_tls_psk(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--tls-psk: reading {}", path.display()))?;
+    let text = text.trim().to_string();
+    nvme_proto::tls_key::ConfiguredPsk::parse(&text)
+        .with_context(|| format!("--tls-psk ({})", path.display()))?;
+    Ok(text)
+}
+
 fn host_request(host_nqn: &str, d: &DhchapArgs) -> anyhow::Result<storage_node::api::HostRequest> {
     let mut r = storage_node::api::HostRequest::new(host_nqn);
     if let Some(s) = &d.dhchap_secret {
@@ -334,6 +355,25 @@ fn host_request(host_nqn: &str, d: &DhchapArgs) -> anyhow::Result<storage_node::
     r.dhchap_hashes = d.dhchap_hash.clone();
     r.dhchap_dhgroups = d.dhchap_dhgroup.clone();
     Ok(r)
+}
+
+/// The DH-HMAC-CHAP record `--dhchap-secret` (required) and its companions give for
+/// `host_nqn` (`ferrobay volume auth set`); checked here, errors never show a secret.
+pub fn dhchap_record(
+    host_nqn: &str,
+    d: &DhchapArgs,
+) -> anyhow::Result<storage_node::state::DhchapHostRecord> {
+    let r = host_request(host_nqn, d)?;
+    let secret = r
+        .dhchap_secret
+        .ok_or_else(|| crate::cluster::usage("--dhchap-secret FILE is required"))?;
+    Ok(storage_node::state::DhchapHostRecord {
+        host_nqn: host_nqn.to_string(),
+        secret,
+        ctrl_secret: r.dhchap_ctrl_secret,
+        hashes: r.dhchap_hashes,
+        dhgroups: r.dhchap_dhgroups,
+    })
 }
 
 /// The endpoints file a running node writes into its data dir.
@@ -376,6 +416,7 @@ async fn run_node(a: RunArgs) -> anyhow::Result<ExitCode> {
 async fn serve_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
     cfg.listen = a.listen.clone();
+    cfg.tls_listen = a.tls_listen.clone();
     cfg.discovery_listen = a.discovery_listen;
     cfg.http_listen = Some(a.http_listen.unwrap_or_else(|| {
         SocketAddr::new(
@@ -616,8 +657,12 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
             nqn,
             host_nqn,
             dhchap,
+            tls_psk,
         } => {
-            let req = host_request(&host_nqn, &dhchap)?;
+            let mut req = host_request(&host_nqn, &dhchap)?;
+            if let Some(path) = &tls_psk {
+                req.tls_psk = Some(read_tls_psk(path)?);
+            }
             let v = client(&api)?.allow_host_with(&nqn, &req).await?;
             (api, v)
         }

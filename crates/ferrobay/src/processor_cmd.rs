@@ -1,7 +1,7 @@
 //! `ferrobay processor run`: a processor node (control::processor) until Ctrl-C / SIGTERM.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -50,6 +50,47 @@ pub struct RunArgs {
     /// Write `{"name", "nvme": [ADDR:PORT..], "api": ADDR:PORT}` here once serving.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
+    /// DH-HMAC-CHAP towards the members: FILE holding this node's host secret
+    /// (`DHHC-1:..`, `ferrobay gen-dhchap-key > FILE`), answered when a storage node
+    /// requires its host NQN (nqn.2026-01.io.ferrobay:processor:NAME) to authenticate
+    /// (`ferrobay node host allow NQN HOSTNQN --dhchap-secret`). Read once, never logged.
+    #[arg(long, value_name = "FILE")]
+    pub dhchap_secret: Option<PathBuf>,
+    /// FILE with the members' controller secret: the node then authenticates the
+    /// storage nodes too (bidirectional), refusing one that cannot answer.
+    #[arg(long, value_name = "FILE", requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<PathBuf>,
+}
+
+/// Reads a DH-HMAC-CHAP secret file; errors name the file and the option, never the
+/// secret (a `DHHC-1:..` string where a file is expected is refused: it would show in
+/// the process list).
+fn read_secret_file(path: &Path, option: &str) -> anyhow::Result<nvme_proto::auth::DhchapSecret> {
+    if path.to_string_lossy().starts_with("DHHC-1:") {
+        return Err(cluster::usage(format!(
+            "{option} takes a FILE holding the secret, not the secret itself \
+             (it would show in the process list)"
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{option}: reading {}", path.display()))?;
+    nvme_proto::auth::DhchapSecret::parse(text.trim())
+        .with_context(|| format!("{option}: {} holds no valid DHHC-1 secret", path.display()))
+}
+
+/// The member credentials `--dhchap-secret` / `--dhchap-ctrl-secret` give, if any.
+fn member_credentials(a: &RunArgs) -> anyhow::Result<Option<nvmf_host::DhchapCredentials>> {
+    let Some(p) = &a.dhchap_secret else {
+        return Ok(None);
+    };
+    Ok(Some(nvmf_host::DhchapCredentials {
+        secret: read_secret_file(p, "--dhchap-secret")?,
+        ctrl_secret: a
+            .dhchap_ctrl_secret
+            .as_deref()
+            .map(|c| read_secret_file(c, "--dhchap-ctrl-secret"))
+            .transpose()?,
+    }))
 }
 
 /// What `--endpoints-file` holds.
@@ -80,6 +121,14 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.api_listen = a.api_listen;
     cfg.api_token = cluster::daemon_token(a.api_token_file.as_deref())?;
     cfg.lease_ttl_ms = a.lease_ttl_ms;
+    cfg.member_connect.dhchap = member_credentials(&a)?;
+    if cfg.member_connect.dhchap.is_some() {
+        tracing::info!(
+            host = %control::records::processor_hostnqn(&a.name),
+            bidirectional = a.dhchap_ctrl_secret.is_some(),
+            "DH-HMAC-CHAP secret loaded for members that require this host to authenticate"
+        );
+    }
     let processor = Processor::start(store.clone(), cfg)
         .await
         .with_context(|| format!("start processor node {}", a.name))?;
@@ -175,5 +224,43 @@ async fn start_api(
 pub async fn run(a: ProcessorArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         ProcessorCommand::Run(r) => run_processor(r).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_come_from_files_and_errors_never_show_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = nvme_proto::auth::DhchapSecret::new(1, &[7; 32])
+            .unwrap()
+            .to_dhhc1()
+            .to_string();
+        let good = dir.path().join("p1.key");
+        std::fs::write(&good, format!("{key}\n")).unwrap();
+        let s = read_secret_file(&good, "--dhchap-secret").unwrap();
+        assert_eq!(*s.to_dhhc1(), key);
+        // The secret itself where a file is expected: refused without echoing it.
+        let e = read_secret_file(Path::new(&key), "--dhchap-secret").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("takes a FILE") && !msg.contains(&key[10..]),
+            "{msg}"
+        );
+        // A file holding something else: the file is named, its content is not.
+        let bad = dir.path().join("bad.key");
+        std::fs::write(&bad, "DHHC-1:01:c2VjcmV0LXRleHQ=:\n").unwrap();
+        let msg = format!(
+            "{:#}",
+            read_secret_file(&bad, "--dhchap-secret").unwrap_err()
+        );
+        assert!(
+            msg.contains("bad.key") && !msg.contains("c2VjcmV0"),
+            "{msg}"
+        );
+        let missing = dir.path().join("none.key");
+        assert!(read_secret_file(&missing, "--dhchap-ctrl-secret").is_err());
     }
 }

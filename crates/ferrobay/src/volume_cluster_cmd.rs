@@ -14,7 +14,7 @@ use control::records::{NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord};
 use meta::schema::OwnerRecord;
 
 use crate::cluster::{self, human_bytes, usage};
-use crate::volume_cmd::{VolumeArgs, VolumeCommand, VolumeQosCommand};
+use crate::volume_cmd::{VolumeArgs, VolumeAuthCommand, VolumeCommand, VolumeQosCommand};
 
 const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -242,6 +242,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         VolumeCommand::Qos(cmd) => qos(&backend, cmd).await?,
+        VolumeCommand::Auth(cmd) => auth(&backend, cmd).await?,
         VolumeCommand::ReplaceMember {
             name,
             member,
@@ -275,6 +276,65 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ferrobay volume auth ...`: the hosts' secrets live in the volume's authentication
+/// record in the store (`control::volume_auth`), which only --meta reaches: the API
+/// never carries them.
+async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
+    let Backend::Meta(store) = backend else {
+        return Err(usage(
+            "volume auth works through the metadata store only (--meta URL): secrets do \
+             not travel over the HTTP API",
+        ));
+    };
+    let store = store.as_ref();
+    match cmd {
+        VolumeAuthCommand::Set {
+            name,
+            host_nqn,
+            dhchap,
+        } => {
+            let rec = crate::node_cmd::dhchap_record(&host_nqn, &dhchap)?;
+            let both = rec.ctrl_secret.is_some();
+            control::volume_auth::set_host(store, &name, rec)
+                .await
+                .with_context(|| format!("require {host_nqn} to authenticate to volume {name}"))?;
+            println!(
+                "volume {name}: host {host_nqn} must authenticate with DH-HMAC-CHAP{}",
+                if both {
+                    " (and can authenticate the controller)"
+                } else {
+                    ""
+                }
+            );
+        }
+        VolumeAuthCommand::Remove { name, host_nqn } => {
+            if control::volume_auth::remove_host(store, &name, &host_nqn).await? {
+                println!("volume {name}: host {host_nqn} no longer authenticates");
+            } else {
+                return Err(anyhow::anyhow!(
+                    "volume {name}: host {host_nqn} was not required to authenticate"
+                ));
+            }
+        }
+        VolumeAuthCommand::List { name, json } => {
+            let hosts = control::volume_auth::auth_hosts(store, &name).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "volume": name, "dhchap_hosts": hosts })
+                );
+            } else if hosts.is_empty() {
+                println!("volume {name}: no host must authenticate");
+            } else {
+                for h in hosts {
+                    println!("{h}");
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `ferrobay volume qos ...`: the limits live in the volume's record (through the store,

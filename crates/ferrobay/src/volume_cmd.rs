@@ -187,6 +187,31 @@ pub enum VolumeCommand {
     /// Cluster volumes: QoS limits of the volume and of hosts on it (docs/qos.md).
     #[command(subcommand)]
     Qos(VolumeQosCommand),
+    /// Cluster volumes: hosts that must authenticate with DH-HMAC-CHAP to the volume on
+    /// every processor node (docs/security.md). With --meta.
+    #[command(subcommand)]
+    Auth(VolumeAuthCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeAuthCommand {
+    /// Require HOST_NQN to authenticate to the volume with --dhchap-secret FILE (and,
+    /// for hosts that authenticate the controller too, --dhchap-ctrl-secret FILE);
+    /// replaces what the host had. Hosts not listed are not affected.
+    Set {
+        name: String,
+        host_nqn: String,
+        #[command(flatten)]
+        dhchap: crate::node_cmd::DhchapArgs,
+    },
+    /// No longer require HOST_NQN to authenticate to the volume.
+    Remove { name: String, host_nqn: String },
+    /// The hosts that must authenticate to the volume (never their secrets).
+    List {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -692,6 +717,11 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         VolumeCommand::Qos(_) => {
             return Err(crate::cluster::usage(
                 "volume qos works on cluster volumes: add --meta URL or --api ADDR",
+            ));
+        }
+        VolumeCommand::Auth(_) => {
+            return Err(crate::cluster::usage(
+                "volume auth works on cluster volumes: add --meta URL",
             ));
         }
     }

@@ -23,6 +23,7 @@ pub mod reservation;
 pub mod sgl;
 pub mod status;
 pub mod tcp;
+pub mod tls_key;
 
 pub use command::Command;
 pub use completion::Completion;

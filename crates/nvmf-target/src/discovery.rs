@@ -44,7 +44,11 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
                 adrfam::IPV6
             },
             subtype: st,
-            treq: treq::SECURE_CHANNEL_NOT_SPECIFIED | treq::DISABLE_SQFLOW,
+            treq: if l.opts.tls {
+                treq::SECURE_CHANNEL_REQUIRED
+            } else {
+                treq::SECURE_CHANNEL_NOT_SPECIFIED
+            } | treq::DISABLE_SQFLOW,
             portid: l.portid,
             cntlid: 0xFFFF,
             asqsz: ASQSZ,
@@ -52,7 +56,7 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
             trsvcid: l.addr.port().to_string(),
             subnqn: subnqn.to_string(),
             traddr: ip.to_string(),
-            sectype: sectype::NONE,
+            sectype: if l.opts.tls { sectype::TLS13 } else { sectype::NONE },
         }
     };
     for l in &listeners {

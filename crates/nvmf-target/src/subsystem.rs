@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
+use nvme_proto::tls_key::ConfiguredPsk;
+
 use crate::auth::DhchapHostConfig;
 use crate::controller::Controller;
 use crate::namespace::Namespace;
@@ -29,6 +31,8 @@ pub(crate) struct Subsystem {
     pub access: RwLock<Access>,
     /// DH-HMAC-CHAP requirements per host NQN: a host listed here must authenticate.
     pub dhchap: RwLock<BTreeMap<String, Arc<DhchapHostConfig>>>,
+    /// TLS PSKs per host NQN: a host listed here must connect over TLS (a TLS listener).
+    pub tls_psks: RwLock<BTreeMap<String, Arc<ConfiguredPsk>>>,
     pub namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     /// Bumped on every namespace change; connections cache namespace lookups against it.
     pub ns_generation: AtomicU64,
@@ -52,6 +56,7 @@ impl Subsystem {
             kind,
             access: RwLock::new(access),
             dhchap: RwLock::new(BTreeMap::new()),
+            tls_psks: RwLock::new(BTreeMap::new()),
             namespaces: RwLock::new(BTreeMap::new()),
             ns_generation: AtomicU64::new(1),
             controllers: Mutex::new(BTreeMap::new()),
@@ -67,6 +72,11 @@ impl Subsystem {
     /// What `hostnqn` must authenticate with, if anything.
     pub fn dhchap_for(&self, hostnqn: &str) -> Option<Arc<DhchapHostConfig>> {
         read(&self.dhchap).get(hostnqn).cloned()
+    }
+
+    /// The configured TLS PSK of `hostnqn`, if it must use TLS.
+    pub fn tls_psk_for(&self, hostnqn: &str) -> Option<Arc<ConfiguredPsk>> {
+        read(&self.tls_psks).get(hostnqn).cloned()
     }
 
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {

@@ -1185,6 +1185,7 @@ async fn discovery_only_listener() {
             "127.0.0.1:0".parse().expect("addr"),
             nvmf_target::ListenerOptions {
                 discovery_only: true,
+                ..Default::default()
             },
         )
         .await

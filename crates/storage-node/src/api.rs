@@ -169,6 +169,10 @@ pub struct HostRequest {
     /// Accepted DH groups, preferred first (default: ffdhe2048..ffdhe8192, null).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhchap_dhgroups: Vec<String>,
+    /// The host's configured TLS PSK (`NVMeTLSkey-1:..`): the host must then connect over
+    /// TLS (a TLS listener).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_psk: Option<String>,
 }
 
 impl std::fmt::Debug for HostRequest {
@@ -183,6 +187,7 @@ impl std::fmt::Debug for HostRequest {
                 "dhchap_ctrl_secret",
                 &self.dhchap_ctrl_secret.as_ref().map(|_| "<redacted>"),
             )
+            .field("tls_psk", &self.tls_psk.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +200,7 @@ impl HostRequest {
             dhchap_ctrl_secret: None,
             dhchap_hashes: Vec::new(),
             dhchap_dhgroups: Vec::new(),
+            tls_psk: None,
         }
     }
 }

@@ -249,6 +249,7 @@ impl Catalog {
             allow_any_host: true,
             allowed_hosts: Vec::new(),
             dhchap: Vec::new(),
+            tls_psks: Vec::new(),
         });
         if !whole_namespace {
             self.commit(next)?;
@@ -516,10 +517,34 @@ impl Catalog {
         })
     }
 
-    /// Removes `host` from the allow list of `nqn` (and its DH-HMAC-CHAP secrets).
+    /// Adds `host` to the allow list of `nqn` (if it is not there yet) and requires it to
+    /// connect over TLS with the PSKs derived from `rec.psk`, replacing the PSK it had.
+    pub fn allow_host_tls(
+        &mut self,
+        nqn: &str,
+        rec: crate::state::TlsPskHostRecord,
+    ) -> Result<SubsystemRecord, CatalogError> {
+        naming::validate_nqn(&rec.host_nqn)?;
+        rec.configured_psk().map_err(CatalogError::InvalidDhchap)?;
+        self.change_subsystem(nqn, |s| {
+            if !s.allowed_hosts.contains(&rec.host_nqn) {
+                s.allowed_hosts.push(rec.host_nqn.clone());
+                s.allowed_hosts.sort();
+            }
+            s.allow_any_host = false;
+            s.tls_psks.retain(|d| d.host_nqn != rec.host_nqn);
+            s.tls_psks.push(rec);
+            s.tls_psks.sort_by(|a, b| a.host_nqn.cmp(&b.host_nqn));
+            Ok(())
+        })
+    }
+
+    /// Removes `host` from the allow list of `nqn` (and its DH-HMAC-CHAP secrets and TLS
+    /// PSK).
     pub fn deny_host(&mut self, nqn: &str, host: &str) -> Result<SubsystemRecord, CatalogError> {
         self.change_subsystem(nqn, |s| {
             s.dhchap.retain(|d| d.host_nqn != host);
+            s.tls_psks.retain(|d| d.host_nqn != host);
             let before = s.allowed_hosts.len();
             s.allowed_hosts.retain(|h| h != host);
             if s.allowed_hosts.len() == before {

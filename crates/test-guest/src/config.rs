@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{GuestError, Result};
+use crate::image::Flavour;
 
 /// Default limit on a guest's whole life (QEMU is killed after it).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -33,8 +34,8 @@ pub struct GuestConfig {
     pub env: Vec<(String, String)>,
     /// The job script.
     pub job: String,
-    /// Boot the image that carries fio.
-    pub fio: bool,
+    /// Which image to boot.
+    pub flavour: Flavour,
 }
 
 impl GuestConfig {
@@ -49,7 +50,7 @@ impl GuestConfig {
             host_forwards: Vec::new(),
             env: Vec::new(),
             job: job.into(),
-            fio: false,
+            flavour: Flavour::Base,
         }
     }
 
@@ -100,7 +101,20 @@ impl GuestConfig {
 
     /// Boots the image with fio (larger; built on first use).
     pub fn with_fio(mut self) -> Self {
-        self.fio = true;
+        self.flavour = Flavour::Fio;
+        self
+    }
+
+    /// Boots the Debian trixie image (kernel 6.12 with DH-HMAC-CHAP and TLS,
+    /// nvme-cli 2.13, tlshd; built on first use).
+    pub fn trixie(mut self) -> Self {
+        self.flavour = Flavour::Trixie;
+        self
+    }
+
+    /// Boots the image of `flavour`.
+    pub fn flavour(mut self, flavour: Flavour) -> Self {
+        self.flavour = flavour;
         self
     }
 

@@ -64,11 +64,7 @@ pub fn run_job(cfg: &GuestConfig) -> Result<GuestRun> {
 pub fn spawn(cfg: &GuestConfig) -> Result<RunningGuest> {
     cfg.validate()?;
     let qemu = find_qemu()?;
-    let image = if cfg.fio {
-        GuestImage::ensure_fio()?
-    } else {
-        GuestImage::ensure()?
-    };
+    let image = GuestImage::ensure_flavour(cfg.flavour)?;
     let runs = image.runs_dir();
     std::fs::create_dir_all(&runs)
         .map_err(|e| GuestError::io(format!("creating {}", runs.display()), e))?;

@@ -15,24 +15,82 @@ pub const QEMU: &str = "qemu-system-x86_64";
 /// Run logs older than this are deleted when an image is first ensured.
 const RUN_LOG_MAX_AGE: Duration = Duration::from_secs(3 * 24 * 3600);
 
+/// Which guest image to boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Flavour {
+    /// Debian bookworm: kernel 6.1, nvme-cli 2.3 (`build.sh`).
+    #[default]
+    Base,
+    /// The base image with fio and its libraries appended (`build.sh --fio`;
+    /// a larger initramfs, a few seconds more per boot).
+    Fio,
+    /// Debian trixie (`build.sh --trixie`): kernel 6.12 with DH-HMAC-CHAP
+    /// (`CONFIG_NVME_HOST_AUTH`) and NVMe/TCP TLS (`CONFIG_NVME_TCP_TLS`,
+    /// `tls`, `nvme-keyring`), nvme-cli 2.13, `tlshd` and `keyctl`. Its own
+    /// kernel, so a separate build and ~3 s more per boot than the base image.
+    Trixie,
+}
+
+impl Flavour {
+    /// Every flavour.
+    pub const ALL: [Flavour; 3] = [Flavour::Base, Flavour::Fio, Flavour::Trixie];
+
+    /// The `build.sh` argument that builds it.
+    fn build_arg(self) -> Option<&'static str> {
+        match self {
+            Flavour::Base => None,
+            Flavour::Fio => Some("--fio"),
+            Flavour::Trixie => Some("--trixie"),
+        }
+    }
+
+    /// Its artefacts, relative to `<cache>/out`: (directory, initramfs).
+    fn out_paths(self) -> (&'static str, &'static str) {
+        match self {
+            Flavour::Base => ("", "initramfs.cpio"),
+            Flavour::Fio => ("", "initramfs-fio.cpio"),
+            Flavour::Trixie => ("trixie", "initramfs.cpio"),
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Flavour::Base => 0,
+            Flavour::Fio => 1,
+            Flavour::Trixie => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for Flavour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Flavour::Base => "bookworm",
+            Flavour::Fio => "bookworm with fio",
+            Flavour::Trixie => "trixie",
+        })
+    }
+}
+
 /// Paths of a built guest: an uncompressed kernel (booted through QEMU's PVH
 /// entry) and an initramfs, plus where run logs go.
 #[derive(Debug, Clone)]
 pub struct GuestImage {
     /// The cache directory (`$FERROBAY_GUEST_DIR`, default `<repo>/target/guest`).
     pub dir: PathBuf,
-    /// `out/vmlinux`.
+    /// `out/vmlinux` (`out/trixie/vmlinux` for the trixie flavour).
     pub kernel: PathBuf,
-    /// `out/initramfs.cpio`, or `out/initramfs-fio.cpio` for the fio flavour.
+    /// `out/initramfs.cpio`, `out/initramfs-fio.cpio` for the fio flavour,
+    /// `out/trixie/initramfs.cpio` for the trixie one.
     pub initramfs: PathBuf,
     /// The guest kernel release, e.g. `6.1.0-56-amd64`.
     pub kernel_version: String,
-    /// Whether this image carries fio.
-    pub fio: bool,
+    /// Which image this is.
+    pub flavour: Flavour,
 }
 
-static BASE: OnceLock<std::result::Result<GuestImage, String>> = OnceLock::new();
-static FIO: OnceLock<std::result::Result<GuestImage, String>> = OnceLock::new();
+static IMAGES: [OnceLock<std::result::Result<GuestImage, String>>; 3] =
+    [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
 impl GuestImage {
     /// The base image (busybox, nvme-cli, nvme-tcp/nvmet modules). Builds it on
@@ -40,26 +98,37 @@ impl GuestImage {
     /// binaries running at once build it only once. Fails with
     /// [`GuestError::QemuMissing`] when QEMU is not installed.
     pub fn ensure() -> Result<&'static GuestImage> {
-        Self::ensure_flavour(false)
+        Self::ensure_flavour(Flavour::Base)
     }
 
     /// The image with fio (built with `build.sh --fio`; a larger initramfs,
     /// a few seconds more per boot).
     pub fn ensure_fio() -> Result<&'static GuestImage> {
-        Self::ensure_flavour(true)
+        Self::ensure_flavour(Flavour::Fio)
     }
 
-    fn ensure_flavour(fio: bool) -> Result<&'static GuestImage> {
+    /// The Debian trixie image (kernel 6.12 with DH-HMAC-CHAP and TLS,
+    /// nvme-cli 2.13, tlshd; built with `build.sh --trixie`).
+    pub fn ensure_trixie() -> Result<&'static GuestImage> {
+        Self::ensure_flavour(Flavour::Trixie)
+    }
+
+    /// The image of `flavour`, built on first use in this process.
+    pub fn ensure_flavour(flavour: Flavour) -> Result<&'static GuestImage> {
         find_qemu()?;
-        let cell = if fio { &FIO } else { &BASE };
-        match cell.get_or_init(|| build(fio)) {
+        match IMAGES[flavour.index()].get_or_init(|| build(flavour)) {
             Ok(image) => Ok(image),
             Err(message) => Err(GuestError::Build {
-                command: build_command_line(fio),
+                command: build_command_line(flavour),
                 status: "(first attempt in this process)".into(),
                 output: message.clone(),
             }),
         }
+    }
+
+    /// Whether this image carries fio.
+    pub fn fio(&self) -> bool {
+        self.flavour == Flavour::Fio
     }
 
     /// The cache directory: `$FERROBAY_GUEST_DIR`, or `<repo>/target/guest`.
@@ -87,24 +156,33 @@ fn build_script() -> PathBuf {
     repo_root().join("scripts").join("guest").join("build.sh")
 }
 
-fn build_command_line(fio: bool) -> String {
+fn build_command_line(flavour: Flavour) -> String {
+    let arg = flavour
+        .build_arg()
+        .map(|a| format!(" {a}"))
+        .unwrap_or_default();
     format!(
-        "FERROBAY_GUEST_DIR={} {}{}",
+        "FERROBAY_GUEST_DIR={} {}{arg}",
         GuestImage::cache_dir().display(),
         build_script().display(),
-        if fio { " --fio" } else { "" }
     )
 }
 
 /// Why a guest cannot run here (no QEMU, no guest image), or None: what a guest test
 /// hands to `testkit::prereq::missing` before it skips.
 pub fn unavailable() -> Option<String> {
+    unavailable_flavour(Flavour::Base)
+}
+
+/// Like [`unavailable`], for the image of `flavour` (e.g. the trixie image, which
+/// needs its packages from Debian's registry the first time).
+pub fn unavailable_flavour(flavour: Flavour) -> Option<String> {
     if let Err(e) = find_qemu() {
         return Some(e.to_string());
     }
-    GuestImage::ensure()
+    GuestImage::ensure_flavour(flavour)
         .err()
-        .map(|e| format!("no guest image: {e}"))
+        .map(|e| format!("no {flavour} guest image: {e}"))
 }
 
 /// Path of QEMU, or [`GuestError::QemuMissing`].
@@ -119,17 +197,15 @@ fn find_in_path(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// Runs build.sh; the error is the message to repeat to every later caller.
-fn build(fio: bool) -> std::result::Result<GuestImage, String> {
+fn build(flavour: Flavour) -> std::result::Result<GuestImage, String> {
     let dir = GuestImage::cache_dir();
     let started = Instant::now();
     let mut cmd = Command::new("bash");
     cmd.arg(build_script()).env("FERROBAY_GUEST_DIR", &dir);
-    if fio {
-        cmd.arg("--fio");
-    }
+    cmd.args(flavour.build_arg());
     let out = cmd
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", build_command_line(fio)))?;
+        .map_err(|e| format!("cannot run {}: {e}", build_command_line(flavour)))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -139,31 +215,28 @@ fn build(fio: bool) -> std::result::Result<GuestImage, String> {
         let lines: Vec<&str> = text.lines().collect();
         return Err(format!(
             "`{}` failed ({}):\n{}",
-            build_command_line(fio),
+            build_command_line(flavour),
             out.status,
             lines[lines.len().saturating_sub(40)..].join("\n")
         ));
     }
     eprintln!(
-        "test-guest: guest image ready in {:.1}s: {}",
+        "test-guest: {flavour} guest image ready in {:.1}s: {}",
         started.elapsed().as_secs_f64(),
         text.lines().last().unwrap_or("")
     );
-    let outdir = dir.join("out");
+    let (sub, initramfs) = flavour.out_paths();
+    let outdir = dir.join("out").join(sub);
     let kernel_version = std::fs::read_to_string(outdir.join("kernel-version"))
         .map_err(|e| format!("{}: {e}", outdir.join("kernel-version").display()))?
         .trim()
         .to_string();
     let image = GuestImage {
         kernel: outdir.join("vmlinux"),
-        initramfs: outdir.join(if fio {
-            "initramfs-fio.cpio"
-        } else {
-            "initramfs.cpio"
-        }),
+        initramfs: outdir.join(initramfs),
         dir,
         kernel_version,
-        fio,
+        flavour,
     };
     for p in [&image.kernel, &image.initramfs] {
         if !p.is_file() {
@@ -210,6 +283,19 @@ mod tests {
     fn find_in_path_finds_files() {
         let found = find_in_path("sh", Some(OsStr::new("/nonexistent:/bin:/usr/bin")));
         assert!(found.is_some_and(|p| p.ends_with("sh")));
+    }
+
+    #[test]
+    fn every_flavour_has_its_own_build_command_and_files() {
+        let mut lines = std::collections::HashSet::new();
+        let mut files = std::collections::HashSet::new();
+        for f in Flavour::ALL {
+            assert!(lines.insert(build_command_line(f)), "{f}");
+            assert!(files.insert(f.out_paths()), "{f}");
+            assert_eq!(Flavour::ALL[f.index()], f);
+        }
+        assert!(build_command_line(Flavour::Trixie).ends_with("build.sh --trixie"));
+        assert!(build_command_line(Flavour::Base).ends_with("build.sh"));
     }
 
     #[test]

@@ -2,6 +2,17 @@
 //! the NVMe/TCP host `nvme-tcp` and target `nvmet-tcp`, and nvme-cli) under
 //! QEMU and run shell jobs in it. Use it as a **dev-dependency** only.
 //!
+//! # Flavours
+//!
+//! [`Flavour`] picks the image ([`GuestConfig::flavour`]): the bookworm base
+//! image (default), the same with fio ([`GuestConfig::with_fio`]), or Debian
+//! trixie ([`GuestConfig::trixie`]): kernel 6.12 with DH-HMAC-CHAP
+//! (`CONFIG_NVME_HOST_AUTH`) and NVMe/TCP TLS (`CONFIG_NVME_TCP_TLS`; `tls`,
+//! `nvme-keyring` loaded), nvme-cli 2.13, `tlshd` and `keyctl`, for the tests of
+//! in-band authentication and TLS that the 6.1 kernel cannot run. Each flavour
+//! is built on first use (`build.sh`, `--fio`, `--trixie`); a trixie boot takes
+//! ~8 s under TCG, about three times the base image's.
+//!
 //! # What a test gets
 //!
 //! * [`run_job`]: boot, run a job, power off; the outcome as a [`GuestRun`]
@@ -121,6 +132,8 @@ mod sync;
 pub use config::{DEFAULT_TIMEOUT, GuestConfig, shell_quote};
 pub use error::{GuestError, Result};
 pub use guest::{RunningGuest, free_port, run_job, spawn};
-pub use image::{GuestImage, QEMU, find_qemu, repo_root, unavailable};
+pub use image::{
+    Flavour, GuestImage, QEMU, find_qemu, repo_root, unavailable, unavailable_flavour,
+};
 pub use qemu::{GUEST_ADDR, HOST_ADDR_FROM_GUEST};
 pub use record::{GuestRun, LOG_TAIL_LINES, Record};

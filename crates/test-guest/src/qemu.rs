@@ -68,7 +68,13 @@ impl QemuArgs<'_> {
         ]);
         push(&["-kernel", &path_str(&self.image.kernel)]);
         push(&["-initrd", &path_str(&self.image.initramfs)]);
-        let append = format!("console=ttyS0 quiet panic=-1 {}", self.cfg.extra_append);
+        // no_timer_check: under TCG on a busy host the kernel's IO-APIC timer check can
+        // miss its ticks and panic at boot ("IO-APIC + timer doesn't work!"); QEMU's
+        // timer is known good, so the check is skipped (as cloud images do).
+        let append = format!(
+            "console=ttyS0 quiet panic=-1 no_timer_check {}",
+            self.cfg.extra_append
+        );
         push(&["-append", append.trim_end()]);
         // ttyS0: kernel console on stdout; ttyS1: the job channel, a TCP
         // connection QEMU makes to the harness at start-up.
@@ -202,7 +208,7 @@ mod tests {
             kernel: "/c/out/vmlinux".into(),
             initramfs: "/c/out/initramfs.cpio".into(),
             kernel_version: "6.1".into(),
-            fio: false,
+            flavour: crate::Flavour::Base,
         };
         let cfg = GuestConfig::new("t", "true").append("nvme_core.io_timeout=10");
         let q = QemuArgs {
@@ -224,7 +230,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("'console=ttyS0 quiet panic=-1 nvme_core.io_timeout=10'"),
+            line.contains("'console=ttyS0 quiet panic=-1 no_timer_check nvme_core.io_timeout=10'"),
             "{line}"
         );
         assert_eq!(q.args().iter().filter(|a| *a == "-serial").count(), 2);

@@ -103,6 +103,7 @@ impl Cdc {
         for addr in &cfg.listen {
             let opts = ListenerOptions {
                 discovery_only: true,
+                ..Default::default()
             };
             match target.listen_with(*addr, opts).await {
                 Ok(l) => listeners.push(l),

@@ -6,14 +6,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use meta::schema::{VOLUMES, list_json, name_in};
+use meta::schema::{VOLUME_AUTH, VOLUMES, list_json, name_in};
 use nvmf_target::{ANA_MAX_GROUPS, AnaState, NamespaceConfig, SubsystemConfig};
+use storage_node::state::DhchapHostRecord;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::export_device::ExportDevice;
 use super::{Ctx, volume_task};
 use crate::records::{VolumeRecord, volume_nqn};
+use crate::volume_auth::VolumeAuthRecord;
 
 /// Model number of every exported volume (identical on every processor node).
 pub(crate) const MODEL: &str = "Ferrobay Volume";
@@ -23,6 +25,8 @@ struct Entry {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     export: Arc<ExportDevice>,
+    /// The DH-HMAC-CHAP hosts applied to the subsystem (`crate::volume_auth`).
+    auth: Vec<DhchapHostRecord>,
 }
 
 /// The exported volumes, by name.
@@ -62,6 +66,23 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
             (name == v.value.name).then(|| (name.to_string(), v.value))
         })
         .collect();
+    // The hosts that must authenticate, by volume. Unreadable: keep what is applied
+    // (never drop a requirement because the store hiccupped).
+    let auth: Option<BTreeMap<String, Vec<DhchapHostRecord>>> =
+        match list_json::<VolumeAuthRecord, _>(ctx.store.as_ref(), VOLUME_AUTH).await {
+            Ok(l) => Some(
+                l.items
+                    .into_iter()
+                    .filter_map(|(key, v)| {
+                        Some((name_in(VOLUME_AUTH, &key)?.to_string(), v.value.hosts))
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::warn!(node = %ctx.name, "processor: volume authentication records unreadable: {e}");
+                None
+            }
+        };
     let gone: Vec<(String, Entry)> = {
         let mut entries = vols.lock();
         let names: Vec<String> = entries
@@ -100,11 +121,17 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
                             apply_qos(ctx, &rec);
                         }
                     }
+                    if let (Some(e), Some(auth)) = (entries.get_mut(&name), &auth) {
+                        apply_auth(ctx, &name, &mut e.auth, auth.get(&name));
+                    }
                     None
                 }
                 None => {
                     match add(ctx, &rec) {
-                        Ok(entry) => {
+                        Ok(mut entry) => {
+                            if let Some(auth) = &auth {
+                                apply_auth(ctx, &name, &mut entry.auth, auth.get(&name));
+                            }
                             entries.insert(name.clone(), entry);
                         }
                         Err(e) => tracing::warn!(
@@ -201,7 +228,52 @@ fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
         stop: stop_tx,
         task,
         export,
+        auth: Vec::new(),
     })
+}
+
+/// Makes the DH-HMAC-CHAP hosts of the volume's subsystem what its authentication
+/// record says; `applied` is what this node applied before. A host whose secrets
+/// changed keeps its live controllers (their next authentication uses the new ones).
+fn apply_auth(
+    ctx: &Ctx,
+    name: &str,
+    applied: &mut Vec<DhchapHostRecord>,
+    want: Option<&Vec<DhchapHostRecord>>,
+) {
+    let want = want.map(Vec::as_slice).unwrap_or_default();
+    if applied.as_slice() == want {
+        return;
+    }
+    let nqn = volume_nqn(name);
+    for old in applied.iter() {
+        if !want.iter().any(|h| h.host_nqn == old.host_nqn) {
+            let _ = ctx.target.set_host_dhchap(&nqn, &old.host_nqn, None);
+            tracing::info!(node = %ctx.name, volume = %name, host = %old.host_nqn, "processor: host no longer authenticates to the volume");
+        }
+    }
+    let mut now = Vec::new();
+    for h in want {
+        if applied.contains(h) {
+            now.push(h.clone());
+            continue;
+        }
+        match h.to_target_config().and_then(|cfg| {
+            ctx.target
+                .set_host_dhchap(&nqn, &h.host_nqn, Some(cfg))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(()) => {
+                tracing::info!(node = %ctx.name, volume = %name, host = %h.host_nqn, "processor: host must authenticate to the volume with DH-HMAC-CHAP");
+                now.push(h.clone());
+            }
+            // The reason names the host, never a secret.
+            Err(e) => {
+                tracing::warn!(node = %ctx.name, volume = %name, "processor: DH-HMAC-CHAP not applied: {e}")
+            }
+        }
+    }
+    *applied = now;
 }
 
 /// Makes the target's QoS limits of the volume's subsystem what its record says (every

@@ -610,7 +610,10 @@ pub async fn delete_volume(
     let mut txn = Txn::new()
         .when(vkey.as_str(), Expect::ModRevision(current.revision))
         .delete(vkey.as_str())
-        .delete(handoff_key(name)?);
+        .delete(handoff_key(name)?)
+        // Its hosts' DH-HMAC-CHAP secrets go with it (a volume made again under the
+        // name starts with none).
+        .delete(meta::schema::volume_auth_key(name)?);
     if record.ana_group != 0 {
         txn = txn.delete(ana_group_key(record.ana_group));
     }

@@ -64,6 +64,13 @@ pub fn table(doc: &Value) -> String {
                 f(&p[nvm]["median_p99_us"]),
             );
         }
+        let d = &m["store_1m_qd8_vs_durable_writes"];
+        out += &format!(
+            "{medium:<4} {:<36} nvm {:>9.1} MB/s  kv/this {:.2} (reference)\n",
+            "1 MiB seq write QD8, each FUA",
+            f(&d["nvm_seq_write_1m_qd8_fua"]["median_mb_per_s"]),
+            f(&d["ratio"]),
+        );
     }
     out
 }

@@ -57,7 +57,7 @@ impl Settings {
                 .filter(|m| !m.is_empty())
                 .collect(),
             rounds: if full {
-                env_u64("FERROBAY_BENCH_ROUNDS").unwrap_or(3).max(1) as usize
+                env_u64("FERROBAY_BENCH_ROUNDS").unwrap_or(5).max(1) as usize
             } else {
                 1
             },

@@ -10,6 +10,9 @@ pub const NODES: &str = "/ferrobay/nodes/";
 pub const DRIVES: &str = "/ferrobay/drives/";
 /// `/ferrobay/volumes/<volume>`: a volume and its placement.
 pub const VOLUMES: &str = "/ferrobay/volumes/";
+/// `/ferrobay/volume-auth/<volume>`: the DH-HMAC-CHAP secrets of the hosts that must
+/// authenticate to the volume (apart from the volume record, which the API shows).
+pub const VOLUME_AUTH: &str = "/ferrobay/volume-auth/";
 /// `/ferrobay/owners/<volume>`: the current owner, attached to the owner's lease.
 pub const OWNERS: &str = "/ferrobay/owners/";
 /// `/ferrobay/owner-epochs/<volume>`: the last ownership granted (no lease: it outlives
@@ -54,6 +57,10 @@ pub fn node_key(node: &str) -> Result<String, SchemaError> {
 
 pub fn volume_key(volume: &str) -> Result<String, SchemaError> {
     under(VOLUMES, volume)
+}
+
+pub fn volume_auth_key(volume: &str) -> Result<String, SchemaError> {
+    under(VOLUME_AUTH, volume)
 }
 
 pub fn owner_key(volume: &str) -> Result<String, SchemaError> {

@@ -12,8 +12,8 @@ pub use events::{
     Subject, SubjectKind, append_event, event_key, list_events,
 };
 pub use keys::{
-    DRIVES, NODES, OWNER_EPOCHS, OWNERS, ROOT, VOLUMES, drive_key, drives_of_node, name_in,
-    node_key, owner_epoch_key, owner_key, validate_name, volume_key,
+    DRIVES, NODES, OWNER_EPOCHS, OWNERS, ROOT, VOLUME_AUTH, VOLUMES, drive_key, drives_of_node,
+    name_in, node_key, owner_epoch_key, owner_key, validate_name, volume_auth_key, volume_key,
 };
 pub use ownership::{
     OwnerRecord, OwnerStream, OwnershipError, acquire_ownership, current_owner, last_epoch,

@@ -87,6 +87,36 @@ pub struct ConnectOptions {
     /// DH-HMAC-CHAP secrets, used when the target asks for authentication (AUTHREQ.ATR
     /// in the Connect response); without them such a target is refused.
     pub dhchap: Option<DhchapCredentials>,
+    /// TLS 1.3 with the PSK derived from this configured PSK (nvme-cli `--tls`): every
+    /// queue's TCP connection starts with the handshake.
+    pub tls: Option<TlsCredentials>,
+}
+
+/// A host's configured TLS PSK (`NVMeTLSkey-1:..`) and the PSK identity version it offers
+/// (0: `NVMe0R0h <hostnqn> <subnqn>`, what Linux 6.12 looks up; 1: with the PSK digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsCredentials {
+    pub psk: nvme_proto::tls_key::ConfiguredPsk,
+    pub identity_version: u8,
+}
+
+impl TlsCredentials {
+    pub fn new(psk: nvme_proto::tls_key::ConfiguredPsk) -> Self {
+        TlsCredentials { psk, identity_version: 0 }
+    }
+
+    /// The TLS PSK and identity for `hostnqn` connecting to `subnqn`.
+    pub fn tls_psk(&self, hostnqn: &str, subnqn: &str) -> Result<tls_psk::Psk> {
+        let (identity, key) = self
+            .psk
+            .tls_psk(self.identity_version, hostnqn, subnqn)
+            .map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))?;
+        let hash = match self.psk.hash() {
+            nvme_proto::tls_key::PskHash::Sha256 => tls_psk::HashAlg::Sha256,
+            nvme_proto::tls_key::PskHash::Sha384 => tls_psk::HashAlg::Sha384,
+        };
+        tls_psk::Psk::new(identity, &key, hash).map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))
+    }
 }
 
 impl Default for ConnectOptions {
@@ -109,6 +139,7 @@ impl Default for ConnectOptions {
             ctrl_loss_tmo_ms: Some(600_000),
             disable_sqflow: false,
             dhchap: None,
+            tls: None,
         }
     }
 }
@@ -226,6 +257,10 @@ impl Controller {
             .map_err(|e| HostError::Usage(format!("subsystem NQN {subnqn:?}: {e}")))?;
         validate_nqn(&host.hostnqn)
             .map_err(|e| HostError::Usage(format!("host NQN {:?}: {e}", host.hostnqn)))?;
+        let tls = match &opts.tls {
+            Some(c) => Some(c.tls_psk(&host.hostnqn, subnqn)?),
+            None => None,
+        };
         let admin = QueuePair::detached(
             addr,
             &QueueOptions {
@@ -235,6 +270,7 @@ impl Controller {
                 in_capsule_max_bytes: ADMIN_IN_CAPSULE_BYTES,
                 command_timeout_ms: opts.admin_timeout_ms,
                 connect_timeout_ms: opts.connect_timeout_ms,
+                tls: tls.clone(),
             },
         )?;
         // Supervised from the start: a connection lost during bring-up leaves the queue
@@ -276,6 +312,7 @@ impl Controller {
                     in_capsule_max_bytes: in_capsule,
                     command_timeout_ms: opts.io_timeout_ms,
                     connect_timeout_ms: opts.connect_timeout_ms,
+                    tls: tls.clone(),
                 },
             )?;
             q.supervise(notify.clone());

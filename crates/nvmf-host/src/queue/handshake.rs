@@ -10,6 +10,8 @@ use nvme_proto::tcp::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::queue::stream::QueueStream;
+
 use crate::error::fes_text;
 
 /// What the ICResp settled for the connection.
@@ -85,7 +87,7 @@ pub fn check_icresp(req: &IcReq, resp: &IcResp) -> Result<Negotiated, String> {
 /// Sends the ICReq and validates the ICResp. Errors are the reason text for
 /// `HostError::Connect`.
 pub(crate) async fn exchange_ic(
-    stream: &mut TcpStream,
+    stream: &mut QueueStream,
     digests: Digests,
     timeout: Duration,
 ) -> Result<Negotiated, String> {
@@ -106,7 +108,7 @@ pub(crate) async fn exchange_ic(
     }
 }
 
-async fn read_icresp(stream: &mut TcpStream) -> Result<IcResp, String> {
+async fn read_icresp(stream: &mut QueueStream) -> Result<IcResp, String> {
     let mut buf = [0u8; IC_BYTES];
     read_exact(stream, &mut buf[..CH_BYTES], "ICResp").await?;
     let mut chb = [0u8; CH_BYTES];
@@ -140,7 +142,7 @@ async fn read_icresp(stream: &mut TcpStream) -> Result<IcResp, String> {
     }
 }
 
-async fn read_exact(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), String> {
+async fn read_exact(stream: &mut QueueStream, buf: &mut [u8], what: &str) -> Result<(), String> {
     match stream.read_exact(buf).await {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(format!(

@@ -12,6 +12,7 @@ mod buf;
 mod core;
 mod driver;
 mod handshake;
+mod stream;
 mod rx;
 mod slots;
 mod tx;
@@ -53,8 +54,11 @@ pub struct QueueOptions {
     pub in_capsule_max_bytes: u32,
     /// Default per-command timeout.
     pub command_timeout_ms: u64,
-    /// Limit on TCP connect plus ICReq/ICResp.
+    /// Limit on TCP connect plus ICReq/ICResp (and the TLS handshake).
     pub connect_timeout_ms: u64,
+    /// TLS 1.3 with this PSK (identity and key already derived, see
+    /// [`crate::TlsCredentials`]); None: plain TCP.
+    pub tls: Option<tls_psk::Psk>,
 }
 
 impl QueueOptions {
@@ -68,6 +72,7 @@ impl QueueOptions {
             in_capsule_max_bytes: ADMIN_IN_CAPSULE_BYTES,
             command_timeout_ms: 60_000,
             connect_timeout_ms: 10_000,
+            tls: None,
         }
     }
 }
@@ -242,7 +247,11 @@ impl QueuePair {
         let opts = &self.inner.opts;
         let timeout = Duration::from_millis(opts.connect_timeout_ms.max(1));
         let fail = |reason: String| HostError::Connect { addr, reason };
-        let mut stream = handshake::connect_tcp(addr, timeout).await.map_err(fail)?;
+        let tcp = handshake::connect_tcp(addr, timeout).await.map_err(fail)?;
+        let mut stream = match &opts.tls {
+            None => stream::QueueStream::Tcp(tcp),
+            Some(psk) => stream::tls_connect(tcp, psk, timeout).await.map_err(fail)?,
+        };
         let negotiated = handshake::exchange_ic(&mut stream, opts.digests, timeout)
             .await
             .map_err(fail)?;

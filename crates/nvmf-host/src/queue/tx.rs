@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use nvme_proto::tcp::{DIGEST_BYTES, EncodedHeader};
 use tokio::io::AsyncWrite;
-use tokio::net::TcpStream;
+use crate::queue::stream::QueueStream;
 
 use super::slots::Slots;
 
@@ -61,7 +61,7 @@ impl TxQueue {
     /// calls `sent` with the CID of every data-carrying PDU that is now fully out.
     pub fn poll_write(
         &mut self,
-        io: &mut TcpStream,
+        io: &mut QueueStream,
         slots: &Slots,
         cx: &mut Context<'_>,
         mut sent: impl FnMut(u16),

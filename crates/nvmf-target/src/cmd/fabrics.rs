@@ -90,6 +90,31 @@ impl QueueContext {
         if !subsys.host_allowed(&cd.hostnqn) {
             return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
         }
+        // TLS (NVMe/TCP 3.6.1.2): the PSK identity names the host and the subsystem; a host
+        // with a TLS PSK must come over TLS.
+        match self.handle.tls_identity.get() {
+            Some(id) if id.hostnqn != cd.hostnqn || id.subnqn != cd.subnqn => {
+                tracing::warn!(
+                    peer = %self.handle.peer,
+                    identity_host = %id.hostnqn,
+                    identity_subsystem = %id.subnqn,
+                    hostnqn = %cd.hostnqn,
+                    subnqn = %cd.subnqn,
+                    "Connect refused: host or subsystem NQN differs from the TLS PSK identity"
+                );
+                return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
+            }
+            None if subsys.tls_psk_for(&cd.hostnqn).is_some() => {
+                tracing::warn!(
+                    peer = %self.handle.peer,
+                    hostnqn = %cd.hostnqn,
+                    subnqn = %cd.subnqn,
+                    "Connect refused: this host has a TLS PSK and must connect through a TLS listener"
+                );
+                return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
+            }
+            _ => {}
+        }
         let mqes = target.config.mqes;
         if cc.sqsize == 0 || cc.sqsize > mqes {
             return invalid_param(InvalidParameter::sqe(connect_sqe_off::SQSIZE));

@@ -20,6 +20,9 @@ pub struct ListenerOptions {
     /// Serve only the discovery subsystem here (e.g. port 8009) and leave this listener out
     /// of discovery log entries.
     pub discovery_only: bool,
+    /// Require TLS 1.3 with an NVMe/TCP PSK (the handshake right after TCP connect, before
+    /// ICReq); discovery log entries for this port say so (TREQ required, TSAS TLS 1.3).
+    pub tls: bool,
 }
 
 pub(crate) struct ListenerInfo {

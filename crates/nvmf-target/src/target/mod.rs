@@ -22,6 +22,7 @@ mod namespaces;
 mod qos;
 mod referrals;
 mod subsystems;
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -148,6 +148,50 @@ impl Target {
         Ok(())
     }
 
+    /// Requires host `hostnqn` to connect to subsystem `nqn` over TLS with the PSKs derived
+    /// from `psk` (`Some`: the configured PSK, NVMe/TCP 3.6.1), or no longer (`None`). Live
+    /// controllers of that host are torn down, so that it reconnects under the new
+    /// requirement.
+    pub fn set_host_tls_psk(
+        &self,
+        nqn: &str,
+        hostnqn: &str,
+        psk: Option<nvme_proto::tls_key::ConfiguredPsk>,
+    ) -> Result<(), TargetError> {
+        check_nqn(hostnqn)?;
+        let s = self
+            .inner
+            .subsystem(nqn)
+            .filter(|s| s.kind == SubsysKind::Nvm)
+            .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
+        {
+            let mut m = write(&s.tls_psks);
+            match psk {
+                Some(p) => {
+                    m.insert(hostnqn.to_string(), Arc::new(p));
+                }
+                None => {
+                    m.remove(hostnqn);
+                }
+            }
+        }
+        for c in s.live_controllers() {
+            if c.hostnqn == hostnqn {
+                c.kill();
+            }
+        }
+        self.inner.discovery_log_changed();
+        Ok(())
+    }
+
+    /// The hosts that must connect to subsystem `nqn` over TLS.
+    pub fn tls_psk_hosts(&self, nqn: &str) -> Vec<String> {
+        self.inner
+            .subsystem(nqn)
+            .map(|s| read(&s.tls_psks).keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The hosts that must authenticate to subsystem `nqn`.
     pub fn dhchap_hosts(&self, nqn: &str) -> Vec<String> {
         self.inner

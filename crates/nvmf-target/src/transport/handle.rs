@@ -52,6 +52,8 @@ pub(crate) struct ConnHandle {
     has_requests: AtomicBool,
     /// Wakes the connection's task when a request is queued.
     pub waker: AtomicWaker,
+    /// The PSK identity the host authenticated with, on a TLS connection.
+    pub tls_identity: std::sync::OnceLock<nvme_proto::tls_key::PskIdentity>,
 }
 
 impl ConnHandle {
@@ -67,6 +69,7 @@ impl ConnHandle {
             requests: Mutex::new(VecDeque::new()),
             has_requests: AtomicBool::new(false),
             waker: AtomicWaker::new(),
+            tls_identity: std::sync::OnceLock::new(),
         }
     }
 

@@ -312,8 +312,12 @@ async fn subsystems(State(node): State<StorageNode>) -> Response {
 async fn allow_host(
     State(node): State<StorageNode>,
     Path(nqn): Path<String>,
-    Json(r): Json<HostRequest>,
+    Json(mut r): Json<HostRequest>,
 ) -> Result<Response, ApiError> {
+    let tls = r.tls_psk.take().map(|psk| crate::state::TlsPskHostRecord {
+        host_nqn: r.host_nqn.clone(),
+        psk,
+    });
     let view = match r.dhchap_secret {
         None if r.dhchap_ctrl_secret.is_some() => {
             return Err(err(NodeError::BadRequest(
@@ -331,6 +335,10 @@ async fn allow_host(
             };
             node.allow_host_dhchap(&nqn, rec).await
         }
+    };
+    let view = match (view, tls) {
+        (Ok(_), Some(rec)) => node.allow_host_tls(&nqn, rec).await,
+        (v, _) => v,
     };
     Ok(ok(&view.map_err(err)?))
 }

@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// NVMe/TCP listeners (I/O and discovery). Port 0 picks a free port.
     pub listen: Vec<SocketAddr>,
+    /// NVMe/TCP listeners that require TLS 1.3 with a PSK (hosts configured with
+    /// `node host allow --tls-psk`). Port 0 picks a free port.
+    pub tls_listen: Vec<SocketAddr>,
     /// Discovery-only listener; `None`: port 8009 on the first listen address's IP
     /// (skipped when a listen address already uses port 8009).
     pub discovery_listen: Option<SocketAddr>,
@@ -98,6 +101,7 @@ impl NodeConfig {
             name: name.into(),
             data_dir: data_dir.into(),
             listen: Vec::new(),
+            tls_listen: Vec::new(),
             discovery_listen: None,
             http_listen: None,
             api_token: None,
@@ -704,6 +708,15 @@ async fn listen_all(
         tracing::info!(addr = %l.local_addr(), "NVMe/TCP listening");
         nvme_listeners.push(l);
     }
+    for (i, addr) in cfg.tls_listen.iter().enumerate() {
+        let opts = ListenerOptions { tls: true, ..Default::default() };
+        let l = target
+            .listen_as(Some(&format!("nvme-tls{i}")), *addr, opts)
+            .await
+            .map_err(|e| listen_err(*addr, e))?;
+        tracing::info!(addr = %l.local_addr(), "NVMe/TCP listening (TLS required)");
+        nvme_listeners.push(l);
+    }
     let discovery_addr = match (cfg.discovery_listen, cfg.listen.first()) {
         (Some(a), _) => Some(a),
         (None, Some(first)) if !cfg.listen.iter().any(|a| a.port() == DISCOVERY_PORT) => {
@@ -715,6 +728,7 @@ async fn listen_all(
         Some(addr) => {
             let opts = ListenerOptions {
                 discovery_only: true,
+                ..Default::default()
             };
             let l = target
                 .listen_as(Some("discovery"), addr, opts)
@@ -749,6 +763,10 @@ fn bring_up(
         for d in &s.dhchap {
             let cfg = d.to_target_config().map_err(NodeError::Config)?;
             target.set_host_dhchap(&s.nqn, &d.host_nqn, Some(cfg))?;
+        }
+        for d in &s.tls_psks {
+            let psk = d.configured_psk().map_err(NodeError::Config)?;
+            target.set_host_tls_psk(&s.nqn, &d.host_nqn, Some(psk))?;
         }
     }
     for ns in &state.namespaces {

@@ -501,6 +501,17 @@ impl StorageNode {
             .await
     }
 
+    /// Allows a host and requires it to connect over TLS with `rec`'s PSK (replacing the one
+    /// it had); its live controllers are disconnected so that it reconnects over TLS.
+    pub async fn allow_host_tls(
+        &self,
+        nqn: &str,
+        rec: crate::state::TlsPskHostRecord,
+    ) -> Result<SubsystemView, NodeError> {
+        self.change_access(nqn, move |c, nqn| c.allow_host_tls(nqn, rec))
+            .await
+    }
+
     /// Removes a host from a subsystem's allow list; its controllers are disconnected.
     pub async fn deny_host(&self, nqn: &str, host: &str) -> Result<SubsystemView, NodeError> {
         let host = host.to_string();
@@ -562,6 +573,26 @@ impl StorageNode {
             for d in &before.dhchap {
                 if !after.dhchap.iter().any(|a| a.host_nqn == d.host_nqn) {
                     let _ = target.set_host_dhchap(&nqn, &d.host_nqn, None);
+                }
+            }
+            // TLS PSKs: the same (never logged; only that the host must use TLS).
+            for d in &after.tls_psks {
+                if before.tls_psks.contains(d) {
+                    continue;
+                }
+                let applied = d
+                    .configured_psk()
+                    .map_err(NodeError::BadRequest)
+                    .and_then(|psk| Ok(target.set_host_tls_psk(&nqn, &d.host_nqn, Some(psk))?));
+                if let Err(e) = applied {
+                    let _ = c.restore_subsystem(before.clone());
+                    return Err(e);
+                }
+                tracing::info!(subsys = %nqn, host = %d.host_nqn, "host must connect over TLS");
+            }
+            for d in &before.tls_psks {
+                if !after.tls_psks.iter().any(|a| a.host_nqn == d.host_nqn) {
+                    let _ = target.set_host_tls_psk(&nqn, &d.host_nqn, None);
                 }
             }
             Ok(node.subsystem_view(c.state(), &after))

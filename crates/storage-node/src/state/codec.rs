@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0      8   magic "FBNODEST"
-//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 to 4 are read)
+//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 to 5 are read)
 //! 12      4   reserved, zero
 //! 16      8   generation, u64 LE (1 for the first save, +1 per save)
 //! 24      4   body length in bytes, u32 LE
@@ -18,7 +18,8 @@ pub const MAGIC: [u8; 8] = *b"FBNODEST";
 /// a version 1 program must not read a KV namespace's store as blocks. 3 added QoS
 /// limits: a version 2 program would drop them silently and destroy them at its next save.
 /// 4 added DH-HMAC-CHAP hosts: a version 3 program would let those hosts in unauthenticated.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5 added TLS PSK hosts: a version 4 program would let those hosts in over plain TCP.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest version this program reads (every version since 1: a v1 body is a v2 body
 /// whose namespaces are all NVM, a v2 body a v3 body without QoS limits).
 pub const OLDEST_READ_VERSION: u32 = 1;
@@ -144,6 +145,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     if version < 4 && state.subsystems.iter().any(|s| !s.dhchap.is_empty()) {
         return Err(DecodeError::Body(format!(
             "a version {version} state holds DH-HMAC-CHAP hosts"
+        )));
+    }
+    if version < 5 && state.subsystems.iter().any(|s| !s.tls_psks.is_empty()) {
+        return Err(DecodeError::Body(format!(
+            "a version {version} state holds TLS PSK hosts"
         )));
     }
     Ok(Decoded { generation, state })

@@ -18,4 +18,5 @@ pub use store::{
 pub use types::{
     Attachment, DhchapHostRecord, DriveRecord, Extent, KvParams, NamespaceKind, NamespaceRecord,
     NodeState, QosRecord, Registrant, ReservationState, SmartCounters, SubsystemRecord,
+    TlsPskHostRecord,
 };

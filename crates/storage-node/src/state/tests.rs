@@ -29,6 +29,7 @@ pub(crate) fn sample_state() -> NodeState {
             allow_any_host: false,
             allowed_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:host-a".into()],
             dhchap: Vec::new(),
+            tls_psks: Vec::new(),
         }],
         namespaces: vec![NamespaceRecord {
             subsystem_nqn: nqn,
@@ -219,17 +220,13 @@ pub(crate) fn sample_state_v4() -> NodeState {
     s
 }
 
-/// The committed v4 vector (with a DH-HMAC-CHAP host) must decode forever, and the
-/// encoder must keep writing exactly it. Regenerate after a deliberate format change with
-/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v4`.
+/// The committed v4 vector (with a DH-HMAC-CHAP host, written by the version 4 program)
+/// must decode forever; a state without TLS PSK hosts still encodes to the same body.
 #[test]
 fn fixed_vector_v4() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v4.bin");
-    let encoded = codec::encode(&sample_state_v4(), 8).unwrap();
-    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
-        std::fs::write(&path, &encoded).unwrap();
-    }
+    let encoded = reseal_with_version(codec::encode(&sample_state_v4(), 8).unwrap(), 4);
     let vector = std::fs::read(&path).unwrap();
     assert_eq!(&vector[8..12], &4u32.to_le_bytes(), "a version 4 file");
     let d = codec::decode(&vector).expect("v4 vector decodes");
@@ -241,6 +238,55 @@ fn fixed_vector_v4() {
     // Debug output never shows the secret.
     let dbg = format!("{:?}", d.state);
     assert!(!dbg.contains("DHHC-1"), "{dbg}");
+}
+
+/// The v4 sample plus a host that must connect over TLS (the fixed v5 vector).
+pub(crate) fn sample_state_v5() -> NodeState {
+    let mut s = sample_state_v4();
+    s.subsystems[0].tls_psks = vec![TlsPskHostRecord {
+        host_nqn: "nqn.2014-08.org.nvmexpress:uuid:host-a".into(),
+        psk: "NVMeTLSkey-1:01:ABEiM0RVZneImaq7zN3u/wARIjNEVWZ3iJmqu8zd7v8qDMNU:".into(),
+    }];
+    s
+}
+
+/// The committed v5 vector (with a TLS PSK host) must decode forever, and the encoder must
+/// keep writing exactly it. Regenerate after a deliberate format change with
+/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v5`.
+#[test]
+fn fixed_vector_v5() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v5.bin");
+    let encoded = codec::encode(&sample_state_v5(), 9).unwrap();
+    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+    }
+    let vector = std::fs::read(&path).unwrap();
+    assert_eq!(&vector[8..12], &5u32.to_le_bytes(), "a version 5 file");
+    let d = codec::decode(&vector).expect("v5 vector decodes");
+    assert_eq!(d.generation, 9);
+    assert_eq!(d.state, sample_state_v5());
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(body.contains("\"tls_psks\""), "{body}");
+    assert_eq!(encoded, vector, "encoder drifted");
+    let dbg = format!("{:?}", d.state);
+    assert!(!dbg.contains("NVMeTLSkey"), "Debug shows no PSK: {dbg}");
+}
+
+/// A version 4 file cannot hold TLS PSK hosts (a v4 program would let them in over plain
+/// TCP); a bad PSK is a corrupt state.
+#[test]
+fn version_4_with_tls_hosts_is_corrupt() {
+    let bytes = reseal_with_version(codec::encode(&sample_state_v5(), 1).unwrap(), 4);
+    match codec::decode(&bytes) {
+        Err(DecodeError::Body(why)) => assert_eq!(why, "a version 4 state holds TLS PSK hosts"),
+        other => panic!("{other:?}"),
+    }
+    let mut s = sample_state_v5();
+    s.subsystems[0].tls_psks[0].psk = "NVMeTLSkey-1:01:AAAA:".into();
+    let err = s.validate().unwrap_err();
+    assert!(err.contains("TLS PSK of host"), "{err}");
+    assert!(!err.contains("AAAA"), "{err}");
 }
 
 /// A version 3 file cannot hold DH-HMAC-CHAP hosts (a v3 program would let them in
@@ -349,12 +395,12 @@ fn every_single_bit_flip_and_truncation_is_refused() {
 
 #[test]
 fn newer_version_is_refused_clearly() {
-    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 5);
+    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 6);
     let err = codec::decode(&bytes).unwrap_err();
     assert!(err.is_newer());
     assert_eq!(
         err.to_string(),
-        "format version 5 is newer than this program supports (4); upgrade ferrobay"
+        "format version 6 is newer than this program supports (5); upgrade ferrobay"
     );
     let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 0);
     assert_eq!(

@@ -93,6 +93,34 @@ pub struct SubsystemRecord {
     /// Hosts that must authenticate with DH-HMAC-CHAP (format version 4), sorted by NQN.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhchap: Vec<DhchapHostRecord>,
+    /// Hosts that must connect over TLS with a PSK (format version 5), sorted by NQN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_psks: Vec<TlsPskHostRecord>,
+}
+
+/// A host that must connect to a subsystem over TLS: its configured PSK in the interchange
+/// form (`NVMeTLSkey-1:..`, what `nvme gen-tls-key` prints); `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsPskHostRecord {
+    pub host_nqn: String,
+    pub psk: String,
+}
+
+impl std::fmt::Debug for TlsPskHostRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsPskHostRecord")
+            .field("host_nqn", &self.host_nqn)
+            .field("psk", &"<redacted>")
+            .finish()
+    }
+}
+
+impl TlsPskHostRecord {
+    /// The parsed PSK, or why it is unusable (the reason never contains the key).
+    pub fn configured_psk(&self) -> Result<nvme_proto::tls_key::ConfiguredPsk, String> {
+        nvme_proto::tls_key::ConfiguredPsk::parse(&self.psk)
+            .map_err(|e| format!("TLS PSK of host {}: {e}", self.host_nqn))
+    }
 }
 
 /// A host that must authenticate to a subsystem with DH-HMAC-CHAP. The secrets are kept
@@ -382,6 +410,17 @@ impl NodeState {
                     ));
                 }
                 d.to_target_config()
+                    .map_err(|e| format!("subsystem {}: {e}", s.nqn))?;
+            }
+            let mut tls_hosts = std::collections::HashSet::new();
+            for d in &s.tls_psks {
+                if !tls_hosts.insert(d.host_nqn.as_str()) {
+                    return Err(format!(
+                        "subsystem {} lists TLS PSK host {} twice",
+                        s.nqn, d.host_nqn
+                    ));
+                }
+                d.configured_psk()
                     .map_err(|e| format!("subsystem {}: {e}", s.nqn))?;
             }
         }

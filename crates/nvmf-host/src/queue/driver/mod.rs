@@ -21,7 +21,7 @@ use nvme_proto::tcp::{
 };
 use nvme_proto::{Completion, Status};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use crate::queue::stream::QueueStream;
 use tokio::sync::oneshot;
 use tokio::time::Sleep;
 
@@ -52,7 +52,7 @@ pub(crate) struct DriverConfig {
 }
 
 pub(crate) struct Driver {
-    io: TcpStream,
+    io: QueueStream,
     cfg: DriverConfig,
     framing: Framing,
     core: Arc<Core>,
@@ -76,7 +76,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     pub fn new(
-        io: TcpStream,
+        io: QueueStream,
         cfg: DriverConfig,
         core: Arc<Core>,
         shutdown_rx: oneshot::Receiver<TransportError>,

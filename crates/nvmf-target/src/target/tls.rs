@@ -1,0 +1,71 @@
+//! TLS on listeners that require it (NVMe/TCP 1.1 section 3.6): the PSK store that derives
+//! each host's TLS PSK from its configured PSK and the identity it offers, and the
+//! handshake before ICReq.
+
+use std::sync::{Arc, Weak};
+
+use nvme_proto::fabrics::DISCOVERY_NQN;
+use nvme_proto::tls_key::{ConfiguredPsk, PskHash, PskIdentity};
+use tls_psk::{HashAlg, Psk, PskStore, ServerConfig};
+
+use crate::subsystem::SubsysKind;
+use crate::sync::read;
+use crate::target::TargetInner;
+
+/// Looks PSK identities up in the subsystems' per-host TLS PSKs.
+struct TargetPsks {
+    target: Weak<TargetInner>,
+}
+
+impl TargetPsks {
+    fn configured(&self, id: &PskIdentity) -> Option<Arc<ConfiguredPsk>> {
+        let target = self.target.upgrade()?;
+        if id.subnqn == DISCOVERY_NQN {
+            // The discovery controller: any subsystem's PSK of this host.
+            return read(&target.subsystems)
+                .values()
+                .filter(|s| s.kind == SubsysKind::Nvm)
+                .find_map(|s| s.tls_psk_for(&id.hostnqn));
+        }
+        target.subsystem(&id.subnqn)?.tls_psk_for(&id.hostnqn)
+    }
+}
+
+impl PskStore for TargetPsks {
+    fn lookup(&self, identity: &[u8]) -> Option<Psk> {
+        let id = PskIdentity::parse(identity).ok()?;
+        if id.generated {
+            // Generated PSKs come from secure channel concatenation, which is not done.
+            return None;
+        }
+        let configured = self.configured(&id)?;
+        if configured.hash() != id.hash {
+            return None;
+        }
+        let (derived, key) = configured.tls_psk(id.version, &id.hostnqn, &id.subnqn).ok()?;
+        // Version 1 carries a digest of the retained PSK: a different key, a different
+        // identity.
+        if derived.as_bytes() != identity {
+            return None;
+        }
+        let hash = match id.hash {
+            PskHash::Sha256 => HashAlg::Sha256,
+            PskHash::Sha384 => HashAlg::Sha384,
+        };
+        Psk::new(identity, &key, hash).ok()
+    }
+}
+
+/// The TLS server configuration of a target's TLS listeners.
+pub(crate) fn server_config(target: &Arc<TargetInner>) -> Arc<ServerConfig> {
+    Arc::new(ServerConfig::new(Arc::new(TargetPsks { target: Arc::downgrade(target) })))
+}
+
+/// The NVMe PSK identity a TLS connection authenticated with.
+pub(crate) fn peer_identity<S>(stream: &tls_psk::TlsStream<S>) -> Option<PskIdentity>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let n = stream.connection().negotiated()?;
+    PskIdentity::parse(&n.psk_identity).ok()
+}
