@@ -104,7 +104,7 @@ fn linux_host_connects_over_tls_to_a_storage_node() {
     let key_a = allow_new_key(dir.path(), &data, HOST_A, "1");
     let key_b = allow_new_key(dir.path(), &data, HOST_B, "2");
     let key_c = allow_new_key(dir.path(), &data, HOST_C, "1");
-    let _node_key_w = allow_new_key(dir.path(), &data, HOST_W, "1");
+    let node_key_w = allow_new_key(dir.path(), &data, HOST_W, "1");
     // W's host has another key than the node's.
     let key_w = ferrobay(&["gen-tls-key", "--hmac", "1"]);
     // The identities nvme-cli must insert the keys under: what the node derives. Version
@@ -256,7 +256,7 @@ fn linux_host_connects_over_tls_to_a_storage_node() {
         (&key_b, HOST_B),
         (&key_c, HOST_C),
         (&key_w, HOST_W),
-        (&_node_key_w, HOST_W),
+        (&node_key_w, HOST_W),
     ] {
         for s in secrets(key, host) {
             assert!(!log.contains(&s), "a key reached the node log:\n{log}");
