@@ -136,7 +136,7 @@ impl ServerHandshake {
             };
             return Err(TlsError::proto(
                 AlertDescription::DecryptError,
-                format!("PSK binder does not verify for identity {} ({why})", String::from_utf8_lossy(&offered.identities[index])),
+                format!("PSK binder does not verify for identity {} ({why})", String::from_utf8_lossy(offered.identities[index])),
             ));
         };
 
