@@ -14,7 +14,12 @@
 //! - TLS PSK = HKDF-Expand-Label(HKDF-Extract(0, retained), "nvme-tls-psk", context, len),
 //!   context = the whole identity (version 0) or `"<cc> <digest>"` (version 1).
 //!
-//! HKDF-Expand-Label is RFC 8446's (label prefixed with "tls13 "). Keys are zeroized on drop
+//! HKDF-Expand-Label is RFC 8446's (label prefixed with "tls13 "): [`Derivation::Rfc8446`],
+//! what libnvme 1.16 and later derive. libnvme before 1.16 (Debian 13 ships libnvme 1.13
+//! with nvme-cli 2.13) builds the HKDF info without the label and context length bytes and
+//! with the output length little-endian: [`Derivation::LibnvmeCompat`] (libnvme's
+//! `derive_*_compat` now). A Linux host whose key was inserted by such a libnvme uses those
+//! keys, so a target accepts both (docs/wire/tls.md). Keys are zeroized on drop
 //! and never shown by `Debug`. Byte layouts: docs/wire/tls.md.
 
 use base64::Engine as _;
@@ -40,6 +45,22 @@ pub enum TlsKeyError {
     Identity,
     #[error("PSK identity version {0} is not supported (0 and 1 are)")]
     IdentityVersion(u8),
+}
+
+/// How HKDF-Expand-Label's info is laid out for the retained and the TLS PSK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Derivation {
+    /// RFC 8446 section 7.1: u16 length (big-endian), u8 label length, "tls13 " label, u8
+    /// context length, context. The NVMe/TCP specification's; libnvme >= 1.16.
+    Rfc8446,
+    /// libnvme before 1.16: u16 length little-endian, "tls13 " label, context (no length
+    /// bytes). What its `nvme check-tls-key --insert` puts into the kernel's keyring.
+    LibnvmeCompat,
+}
+
+impl Derivation {
+    /// Both, the specification's first.
+    pub const ALL: [Derivation; 2] = [Derivation::Rfc8446, Derivation::LibnvmeCompat];
 }
 
 /// The hash of a TLS PSK (and its cipher suite).
@@ -92,16 +113,26 @@ impl PskHash {
         }
     }
 
-    /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1).
-    fn extract_expand_label(self, ikm: &[u8], label: &str, context: &[u8], len: usize) -> Zeroizing<Vec<u8>> {
+    /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1),
+    /// with the info laid out as `derivation` says.
+    fn extract_expand_label(self, derivation: Derivation, ikm: &[u8], label: &str, context: &[u8], len: usize) -> Zeroizing<Vec<u8>> {
         let prk = self.hmac(&vec![0u8; self.output_len()], &[ikm]);
         let full_label = format!("tls13 {label}");
         let mut info = Vec::with_capacity(4 + full_label.len() + context.len());
-        info.extend_from_slice(&(len as u16).to_be_bytes());
-        info.push(full_label.len() as u8);
-        info.extend_from_slice(full_label.as_bytes());
-        info.push(context.len() as u8);
-        info.extend_from_slice(context);
+        match derivation {
+            Derivation::Rfc8446 => {
+                info.extend_from_slice(&(len as u16).to_be_bytes());
+                info.push(full_label.len() as u8);
+                info.extend_from_slice(full_label.as_bytes());
+                info.push(context.len() as u8);
+                info.extend_from_slice(context);
+            }
+            Derivation::LibnvmeCompat => {
+                info.extend_from_slice(&(len as u16).to_le_bytes());
+                info.extend_from_slice(full_label.as_bytes());
+                info.extend_from_slice(context);
+            }
+        }
         let mut out = Zeroizing::new(Vec::with_capacity(len));
         let mut t: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
         let mut counter = 1u8;
@@ -195,17 +226,34 @@ impl ConfiguredPsk {
 
     /// The retained PSK for host `hostnqn`.
     pub fn retained(&self, hostnqn: &str) -> Zeroizing<Vec<u8>> {
+        self.retained_with(Derivation::Rfc8446, hostnqn)
+    }
+
+    /// The retained PSK for host `hostnqn`, derived as `derivation` says.
+    pub fn retained_with(&self, derivation: Derivation, hostnqn: &str) -> Zeroizing<Vec<u8>> {
         match PskHash::from_id(self.hmac) {
             None => self.key.clone(),
-            Some(h) => h.extract_expand_label(&self.key, "HostNQN", hostnqn.as_bytes(), self.key.len()),
+            Some(h) => h.extract_expand_label(derivation, &self.key, "HostNQN", hostnqn.as_bytes(), self.key.len()),
         }
     }
 
     /// The PSK identity and TLS PSK for `hostnqn` connecting to `subnqn`, identity version 0
-    /// or 1.
+    /// or 1 (the specification's derivation).
     pub fn tls_psk(&self, version: u8, hostnqn: &str, subnqn: &str) -> Result<(String, Zeroizing<Vec<u8>>), TlsKeyError> {
+        self.tls_psk_with(Derivation::Rfc8446, version, hostnqn, subnqn)
+    }
+
+    /// [`Self::tls_psk`] derived as `derivation` says (the version 1 digest too, as it hashes
+    /// the retained PSK).
+    pub fn tls_psk_with(
+        &self,
+        derivation: Derivation,
+        version: u8,
+        hostnqn: &str,
+        subnqn: &str,
+    ) -> Result<(String, Zeroizing<Vec<u8>>), TlsKeyError> {
         let hash = self.hash();
-        let retained = self.retained(hostnqn);
+        let retained = self.retained_with(derivation, hostnqn);
         let (identity, context) = match version {
             0 => {
                 let id = format!("NVMe0R{:02} {hostnqn} {subnqn}", hash.id());
@@ -218,7 +266,7 @@ impl ConfiguredPsk {
             }
             v => return Err(TlsKeyError::IdentityVersion(v)),
         };
-        let psk = hash.extract_expand_label(&retained, "nvme-tls-psk", context.as_bytes(), self.key.len());
+        let psk = hash.extract_expand_label(derivation, &retained, "nvme-tls-psk", context.as_bytes(), self.key.len());
         Ok((identity, psk))
     }
 }
@@ -287,7 +335,7 @@ mod tests {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
     }
 
-    // Vectors computed from the algorithm description (libnvme derive_retained_key,
+    // Vectors (RFC 8446 form, libnvme >= 1.16) computed from the algorithm description (libnvme derive_retained_key,
     // derive_psk_digest, gen_tls_identity, derive_tls_key) with Python's hashlib/hmac; the
     // interchange strings are accepted by `nvme check-tls-key` (nvme-cli 2.3).
     struct Vector {
@@ -347,6 +395,37 @@ mod tests {
             let parsed = PskIdentity::parse(id1.as_bytes()).expect("identity");
             assert_eq!((parsed.version, parsed.hostnqn.as_str(), parsed.subnqn.as_str()), (1, HOST, SUB));
             assert_eq!(parsed.digest.as_deref(), Some(v.digest));
+        }
+    }
+
+    /// The version 1 identities `nvme check-tls-key --identity=1 --insert` (nvme-cli 2.13,
+    /// libnvme 1.13, in the trixie test guest) put into the kernel's keyring for the
+    /// vectors' keys: their digest hashes the retained PSK, so they pin libnvme's pre-RFC
+    /// 8446 derivation of it (the TLS PSK itself is checked end to end by
+    /// crates/ferrobay/tests/linux_tls.rs: the kernel connects with it).
+    #[test]
+    fn libnvme_compat_derivation_matches_nvme_cli_2_13() {
+        let from_nvme_cli = [
+            (1, "0/teCScWNJhVL389pZKzFXC2ttYDvanUzXnPLBYRmiE="),
+            (2, "PizxC3nmGHZAKbyjKuKiJXclmDh/ptS8+4wwyJ6BaI/lxrh5tyd+v8+3M6SIVPr3"),
+            // No transform: the retained PSK is the configured one, as in RFC 8446 form.
+            (0, "GROxEek8NU+KZCJZOTA1FDFSVZj5pYBjnj9dQZd8UMg="),
+        ];
+        for (hmac, digest) in from_nvme_cli {
+            let v = VECTORS.iter().find(|v| v.hmac == hmac).expect("vector");
+            let k = ConfiguredPsk::parse(v.interchange).expect("key");
+            let cc = k.hash().id();
+            let (id1, psk1) = k.tls_psk_with(Derivation::LibnvmeCompat, 1, HOST, SUB).expect("v1");
+            assert_eq!(id1, format!("NVMe1R{cc:02} {HOST} {SUB} {digest}"), "hmac {hmac}");
+            let (id0, psk0) = k.tls_psk_with(Derivation::LibnvmeCompat, 0, HOST, SUB).expect("v0");
+            assert_eq!(id0, format!("NVMe0R{cc:02} {HOST} {SUB}"));
+            // The two derivations never give the same TLS PSK.
+            assert_ne!(hex(&psk0), v.psk0, "hmac {hmac}");
+            assert_ne!(hex(&psk1), v.psk1, "hmac {hmac}");
+            assert_eq!(psk0.len(), k.hash().output_len());
+            if hmac != 0 {
+                assert_ne!(k.retained_with(Derivation::LibnvmeCompat, HOST), k.retained(HOST));
+            }
         }
     }
 

@@ -74,6 +74,13 @@ impl fmt::Debug for Psk {
 /// A server's PSK lookup by identity.
 pub trait PskStore: Send + Sync {
     fn lookup(&self, identity: &[u8]) -> Option<Psk>;
+
+    /// Every key `identity` may stand for, tried in order against the client's binder (the
+    /// first that verifies is used): for peers whose key derivation has variants. All must
+    /// have the same hash. Default: [`Self::lookup`]'s key.
+    fn candidates(&self, identity: &[u8]) -> Vec<Psk> {
+        self.lookup(identity).into_iter().collect()
+    }
 }
 
 /// A fixed table of PSKs.

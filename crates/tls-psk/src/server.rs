@@ -96,15 +96,18 @@ impl ServerHandshake {
         let Some(modes) = ch.psk_modes else {
             return Err(proto(AlertDescription::MissingExtension, "pre_shared_key without psk_key_exchange_modes"));
         };
-        let found = offered.identities.iter().enumerate().find_map(|(i, id)| config.psks.lookup(id).map(|p| (i, p)));
-        let Some((index, psk)) = found else {
+        let found = offered.identities.iter().enumerate().find_map(|(i, id)| {
+            let c = config.psks.candidates(id);
+            (!c.is_empty()).then_some((i, c))
+        });
+        let Some((index, candidates)) = found else {
             let shown: Vec<String> = offered.identities.iter().map(|id| String::from_utf8_lossy(id).into_owned()).collect();
             return Err(TlsError::proto(
                 AlertDescription::UnknownPskIdentity,
                 format!("no offered PSK identity is known: {}", shown.join(", ")),
             ));
         };
-        let alg = psk.hash();
+        let alg = candidates[0].hash();
         let suite = config
             .suites
             .iter()
@@ -114,16 +117,28 @@ impl ServerHandshake {
         if self.retry.as_ref().is_some_and(|r| r.suite != suite) {
             return Err(proto(AlertDescription::IllegalParameter, "second ClientHello changes the cipher suite"));
         }
-        let ks = KeySchedule::new(alg, psk.key());
         let prefix = self.retry.as_ref().map(|r| r.transcript.clone()).unwrap_or_else(|| Transcript::new(alg));
-        let expected = ks.binder(&prefix.hash_with(&msg[..offered.binders_at]));
+        let binder_hash = prefix.hash_with(&msg[..offered.binders_at]);
         let binder = offered.binders[index];
-        if binder.len() != expected.len() || !bool::from(binder.ct_eq(&expected[..])) {
+        // The first candidate key whose binder verifies (constant-time compare each).
+        let verified = candidates.into_iter().filter(|p| p.hash() == alg).find_map(|p| {
+            let ks = KeySchedule::new(alg, p.key());
+            let expected = ks.binder(&binder_hash);
+            (binder.len() == expected.len() && bool::from(binder.ct_eq(&expected[..]))).then_some((p, ks))
+        });
+        let Some((psk, ks)) = verified else {
+            let why = if binder.len() == alg.output_len() {
+                "wrong key".to_string()
+            } else {
+                // A client that computed the binder with another hash than the identity's
+                // (tlshd 1.0.0 does for SHA-384 identities).
+                format!("binder of {} bytes, the identity's hash makes {}", binder.len(), alg.output_len())
+            };
             return Err(TlsError::proto(
                 AlertDescription::DecryptError,
-                format!("PSK binder does not verify for identity {} (wrong key)", String::from_utf8_lossy(psk.identity())),
+                format!("PSK binder does not verify for identity {} ({why})", String::from_utf8_lossy(offered.identities[index])),
             ));
-        }
+        };
 
         let client_dhe = modes.contains(&PSK_MODE_DHE_KE);
         let client_ke = modes.contains(&PSK_MODE_KE);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 
 use nvme_proto::fabrics::DISCOVERY_NQN;
-use nvme_proto::tls_key::{ConfiguredPsk, PskHash, PskIdentity};
+use nvme_proto::tls_key::{ConfiguredPsk, Derivation, PskHash, PskIdentity};
 use tls_psk::{HashAlg, Psk, PskStore, ServerConfig};
 
 use crate::subsystem::SubsysKind;
@@ -33,26 +33,46 @@ impl TargetPsks {
 
 impl PskStore for TargetPsks {
     fn lookup(&self, identity: &[u8]) -> Option<Psk> {
-        let id = PskIdentity::parse(identity).ok()?;
+        self.candidates(identity).into_iter().next()
+    }
+
+    /// The TLS PSKs of the host's configured PSK for this identity: the specification's
+    /// derivation, then libnvme's before 1.16 (what a Linux host's keyring holds when
+    /// `nvme check-tls-key --insert` of such a libnvme put the key there, as Debian 13's
+    /// nvme-cli 2.13 with libnvme 1.13 does).
+    fn candidates(&self, identity: &[u8]) -> Vec<Psk> {
+        let Ok(id) = PskIdentity::parse(identity) else {
+            return Vec::new();
+        };
         if id.generated {
             // Generated PSKs come from secure channel concatenation, which is not done.
-            return None;
+            return Vec::new();
         }
-        let configured = self.configured(&id)?;
+        let Some(configured) = self.configured(&id) else {
+            return Vec::new();
+        };
         if configured.hash() != id.hash {
-            return None;
-        }
-        let (derived, key) = configured.tls_psk(id.version, &id.hostnqn, &id.subnqn).ok()?;
-        // Version 1 carries a digest of the retained PSK: a different key, a different
-        // identity.
-        if derived.as_bytes() != identity {
-            return None;
+            return Vec::new();
         }
         let hash = match id.hash {
             PskHash::Sha256 => HashAlg::Sha256,
             PskHash::Sha384 => HashAlg::Sha384,
         };
-        Psk::new(identity, &key, hash).ok()
+        let mut out = Vec::new();
+        for derivation in Derivation::ALL {
+            let Ok((derived, key)) = configured.tls_psk_with(derivation, id.version, &id.hostnqn, &id.subnqn) else {
+                continue;
+            };
+            // Version 1 carries a digest of the retained PSK: a different key (or
+            // derivation), a different identity.
+            if derived.as_bytes() != identity {
+                continue;
+            }
+            if let Ok(psk) = Psk::new(identity, &key, hash) {
+                out.push(psk);
+            }
+        }
+        out
     }
 }
 

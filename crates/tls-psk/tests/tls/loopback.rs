@@ -122,3 +122,33 @@ async fn hash_mismatch_is_refused() {
     assert!(r.expect("no hang").is_err());
     assert!(task.await.expect("server").remove(0).is_err());
 }
+
+/// A store with two keys for one identity (a peer whose derivation has variants).
+struct TwoKeys(Vec<Psk>);
+
+impl tls_psk::PskStore for TwoKeys {
+    fn lookup(&self, identity: &[u8]) -> Option<Psk> {
+        self.candidates(identity).into_iter().next()
+    }
+    fn candidates(&self, identity: &[u8]) -> Vec<Psk> {
+        self.0.iter().filter(|p| p.identity() == identity).cloned().collect()
+    }
+}
+
+#[tokio::test]
+async fn the_candidate_whose_binder_verifies_is_used() {
+    let other = Psk::new(IDENTITY, &[0x5a; 32], HashAlg::Sha256).expect("psk");
+    // The client's key second: the first candidate's binder fails, the second's verifies.
+    let store = std::sync::Arc::new(TwoKeys(vec![other.clone(), psk(HashAlg::Sha256)]));
+    let server = std::sync::Arc::new(ServerConfig::new(store));
+    let n = round_trip(client_config(HashAlg::Sha256), server, b"second candidate").await;
+    assert_eq!(n.psk_identity, IDENTITY.as_bytes());
+    // Neither key is the client's: refused with decrypt_error.
+    let store = std::sync::Arc::new(TwoKeys(vec![other.clone(), other]));
+    let (port, task) = echo_server(std::sync::Arc::new(ServerConfig::new(store)), 1).await;
+    let client = tls_psk::connect(tcp(port).await, client_config(HashAlg::Sha256)).await;
+    assert!(client.is_err(), "a client with neither key connected");
+    let server = task.await.expect("server").remove(0);
+    let e = server.expect_err("server refuses");
+    assert!(e.contains("(wrong key)") && e.contains("decrypt_error"), "{e}");
+}
