@@ -115,7 +115,14 @@ impl PskHash {
 
     /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1),
     /// with the info laid out as `derivation` says.
-    fn extract_expand_label(self, derivation: Derivation, ikm: &[u8], label: &str, context: &[u8], len: usize) -> Zeroizing<Vec<u8>> {
+    fn extract_expand_label(
+        self,
+        derivation: Derivation,
+        ikm: &[u8],
+        label: &str,
+        context: &[u8],
+        len: usize,
+    ) -> Zeroizing<Vec<u8>> {
         let prk = self.hmac(&vec![0u8; self.output_len()], &[ikm]);
         let full_label = format!("tls13 {label}");
         let mut info = Vec::with_capacity(4 + full_label.len() + context.len());
@@ -156,7 +163,12 @@ pub struct ConfiguredPsk {
 
 impl std::fmt::Debug for ConfiguredPsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConfiguredPsk {{ hmac: {:02}, key: <{} bytes redacted> }}", self.hmac, self.key.len())
+        write!(
+            f,
+            "ConfiguredPsk {{ hmac: {:02}, key: <{} bytes redacted> }}",
+            self.hmac,
+            self.key.len()
+        )
     }
 }
 
@@ -172,12 +184,18 @@ impl ConfiguredPsk {
         if !ok {
             return Err(TlsKeyError::KeyLength(key.len()));
         }
-        Ok(Self { hmac, key: Zeroizing::new(key.to_vec()) })
+        Ok(Self {
+            hmac,
+            key: Zeroizing::new(key.to_vec()),
+        })
     }
 
     /// Parses `NVMeTLSkey-1:hh:base64:` (surrounding whitespace ignored).
     pub fn parse(s: &str) -> Result<Self, TlsKeyError> {
-        let rest = s.trim().strip_prefix("NVMeTLSkey-1:").ok_or(TlsKeyError::Prefix)?;
+        let rest = s
+            .trim()
+            .strip_prefix("NVMeTLSkey-1:")
+            .ok_or(TlsKeyError::Prefix)?;
         let (hh, b64) = rest.split_once(':').ok_or(TlsKeyError::Prefix)?;
         let hmac = match hh {
             "00" => 0,
@@ -205,7 +223,11 @@ impl ConfiguredPsk {
         let mut raw = Zeroizing::new(Vec::with_capacity(self.key.len() + 4));
         raw.extend_from_slice(&self.key);
         raw.extend_from_slice(&crc32fast::hash(&self.key).to_le_bytes());
-        Zeroizing::new(format!("NVMeTLSkey-1:{:02x}:{}:", self.hmac, STANDARD.encode(&raw[..])))
+        Zeroizing::new(format!(
+            "NVMeTLSkey-1:{:02x}:{}:",
+            self.hmac,
+            STANDARD.encode(&raw[..])
+        ))
     }
 
     /// The retained-PSK hash (0: none).
@@ -233,13 +255,24 @@ impl ConfiguredPsk {
     pub fn retained_with(&self, derivation: Derivation, hostnqn: &str) -> Zeroizing<Vec<u8>> {
         match PskHash::from_id(self.hmac) {
             None => self.key.clone(),
-            Some(h) => h.extract_expand_label(derivation, &self.key, "HostNQN", hostnqn.as_bytes(), self.key.len()),
+            Some(h) => h.extract_expand_label(
+                derivation,
+                &self.key,
+                "HostNQN",
+                hostnqn.as_bytes(),
+                self.key.len(),
+            ),
         }
     }
 
     /// The PSK identity and TLS PSK for `hostnqn` connecting to `subnqn`, identity version 0
     /// or 1 (the specification's derivation).
-    pub fn tls_psk(&self, version: u8, hostnqn: &str, subnqn: &str) -> Result<(String, Zeroizing<Vec<u8>>), TlsKeyError> {
+    pub fn tls_psk(
+        &self,
+        version: u8,
+        hostnqn: &str,
+        subnqn: &str,
+    ) -> Result<(String, Zeroizing<Vec<u8>>), TlsKeyError> {
         self.tls_psk_with(Derivation::Rfc8446, version, hostnqn, subnqn)
     }
 
@@ -260,13 +293,30 @@ impl ConfiguredPsk {
                 (id.clone(), id)
             }
             1 => {
-                let mac = hash.hmac(&retained, &[hostnqn.as_bytes(), b" ", subnqn.as_bytes(), b" NVMe-over-Fabrics"]);
+                let mac = hash.hmac(
+                    &retained,
+                    &[
+                        hostnqn.as_bytes(),
+                        b" ",
+                        subnqn.as_bytes(),
+                        b" NVMe-over-Fabrics",
+                    ],
+                );
                 let digest = STANDARD.encode(&mac[..]);
-                (format!("NVMe1R{:02} {hostnqn} {subnqn} {digest}", hash.id()), format!("{:02} {digest}", hash.id()))
+                (
+                    format!("NVMe1R{:02} {hostnqn} {subnqn} {digest}", hash.id()),
+                    format!("{:02} {digest}", hash.id()),
+                )
             }
             v => return Err(TlsKeyError::IdentityVersion(v)),
         };
-        let psk = hash.extract_expand_label(derivation, &retained, "nvme-tls-psk", context.as_bytes(), self.key.len());
+        let psk = hash.extract_expand_label(
+            derivation,
+            &retained,
+            "nvme-tls-psk",
+            context.as_bytes(),
+            self.key.len(),
+        );
         Ok((identity, psk))
     }
 }
@@ -288,7 +338,10 @@ impl PskIdentity {
     pub fn parse(identity: &[u8]) -> Result<Self, TlsKeyError> {
         let s = std::str::from_utf8(identity).map_err(|_| TlsKeyError::Identity)?;
         let head = s.get(..8).ok_or(TlsKeyError::Identity)?;
-        let rest = s.get(8..).and_then(|r| r.strip_prefix(' ')).ok_or(TlsKeyError::Identity)?;
+        let rest = s
+            .get(8..)
+            .and_then(|r| r.strip_prefix(' '))
+            .ok_or(TlsKeyError::Identity)?;
         let b = head.as_bytes();
         if &b[..4] != b"NVMe" {
             return Err(TlsKeyError::Identity);
@@ -310,13 +363,26 @@ impl PskIdentity {
             _ => return Err(TlsKeyError::Identity),
         };
         let mut parts = rest.split(' ');
-        let hostnqn = parts.next().filter(|p| !p.is_empty()).ok_or(TlsKeyError::Identity)?;
-        let subnqn = parts.next().filter(|p| !p.is_empty()).ok_or(TlsKeyError::Identity)?;
+        let hostnqn = parts
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or(TlsKeyError::Identity)?;
+        let subnqn = parts
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or(TlsKeyError::Identity)?;
         let digest = parts.next().map(str::to_string);
         if parts.next().is_some() || (version == 1) != digest.is_some() {
             return Err(TlsKeyError::Identity);
         }
-        Ok(Self { version, generated, hash, hostnqn: hostnqn.to_string(), subnqn: subnqn.to_string(), digest })
+        Ok(Self {
+            version,
+            generated,
+            hash,
+            hostnqn: hostnqn.to_string(),
+            subnqn: subnqn.to_string(),
+            digest,
+        })
     }
 }
 
@@ -332,7 +398,10 @@ mod tests {
     }
 
     fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
     }
 
     // Vectors (RFC 8446 form, libnvme >= 1.16) computed from the algorithm description (libnvme derive_retained_key,
@@ -384,7 +453,12 @@ mod tests {
             let k = ConfiguredPsk::new(v.hmac, &unhex(v.key)).expect("key");
             assert_eq!(&k.to_interchange()[..], v.interchange);
             assert_eq!(ConfiguredPsk::parse(v.interchange).expect("parse"), k);
-            assert_eq!(hex(&k.retained(HOST)), v.retained, "retained, hmac {}", v.hmac);
+            assert_eq!(
+                hex(&k.retained(HOST)),
+                v.retained,
+                "retained, hmac {}",
+                v.hmac
+            );
             let cc = k.hash().id();
             let (id0, psk0) = k.tls_psk(0, HOST, SUB).expect("v0");
             assert_eq!(id0, format!("NVMe0R{cc:02} {HOST} {SUB}"));
@@ -393,7 +467,14 @@ mod tests {
             assert_eq!(id1, format!("NVMe1R{cc:02} {HOST} {SUB} {}", v.digest));
             assert_eq!(hex(&psk1), v.psk1, "TLS PSK v1, hmac {}", v.hmac);
             let parsed = PskIdentity::parse(id1.as_bytes()).expect("identity");
-            assert_eq!((parsed.version, parsed.hostnqn.as_str(), parsed.subnqn.as_str()), (1, HOST, SUB));
+            assert_eq!(
+                (
+                    parsed.version,
+                    parsed.hostnqn.as_str(),
+                    parsed.subnqn.as_str()
+                ),
+                (1, HOST, SUB)
+            );
             assert_eq!(parsed.digest.as_deref(), Some(v.digest));
         }
     }
@@ -407,7 +488,10 @@ mod tests {
     fn libnvme_compat_derivation_matches_nvme_cli_2_13() {
         let from_nvme_cli = [
             (1, "0/teCScWNJhVL389pZKzFXC2ttYDvanUzXnPLBYRmiE="),
-            (2, "PizxC3nmGHZAKbyjKuKiJXclmDh/ptS8+4wwyJ6BaI/lxrh5tyd+v8+3M6SIVPr3"),
+            (
+                2,
+                "PizxC3nmGHZAKbyjKuKiJXclmDh/ptS8+4wwyJ6BaI/lxrh5tyd+v8+3M6SIVPr3",
+            ),
             // No transform: the retained PSK is the configured one, as in RFC 8446 form.
             (0, "GROxEek8NU+KZCJZOTA1FDFSVZj5pYBjnj9dQZd8UMg="),
         ];
@@ -415,16 +499,27 @@ mod tests {
             let v = VECTORS.iter().find(|v| v.hmac == hmac).expect("vector");
             let k = ConfiguredPsk::parse(v.interchange).expect("key");
             let cc = k.hash().id();
-            let (id1, psk1) = k.tls_psk_with(Derivation::LibnvmeCompat, 1, HOST, SUB).expect("v1");
-            assert_eq!(id1, format!("NVMe1R{cc:02} {HOST} {SUB} {digest}"), "hmac {hmac}");
-            let (id0, psk0) = k.tls_psk_with(Derivation::LibnvmeCompat, 0, HOST, SUB).expect("v0");
+            let (id1, psk1) = k
+                .tls_psk_with(Derivation::LibnvmeCompat, 1, HOST, SUB)
+                .expect("v1");
+            assert_eq!(
+                id1,
+                format!("NVMe1R{cc:02} {HOST} {SUB} {digest}"),
+                "hmac {hmac}"
+            );
+            let (id0, psk0) = k
+                .tls_psk_with(Derivation::LibnvmeCompat, 0, HOST, SUB)
+                .expect("v0");
             assert_eq!(id0, format!("NVMe0R{cc:02} {HOST} {SUB}"));
             // The two derivations never give the same TLS PSK.
             assert_ne!(hex(&psk0), v.psk0, "hmac {hmac}");
             assert_ne!(hex(&psk1), v.psk1, "hmac {hmac}");
             assert_eq!(psk0.len(), k.hash().output_len());
             if hmac != 0 {
-                assert_ne!(k.retained_with(Derivation::LibnvmeCompat, HOST), k.retained(HOST));
+                assert_ne!(
+                    k.retained_with(Derivation::LibnvmeCompat, HOST),
+                    k.retained(HOST)
+                );
             }
         }
     }
@@ -432,14 +527,35 @@ mod tests {
     #[test]
     fn bad_keys_are_refused() {
         let good = VECTORS[0].interchange;
-        assert_eq!(ConfiguredPsk::parse("DHHC-1:01:abc:"), Err(TlsKeyError::Prefix));
-        assert_eq!(ConfiguredPsk::parse(&good.replace(":01:", ":03:")), Err(TlsKeyError::Hash));
-        assert_eq!(ConfiguredPsk::parse(&good.replace(":01:", ":02:")), Err(TlsKeyError::KeyLength(32)));
-        assert_eq!(ConfiguredPsk::parse(&good.replacen("ABEi", "ABEj", 1)), Err(TlsKeyError::Crc));
-        assert_eq!(ConfiguredPsk::parse(&good.replacen("ABEi", "AB*i", 1)), Err(TlsKeyError::Base64));
-        assert!(ConfiguredPsk::parse(&good[..good.len() - 1]).is_err(), "missing final ':'");
+        assert_eq!(
+            ConfiguredPsk::parse("DHHC-1:01:abc:"),
+            Err(TlsKeyError::Prefix)
+        );
+        assert_eq!(
+            ConfiguredPsk::parse(&good.replace(":01:", ":03:")),
+            Err(TlsKeyError::Hash)
+        );
+        assert_eq!(
+            ConfiguredPsk::parse(&good.replace(":01:", ":02:")),
+            Err(TlsKeyError::KeyLength(32))
+        );
+        assert_eq!(
+            ConfiguredPsk::parse(&good.replacen("ABEi", "ABEj", 1)),
+            Err(TlsKeyError::Crc)
+        );
+        assert_eq!(
+            ConfiguredPsk::parse(&good.replacen("ABEi", "AB*i", 1)),
+            Err(TlsKeyError::Base64)
+        );
+        assert!(
+            ConfiguredPsk::parse(&good[..good.len() - 1]).is_err(),
+            "missing final ':'"
+        );
         let e = ConfiguredPsk::parse(&good.replacen("ABEi", "ABEj", 1)).expect_err("crc");
-        assert!(!e.to_string().contains("ABE"), "errors never show key material");
+        assert!(
+            !e.to_string().contains("ABE"),
+            "errors never show key material"
+        );
     }
 
     #[test]
@@ -456,7 +572,10 @@ mod tests {
         ] {
             assert!(PskIdentity::parse(bad.as_bytes()).is_err(), "{bad:?}");
         }
-        assert_eq!(PskIdentity::parse(b"NVMe2R01 h s"), Err(TlsKeyError::IdentityVersion(2)));
+        assert_eq!(
+            PskIdentity::parse(b"NVMe2R01 h s"),
+            Err(TlsKeyError::IdentityVersion(2))
+        );
         let ok = PskIdentity::parse(b"NVMe0G02 h s").expect("ok");
         assert!(ok.generated && ok.hash == PskHash::Sha384 && ok.digest.is_none());
     }
@@ -464,7 +583,10 @@ mod tests {
     #[test]
     fn nvme_cli_keys_parse_when_installed() {
         // `nvme gen-tls-key` output must parse, and ours must pass `nvme check-tls-key`.
-        let Ok(out) = std::process::Command::new("nvme").args(["gen-tls-key", "--hmac=2"]).output() else {
+        let Ok(out) = std::process::Command::new("nvme")
+            .args(["gen-tls-key", "--hmac=2"])
+            .output()
+        else {
             eprintln!("nvme-cli not installed: cross-check skipped");
             return;
         };
@@ -473,12 +595,18 @@ mod tests {
         assert_eq!((k.hmac(), k.hash()), (2, PskHash::Sha384));
         // nvme-cli 2.3 knows only the transformed forms (01, 02).
         for v in VECTORS.iter().filter(|v| v.hmac != 0) {
-            let ours = ConfiguredPsk::new(v.hmac, &unhex(v.key)).expect("key").to_interchange();
+            let ours = ConfiguredPsk::new(v.hmac, &unhex(v.key))
+                .expect("key")
+                .to_interchange();
             let check = std::process::Command::new("nvme")
                 .args(["check-tls-key", &format!("--key={}", &ours[..])])
                 .output()
                 .expect("run nvme check-tls-key");
-            assert!(check.status.success(), "nvme check-tls-key refuses {}", &ours[..]);
+            assert!(
+                check.status.success(),
+                "nvme check-tls-key refuses {}",
+                &ours[..]
+            );
         }
     }
 }

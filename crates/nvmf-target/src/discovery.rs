@@ -56,7 +56,11 @@ pub(crate) fn discovery_log(t: &TargetInner, hostnqn: &str, local: SocketAddr) -
             trsvcid: l.addr.port().to_string(),
             subnqn: subnqn.to_string(),
             traddr: ip.to_string(),
-            sectype: if l.opts.tls { sectype::TLS13 } else { sectype::NONE },
+            sectype: if l.opts.tls {
+                sectype::TLS13
+            } else {
+                sectype::NONE
+            },
         }
     };
     for l in &listeners {

@@ -21,7 +21,14 @@ use nvmf_target::{ListenerOptions, TargetConfig};
 const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
 
 fn host(nqn: &str) -> HostIdentity {
-    HostIdentity { hostnqn: nqn.to_string(), hostid: if nqn == HOSTNQN { [0x11; 16] } else { [0x99; 16] } }
+    HostIdentity {
+        hostnqn: nqn.to_string(),
+        hostid: if nqn == HOSTNQN {
+            [0x11; 16]
+        } else {
+            [0x99; 16]
+        },
+    }
 }
 
 fn key(hmac: u8, b: u8) -> ConfiguredPsk {
@@ -42,16 +49,29 @@ fn opts(tls: Option<TlsCredentials>) -> ConnectOptions {
 
 async fn round_trip(ctrl: &Controller, seed: u8) {
     let ns = ctrl.namespace(1).await.unwrap();
-    let want: Vec<u8> = (0..(1u32 << 20)).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
-    ns.write_at(8192, IoBuf::from_slice(&want), false).await.unwrap();
-    let got = ns.read_at(8192, IoBuf::new_zeroed(want.len())).await.unwrap();
+    let want: Vec<u8> = (0..(1u32 << 20))
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect();
+    ns.write_at(8192, IoBuf::from_slice(&want), false)
+        .await
+        .unwrap();
+    let got = ns
+        .read_at(8192, IoBuf::new_zeroed(want.len()))
+        .await
+        .unwrap();
     assert!(got[..] == want[..], "data read back over TLS differs");
 }
 
 async fn tls_listener(t: &common::TestTarget) -> SocketAddr {
     let l = t
         .target
-        .listen_with("127.0.0.1:0".parse().unwrap(), ListenerOptions { tls: true, ..Default::default() })
+        .listen_with(
+            "127.0.0.1:0".parse().unwrap(),
+            ListenerOptions {
+                tls: true,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     l.local_addr()
@@ -70,9 +90,16 @@ async fn configured_psk_connects_and_moves_data() {
     let addr = tls_listener(&t).await;
     for (hmac, version) in [(1u8, 0u8), (1, 1), (2, 0), (2, 1), (0, 0)] {
         let psk = key(hmac, 0x40 + hmac);
-        t.target.set_host_tls_psk(SUBNQN, HOSTNQN, Some(psk.clone())).unwrap();
-        let creds = TlsCredentials { psk, identity_version: version };
-        let ctrl = Controller::connect(addr, SUBNQN, &host(HOSTNQN), &opts(Some(creds))).await.unwrap();
+        t.target
+            .set_host_tls_psk(SUBNQN, HOSTNQN, Some(psk.clone()))
+            .unwrap();
+        let creds = TlsCredentials {
+            psk,
+            identity_version: version,
+        };
+        let ctrl = Controller::connect(addr, SUBNQN, &host(HOSTNQN), &opts(Some(creds)))
+            .await
+            .unwrap();
         round_trip(&ctrl, hmac ^ version).await;
         ctrl.disconnect().await;
     }
@@ -84,33 +111,58 @@ async fn refusals_are_clear_and_others_keep_being_served() {
     let tls_addr = tls_listener(&t).await;
     let plain_addr = t.addr;
     let good = TlsCredentials::new(key(1, 7));
-    t.target.set_host_tls_psk(SUBNQN, HOSTNQN, Some(good.psk.clone())).unwrap();
+    t.target
+        .set_host_tls_psk(SUBNQN, HOSTNQN, Some(good.psk.clone()))
+        .unwrap();
     // A host that keeps working over TLS the whole time.
-    let steady = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(Some(good.clone()))).await.unwrap();
+    let steady = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(Some(good.clone())))
+        .await
+        .unwrap();
 
     // A wrong key.
     let wrong = TlsCredentials::new(key(1, 8));
-    let e = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(Some(wrong))).await.unwrap_err();
+    let e = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(Some(wrong)))
+        .await
+        .unwrap_err();
     let reason = connect_reason(&e);
-    assert!(reason.contains("does not accept this host's PSK"), "{reason}");
+    assert!(
+        reason.contains("does not accept this host's PSK"),
+        "{reason}"
+    );
 
     // A host that has no PSK on this target.
-    let e = Controller::connect(tls_addr, SUBNQN, &host(OTHER_HOST), &opts(Some(good.clone()))).await.unwrap_err();
-    assert!(connect_reason(&e).contains("does not accept this host's PSK"), "{e}");
+    let e = Controller::connect(
+        tls_addr,
+        SUBNQN,
+        &host(OTHER_HOST),
+        &opts(Some(good.clone())),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        connect_reason(&e).contains("does not accept this host's PSK"),
+        "{e}"
+    );
 
     // Plain NVMe/TCP against the TLS listener: the target answers the ICReq bytes with a
     // TLS alert and closes.
-    let e = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(None)).await.unwrap_err();
+    let e = Controller::connect(tls_addr, SUBNQN, &host(HOSTNQN), &opts(None))
+        .await
+        .unwrap_err();
     assert!(matches!(e, HostError::Connect { .. }), "{e}");
 
     // The host with a PSK over the plain listener: refused at Connect (it must use TLS).
-    let e = Controller::connect(plain_addr, SUBNQN, &host(HOSTNQN), &opts(None)).await.unwrap_err();
+    let e = Controller::connect(plain_addr, SUBNQN, &host(HOSTNQN), &opts(None))
+        .await
+        .unwrap_err();
     assert!(e.to_string().to_lowercase().contains("host"), "{e}");
 
     // Everyone else is still served: the steady TLS host, and a host without TLS
     // requirements over the plain listener.
     round_trip(&steady, 3).await;
-    let other = Controller::connect(plain_addr, SUBNQN, &host(OTHER_HOST), &opts(None)).await.unwrap();
+    let other = Controller::connect(plain_addr, SUBNQN, &host(OTHER_HOST), &opts(None))
+        .await
+        .unwrap();
     round_trip(&other, 4).await;
     other.disconnect().await;
     steady.disconnect().await;

@@ -40,6 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tls.shutdown().await?;
     let total = sink.await??;
     let secs = start.elapsed().as_secs_f64();
-    println!("{} MiB in {secs:.3} s: {:.1} MiB/s", total >> 20, total as f64 / secs / (1 << 20) as f64);
+    println!(
+        "{} MiB in {secs:.3} s: {:.1} MiB/s",
+        total >> 20,
+        total as f64 / secs / (1 << 20) as f64
+    );
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use subtle::ConstantTimeEq;
 
+use crate::Negotiated;
 use crate::codec::{Reader, handshake_message};
 use crate::config::ClientConfig;
 use crate::error::{AlertDescription, TlsError};
@@ -15,7 +16,6 @@ use crate::messages::{
 };
 use crate::record::RecordLayer;
 use crate::suite::{CipherSuite, TrafficKeys};
-use crate::Negotiated;
 
 enum State {
     WaitServerHello,
@@ -48,15 +48,29 @@ impl ClientHandshake {
     /// Checks the configuration and sends the ClientHello.
     pub fn start(config: ClientConfig, rl: &mut RecordLayer) -> Result<Self, TlsError> {
         let alg = config.psk.hash();
-        let suites: Vec<u16> = config.suites.iter().filter(|s| s.hash() == alg).map(|s| s.id()).collect();
+        let suites: Vec<u16> = config
+            .suites
+            .iter()
+            .filter(|s| s.hash() == alg)
+            .map(|s| s.id())
+            .collect();
         if suites.is_empty() {
-            return Err(TlsError::Config("no configured cipher suite uses the PSK's hash".into()));
+            return Err(TlsError::Config(
+                "no configured cipher suite uses the PSK's hash".into(),
+            ));
         }
         let mut modes = Vec::new();
         if config.modes.dhe {
             modes.push(PSK_MODE_DHE_KE);
-            if config.groups.is_empty() || config.key_share_groups.iter().any(|g| !config.groups.contains(g)) {
-                return Err(TlsError::Config("key share groups must be among the supported groups".into()));
+            if config.groups.is_empty()
+                || config
+                    .key_share_groups
+                    .iter()
+                    .any(|g| !config.groups.contains(g))
+            {
+                return Err(TlsError::Config(
+                    "key share groups must be among the supported groups".into(),
+                ));
             }
         }
         if config.modes.psk_only {
@@ -70,7 +84,11 @@ impl ClientHandshake {
         let mut session_id = [0u8; 32];
         config.random.fill(&mut session_id);
         let shares = if config.modes.dhe {
-            config.key_share_groups.iter().map(|g| KeyShare::generate(*g, config.random.as_ref())).collect()
+            config
+                .key_share_groups
+                .iter()
+                .map(|g| KeyShare::generate(*g, config.random.as_ref()))
+                .collect()
         } else {
             Vec::new()
         };
@@ -96,9 +114,16 @@ impl ClientHandshake {
 
     fn send_client_hello(&mut self, rl: &mut RecordLayer, cookie: Option<&[u8]>) {
         let alg = self.config.psk.hash();
-        let groups: Vec<u16> =
-            if self.config.modes.dhe { self.config.groups.iter().map(|g| g.id()).collect() } else { Vec::new() };
-        let key_shares: Vec<(u16, Vec<u8>)> = self.shares.iter().map(|(s, p)| (s.group().id(), p.clone())).collect();
+        let groups: Vec<u16> = if self.config.modes.dhe {
+            self.config.groups.iter().map(|g| g.id()).collect()
+        } else {
+            Vec::new()
+        };
+        let key_shares: Vec<(u16, Vec<u8>)> = self
+            .shares
+            .iter()
+            .map(|(s, p)| (s.group().id(), p.clone()))
+            .collect();
         let (mut msg, at) = encode_client_hello(&ClientHelloParams {
             random: &self.random,
             session_id: &self.session_id,
@@ -118,7 +143,12 @@ impl ClientHandshake {
     }
 
     /// Handles one handshake message; true when the handshake is complete.
-    pub fn handle(&mut self, rl: &mut RecordLayer, msg_type: u8, msg: &[u8]) -> Result<bool, TlsError> {
+    pub fn handle(
+        &mut self,
+        rl: &mut RecordLayer,
+        msg_type: u8,
+        msg: &[u8],
+    ) -> Result<bool, TlsError> {
         match self.state {
             State::WaitServerHello if msg_type == HT_SERVER_HELLO => {
                 self.server_hello(rl, msg)?;
@@ -150,7 +180,9 @@ impl ClientHandshake {
             }
             _ => Err(TlsError::proto(
                 AlertDescription::UnexpectedMessage,
-                format!("unexpected handshake message type {msg_type} (a PSK-only server sends no certificate)"),
+                format!(
+                    "unexpected handshake message type {msg_type} (a PSK-only server sends no certificate)"
+                ),
             )),
         }
     }
@@ -159,29 +191,54 @@ impl ClientHandshake {
         let alg = self.config.psk.hash();
         let sh = ServerHello::parse(msg)?;
         if sh.version != Some(TLS13) {
-            return Err(proto(AlertDescription::ProtocolVersion, "server does not speak TLS 1.3"));
+            return Err(proto(
+                AlertDescription::ProtocolVersion,
+                "server does not speak TLS 1.3",
+            ));
         }
         if sh.session_id != self.session_id {
-            return Err(proto(AlertDescription::IllegalParameter, "server did not echo the session id"));
+            return Err(proto(
+                AlertDescription::IllegalParameter,
+                "server did not echo the session id",
+            ));
         }
         let suite = CipherSuite::from_id(sh.suite)
             .filter(|s| self.suites.contains(&s.id()))
-            .ok_or_else(|| proto(AlertDescription::IllegalParameter, "server chose a cipher suite this client did not offer"))?;
+            .ok_or_else(|| {
+                proto(
+                    AlertDescription::IllegalParameter,
+                    "server chose a cipher suite this client did not offer",
+                )
+            })?;
         if sh.is_hrr {
             if self.hrr_suite.is_some() {
-                return Err(proto(AlertDescription::UnexpectedMessage, "second HelloRetryRequest"));
+                return Err(proto(
+                    AlertDescription::UnexpectedMessage,
+                    "second HelloRetryRequest",
+                ));
             }
             self.hrr_suite = Some(sh.suite);
             if let Some((g, _)) = sh.key_share {
                 let group = NamedGroup::from_id(g)
                     .filter(|g| self.config.modes.dhe && self.config.groups.contains(g))
-                    .ok_or_else(|| proto(AlertDescription::IllegalParameter, "HelloRetryRequest asks for a group this client did not offer"))?;
+                    .ok_or_else(|| {
+                        proto(
+                            AlertDescription::IllegalParameter,
+                            "HelloRetryRequest asks for a group this client did not offer",
+                        )
+                    })?;
                 if self.shares.iter().any(|(s, _)| s.group() == group) {
-                    return Err(proto(AlertDescription::IllegalParameter, "HelloRetryRequest asks for a key share this client already sent"));
+                    return Err(proto(
+                        AlertDescription::IllegalParameter,
+                        "HelloRetryRequest asks for a key share this client already sent",
+                    ));
                 }
                 self.shares = vec![KeyShare::generate(group, self.config.random.as_ref())];
             } else if sh.cookie.is_none() {
-                return Err(proto(AlertDescription::IllegalParameter, "HelloRetryRequest that changes nothing"));
+                return Err(proto(
+                    AlertDescription::IllegalParameter,
+                    "HelloRetryRequest that changes nothing",
+                ));
             }
             // Transcript: message_hash(ClientHello1) | HelloRetryRequest (section 4.4.1).
             let ch1 = self.transcript.current();
@@ -196,12 +253,25 @@ impl ClientHandshake {
             return Ok(());
         }
         if self.hrr_suite.is_some_and(|s| s != sh.suite) {
-            return Err(proto(AlertDescription::IllegalParameter, "ServerHello suite differs from the HelloRetryRequest's"));
+            return Err(proto(
+                AlertDescription::IllegalParameter,
+                "ServerHello suite differs from the HelloRetryRequest's",
+            ));
         }
         match sh.selected_psk {
             Some(0) => {}
-            Some(_) => return Err(proto(AlertDescription::IllegalParameter, "server selected a PSK this client did not offer")),
-            None => return Err(proto(AlertDescription::HandshakeFailure, "server did not accept the PSK")),
+            Some(_) => {
+                return Err(proto(
+                    AlertDescription::IllegalParameter,
+                    "server selected a PSK this client did not offer",
+                ));
+            }
+            None => {
+                return Err(proto(
+                    AlertDescription::HandshakeFailure,
+                    "server did not accept the PSK",
+                ));
+            }
         }
         let dhe = match sh.key_share {
             Some((g, key)) => {
@@ -209,15 +279,28 @@ impl ClientHandshake {
                     .shares
                     .iter()
                     .find(|(s, _)| s.group().id() == g)
-                    .ok_or_else(|| proto(AlertDescription::IllegalParameter, "server key share for a group this client did not send"))?;
+                    .ok_or_else(|| {
+                        proto(
+                            AlertDescription::IllegalParameter,
+                            "server key share for a group this client did not send",
+                        )
+                    })?;
                 self.group = Some(share.group());
                 Some(share.agree(key)?)
             }
             None if self.config.modes.psk_only => None,
-            None => return Err(proto(AlertDescription::MissingExtension, "server chose psk_ke but this client requires psk_dhe_ke")),
+            None => {
+                return Err(proto(
+                    AlertDescription::MissingExtension,
+                    "server chose psk_ke but this client requires psk_dhe_ke",
+                ));
+            }
         };
         self.transcript.update(msg);
-        let secrets = self.ks.handshake(dhe.as_ref().map(|d| d.as_slice()), &self.transcript.current());
+        let secrets = self.ks.handshake(
+            dhe.as_ref().map(|d| d.as_slice()),
+            &self.transcript.current(),
+        );
         rl.suite = Some(suite);
         rl.rx = Some(TrafficKeys::derive(suite, &secrets.server));
         rl.send_ccs();
@@ -231,13 +314,19 @@ impl ClientHandshake {
 
     fn server_finished(&mut self, rl: &mut RecordLayer, msg: &[u8]) -> Result<(), TlsError> {
         let (Some(secrets), Some(suite)) = (&self.secrets, self.suite) else {
-            return Err(proto(AlertDescription::InternalError, "Finished before ServerHello"));
+            return Err(proto(
+                AlertDescription::InternalError,
+                "Finished before ServerHello",
+            ));
         };
         let alg = suite.hash();
         let expected = finished_mac(alg, &secrets.server, &self.transcript.current());
         let got = &msg[4..];
         if got.len() != expected.len() || !bool::from(got.ct_eq(&expected[..])) {
-            return Err(proto(AlertDescription::DecryptError, "server Finished does not verify (the server has a different key for this PSK identity)"));
+            return Err(proto(
+                AlertDescription::DecryptError,
+                "server Finished does not verify (the server has a different key for this PSK identity)",
+            ));
         }
         self.transcript.update(msg);
         let hash = self.transcript.current();

@@ -69,7 +69,11 @@ impl<'a> Reader<'a> {
 
     /// Fails unless everything was read.
     pub fn finish(&self) -> Result<(), TlsError> {
-        if self.is_empty() { Ok(()) } else { Err(TlsError::decode(self.what)) }
+        if self.is_empty() {
+            Ok(())
+        } else {
+            Err(TlsError::decode(self.what))
+        }
     }
 }
 

@@ -40,12 +40,18 @@ impl Psk {
     pub fn new(identity: impl Into<Vec<u8>>, key: &[u8], hash: HashAlg) -> Result<Self, TlsError> {
         let identity = identity.into();
         if identity.is_empty() || identity.len() > u16::MAX as usize - 6 {
-            return Err(TlsError::Config("a PSK identity has 1 to 65529 bytes".into()));
+            return Err(TlsError::Config(
+                "a PSK identity has 1 to 65529 bytes".into(),
+            ));
         }
         if key.is_empty() {
             return Err(TlsError::Config("a PSK may not be empty".into()));
         }
-        Ok(Self { identity, key: Zeroizing::new(key.to_vec()), hash })
+        Ok(Self {
+            identity,
+            key: Zeroizing::new(key.to_vec()),
+            hash,
+        })
     }
 
     pub fn identity(&self) -> &[u8] {
@@ -115,9 +121,18 @@ pub struct KeyExchangeModes {
 }
 
 impl KeyExchangeModes {
-    pub const DHE_ONLY: Self = Self { dhe: true, psk_only: false };
-    pub const BOTH: Self = Self { dhe: true, psk_only: true };
-    pub const PSK_ONLY: Self = Self { dhe: false, psk_only: true };
+    pub const DHE_ONLY: Self = Self {
+        dhe: true,
+        psk_only: false,
+    };
+    pub const BOTH: Self = Self {
+        dhe: true,
+        psk_only: true,
+    };
+    pub const PSK_ONLY: Self = Self {
+        dhe: false,
+        psk_only: true,
+    };
 }
 
 /// A client: one PSK.

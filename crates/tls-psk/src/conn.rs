@@ -9,10 +9,12 @@ use crate::Negotiated;
 use crate::client::ClientHandshake;
 use crate::config::{ClientConfig, ServerConfig};
 use crate::error::{AlertDescription, TlsError};
-use crate::messages::{HT_CLIENT_HELLO, HT_FINISHED, HT_KEY_UPDATE, HT_NEW_SESSION_TICKET, HT_SERVER_HELLO};
+use crate::messages::{
+    HT_CLIENT_HELLO, HT_FINISHED, HT_KEY_UPDATE, HT_NEW_SESSION_TICKET, HT_SERVER_HELLO,
+};
 use crate::record::{
-    CT_ALERT, CT_APPLICATION_DATA, CT_CHANGE_CIPHER_SPEC, CT_HANDSHAKE, HEADER_LEN, MAX_CIPHERTEXT, MAX_PLAINTEXT,
-    RecordLayer,
+    CT_ALERT, CT_APPLICATION_DATA, CT_CHANGE_CIPHER_SPEC, CT_HANDSHAKE, HEADER_LEN, MAX_CIPHERTEXT,
+    MAX_PLAINTEXT, RecordLayer,
 };
 use crate::server::ServerHandshake;
 
@@ -57,7 +59,10 @@ impl Connection {
     }
 
     pub fn server(config: Arc<ServerConfig>) -> Self {
-        Self::with(RecordLayer::new(), Handshake::Server(Box::new(ServerHandshake::new(config))))
+        Self::with(
+            RecordLayer::new(),
+            Handshake::Server(Box::new(ServerHandshake::new(config))),
+        )
     }
 
     fn with(rl: RecordLayer, hs: Handshake) -> Self {
@@ -142,7 +147,9 @@ impl Connection {
             return Err(e.clone());
         }
         if !self.connected {
-            return Err(TlsError::Config("write before the TLS handshake completed".into()));
+            return Err(TlsError::Config(
+                "write before the TLS handshake completed".into(),
+            ));
         }
         if self.close_sent {
             return Err(TlsError::Config("write after close_notify".into()));
@@ -165,7 +172,9 @@ impl Connection {
     /// same.
     pub fn key_update(&mut self, request_peer: bool) -> Result<(), TlsError> {
         if !self.connected || self.error.is_some() {
-            return Err(TlsError::Config("key update outside an established connection".into()));
+            return Err(TlsError::Config(
+                "key update outside an established connection".into(),
+            ));
         }
         self.rl.send_key_update(request_peer);
         Ok(())
@@ -190,15 +199,28 @@ impl Connection {
     }
 
     fn process_records(&mut self) -> Result<(), TlsError> {
-        while self.readable() < PLAINTEXT_CAP && !self.peer_closed && self.incoming.len() >= HEADER_LEN {
+        while self.readable() < PLAINTEXT_CAP
+            && !self.peer_closed
+            && self.incoming.len() >= HEADER_LEN
+        {
             let ty = self.incoming[0];
             if self.incoming[1] != 3 {
-                return Err(TlsError::proto(AlertDescription::DecodeError, "not a TLS record"));
+                return Err(TlsError::proto(
+                    AlertDescription::DecodeError,
+                    "not a TLS record",
+                ));
             }
             let len = u16::from_be_bytes([self.incoming[3], self.incoming[4]]) as usize;
-            let limit = if ty == CT_APPLICATION_DATA { MAX_CIPHERTEXT } else { MAX_PLAINTEXT };
+            let limit = if ty == CT_APPLICATION_DATA {
+                MAX_CIPHERTEXT
+            } else {
+                MAX_PLAINTEXT
+            };
             if len > limit {
-                return Err(TlsError::proto(AlertDescription::RecordOverflow, format!("record of {len} bytes")));
+                return Err(TlsError::proto(
+                    AlertDescription::RecordOverflow,
+                    format!("record of {len} bytes"),
+                ));
             }
             if self.incoming.len() < HEADER_LEN + len {
                 break;
@@ -222,7 +244,9 @@ impl Connection {
             CT_ALERT if !self.connected => self.alert(payload),
             CT_HANDSHAKE => {
                 if self.rl.rx.is_some() {
-                    return Err(unexpected("plaintext handshake record after encryption started"));
+                    return Err(unexpected(
+                        "plaintext handshake record after encryption started",
+                    ));
                 }
                 self.handshake_bytes(&record[HEADER_LEN..])
             }
@@ -230,10 +254,14 @@ impl Connection {
                 let Some(keys) = self.rl.rx.as_mut() else {
                     return Err(unexpected("protected record before the keys are known"));
                 };
-                let header: [u8; HEADER_LEN] = [record[0], record[1], record[2], record[3], record[4]];
+                let header: [u8; HEADER_LEN] =
+                    [record[0], record[1], record[2], record[3], record[4]];
                 let mut body = record.split_off(HEADER_LEN);
                 if !keys.open(&header, &mut body) {
-                    return Err(TlsError::proto(AlertDescription::BadRecordMac, "record does not authenticate"));
+                    return Err(TlsError::proto(
+                        AlertDescription::BadRecordMac,
+                        "record does not authenticate",
+                    ));
                 }
                 // TLSInnerPlaintext: content | type | zeros.
                 let Some(end) = body.iter().rposition(|b| *b != 0) else {
@@ -242,7 +270,10 @@ impl Connection {
                 let inner_type = body[end];
                 body.truncate(end);
                 if body.len() > MAX_PLAINTEXT {
-                    return Err(TlsError::proto(AlertDescription::RecordOverflow, "plaintext over 2^14 bytes"));
+                    return Err(TlsError::proto(
+                        AlertDescription::RecordOverflow,
+                        "plaintext over 2^14 bytes",
+                    ));
                 }
                 match inner_type {
                     CT_HANDSHAKE => self.handshake_bytes(&body),
@@ -260,7 +291,10 @@ impl Connection {
 
     fn alert(&mut self, payload: &[u8]) -> Result<(), TlsError> {
         if payload.len() != 2 {
-            return Err(TlsError::proto(AlertDescription::DecodeError, "malformed alert"));
+            return Err(TlsError::proto(
+                AlertDescription::DecodeError,
+                "malformed alert",
+            ));
         }
         match AlertDescription::from_code(payload[1]) {
             AlertDescription::CloseNotify => {
@@ -278,9 +312,13 @@ impl Connection {
         }
         self.hs_buf.extend_from_slice(data);
         while self.hs_buf.len() >= 4 {
-            let len = u32::from_be_bytes([0, self.hs_buf[1], self.hs_buf[2], self.hs_buf[3]]) as usize;
+            let len =
+                u32::from_be_bytes([0, self.hs_buf[1], self.hs_buf[2], self.hs_buf[3]]) as usize;
             if len > MAX_HANDSHAKE_MESSAGE {
-                return Err(TlsError::proto(AlertDescription::DecodeError, "handshake message too large"));
+                return Err(TlsError::proto(
+                    AlertDescription::DecodeError,
+                    "handshake message too large",
+                ));
             }
             if self.hs_buf.len() < 4 + len {
                 break;
@@ -289,7 +327,10 @@ impl Connection {
             let msg_type = msg[0];
             self.handshake_message(msg_type, &msg)?;
             // Messages that change the keys must end their record.
-            let changes_keys = matches!(msg_type, HT_CLIENT_HELLO | HT_SERVER_HELLO | HT_FINISHED | HT_KEY_UPDATE);
+            let changes_keys = matches!(
+                msg_type,
+                HT_CLIENT_HELLO | HT_SERVER_HELLO | HT_FINISHED | HT_KEY_UPDATE
+            );
             if changes_keys && !self.hs_buf.is_empty() {
                 return Err(unexpected("handshake data across a key change"));
             }
@@ -317,7 +358,12 @@ impl Connection {
                 let request = match msg.get(4..) {
                     Some([0]) => false,
                     Some([1]) => true,
-                    _ => return Err(TlsError::proto(AlertDescription::DecodeError, "malformed KeyUpdate")),
+                    _ => {
+                        return Err(TlsError::proto(
+                            AlertDescription::DecodeError,
+                            "malformed KeyUpdate",
+                        ));
+                    }
                 };
                 self.rl.update_rx();
                 if request && !self.close_sent {

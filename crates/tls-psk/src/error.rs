@@ -98,7 +98,10 @@ impl fmt::Display for AlertDescription {
 pub enum TlsError {
     /// The peer broke the protocol (or failed authentication); this side sent `alert`.
     #[error("{reason} (sent alert {alert})")]
-    Protocol { alert: AlertDescription, reason: String },
+    Protocol {
+        alert: AlertDescription,
+        reason: String,
+    },
     /// The peer ended the connection with a fatal alert.
     #[error("peer sent alert {0}")]
     PeerAlert(AlertDescription),
@@ -112,7 +115,10 @@ pub enum TlsError {
 
 impl TlsError {
     pub(crate) fn proto(alert: AlertDescription, reason: impl Into<String>) -> Self {
-        Self::Protocol { alert, reason: reason.into() }
+        Self::Protocol {
+            alert,
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn decode(what: &str) -> Self {

@@ -19,7 +19,10 @@ struct Counter(AtomicU64);
 impl RandomSource for Counter {
     fn fill(&self, buf: &mut [u8]) {
         for chunk in buf.chunks_mut(8) {
-            let v = self.0.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed).to_le_bytes();
+            let v = self
+                .0
+                .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+                .to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
     }
@@ -57,7 +60,9 @@ pub fn server_bytes(data: &[u8]) {
     if mode & 1 != 0 {
         let mut cc = ClientConfig::new(psk);
         cc.random = random;
-        let Ok(mut client) = Connection::client(cc) else { return };
+        let Ok(mut client) = Connection::client(cc) else {
+            return;
+        };
         shuttle(&mut client, &mut server);
         if mode & 2 != 0 {
             shuttle(&mut server, &mut client);

@@ -56,7 +56,10 @@ pub fn hkdf_extract(alg: HashAlg, salt: &[u8], ikm: &[u8]) -> Zeroizing<Vec<u8>>
 /// HKDF-Expand(PRK, info, L). `len` is at most 255 * HashLen (asserted: callers pass
 /// constants).
 pub fn hkdf_expand(alg: HashAlg, prk: &[u8], info: &[u8], len: usize) -> Zeroizing<Vec<u8>> {
-    assert!(len <= 255 * alg.output_len(), "HKDF-Expand length too large");
+    assert!(
+        len <= 255 * alg.output_len(),
+        "HKDF-Expand length too large"
+    );
     let mut out = Zeroizing::new(Vec::with_capacity(len));
     let mut t: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
     let mut counter = 1u8;
@@ -93,7 +96,12 @@ pub fn hkdf_expand_label(
 }
 
 /// Derive-Secret(Secret, Label, Messages) given Transcript-Hash(Messages).
-pub fn derive_secret(alg: HashAlg, secret: &[u8], label: &[u8], transcript_hash: &[u8]) -> Zeroizing<Vec<u8>> {
+pub fn derive_secret(
+    alg: HashAlg,
+    secret: &[u8],
+    label: &[u8],
+    transcript_hash: &[u8],
+) -> Zeroizing<Vec<u8>> {
     hkdf_expand_label(alg, secret, label, transcript_hash, alg.output_len())
 }
 
@@ -146,7 +154,10 @@ mod tests {
         let salt: Vec<u8> = (0u8..=0x0c).collect();
         let info: Vec<u8> = (0xf0u8..=0xf9).collect();
         let prk = hkdf_extract(HashAlg::Sha256, &salt, &ikm);
-        assert_eq!(hex(&prk), "077709362c2e32df0ddc3f0dc47bba6390b6c73bb50f9c3122ec844ad7c2b3e5");
+        assert_eq!(
+            hex(&prk),
+            "077709362c2e32df0ddc3f0dc47bba6390b6c73bb50f9c3122ec844ad7c2b3e5"
+        );
         let okm = hkdf_expand(HashAlg::Sha256, &prk, &info, 42);
         assert_eq!(
             hex(&okm),

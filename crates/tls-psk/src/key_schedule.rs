@@ -21,7 +21,10 @@ impl KeySchedule {
     /// Early Secret = HKDF-Extract(0, PSK).
     pub fn new(alg: HashAlg, psk: &[u8]) -> Self {
         let zeros = vec![0u8; alg.output_len()];
-        Self { alg, early: hkdf_extract(alg, &zeros, psk) }
+        Self {
+            alg,
+            early: hkdf_extract(alg, &zeros, psk),
+        }
     }
 
     /// The binder of an external PSK over Transcript-Hash(Truncate(ClientHello)).
@@ -43,14 +46,22 @@ impl KeySchedule {
         let server = derive_secret(alg, &hs, b"s hs traffic", hello_hash);
         let derived = derive_secret(alg, &hs, b"derived", &empty);
         let master = hkdf_extract(alg, &derived, &zeros);
-        HandshakeSecrets { client, server, master }
+        HandshakeSecrets {
+            client,
+            server,
+            master,
+        }
     }
 }
 
 impl HandshakeSecrets {
     /// (client, server) application traffic secrets over
     /// Transcript-Hash(ClientHello..server Finished).
-    pub fn application(&self, alg: HashAlg, hash: &[u8]) -> (Zeroizing<Vec<u8>>, Zeroizing<Vec<u8>>) {
+    pub fn application(
+        &self,
+        alg: HashAlg,
+        hash: &[u8],
+    ) -> (Zeroizing<Vec<u8>>, Zeroizing<Vec<u8>>) {
         (
             derive_secret(alg, &self.master, b"c ap traffic", hash),
             derive_secret(alg, &self.master, b"s ap traffic", hash),
@@ -59,7 +70,11 @@ impl HandshakeSecrets {
 }
 
 /// HMAC(finished_key(base_key), transcript_hash).
-pub(crate) fn finished_mac(alg: HashAlg, base_key: &[u8], transcript_hash: &[u8]) -> Zeroizing<Vec<u8>> {
+pub(crate) fn finished_mac(
+    alg: HashAlg,
+    base_key: &[u8],
+    transcript_hash: &[u8],
+) -> Zeroizing<Vec<u8>> {
     let key = hkdf_expand_label(alg, base_key, b"finished", b"", alg.output_len());
     alg.hmac(&key, &[transcript_hash])
 }

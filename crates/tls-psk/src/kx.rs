@@ -77,7 +77,12 @@ impl KeyShare {
     /// The shared secret with the peer's key_exchange bytes; a malformed or low-order peer key
     /// is `illegal_parameter`.
     pub fn agree(&self, peer: &[u8]) -> Result<Zeroizing<Vec<u8>>, TlsError> {
-        let bad = |what: &str| TlsError::proto(AlertDescription::IllegalParameter, format!("invalid {what} key share"));
+        let bad = |what: &str| {
+            TlsError::proto(
+                AlertDescription::IllegalParameter,
+                format!("invalid {what} key share"),
+            )
+        };
         match self {
             Self::X25519(s) => {
                 let p: [u8; 32] = peer.try_into().map_err(|_| bad("x25519"))?;

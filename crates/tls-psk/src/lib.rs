@@ -28,7 +28,9 @@ mod server;
 mod stream;
 mod suite;
 
-pub use config::{ClientConfig, KeyExchangeModes, OsRandom, Psk, PskStore, PskTable, RandomSource, ServerConfig};
+pub use config::{
+    ClientConfig, KeyExchangeModes, OsRandom, Psk, PskStore, PskTable, RandomSource, ServerConfig,
+};
 pub use conn::{Connection, INCOMING_CAP, OUTGOING_CAP, PLAINTEXT_CAP};
 pub use error::{AlertDescription, TlsError};
 pub use hash::HashAlg;

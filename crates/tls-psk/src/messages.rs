@@ -73,7 +73,10 @@ impl<'a> ClientHello<'a> {
         if suites_raw.is_empty() || suites_raw.len() % 2 != 0 {
             return Err(TlsError::decode("ClientHello cipher suites"));
         }
-        let suites = suites_raw.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+        let suites = suites_raw
+            .chunks_exact(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+            .collect();
         let compression = r.vec8()?;
         let mut ch = ClientHello {
             legacy_version,
@@ -96,7 +99,9 @@ impl<'a> ClientHello<'a> {
         let mut seen: Vec<u16> = Vec::new();
         while !exts.is_empty() {
             if ch.psk.is_some() {
-                return Err(illegal("pre_shared_key is not the last ClientHello extension"));
+                return Err(illegal(
+                    "pre_shared_key is not the last ClientHello extension",
+                ));
             }
             let ty = exts.u16()?;
             let body_at = ext_start + exts.pos() + 2;
@@ -112,14 +117,21 @@ impl<'a> ClientHello<'a> {
                     if list.is_empty() || list.len() % 2 != 0 {
                         return Err(TlsError::decode("supported_versions"));
                     }
-                    ch.versions = Some(list.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect());
+                    ch.versions = Some(
+                        list.chunks_exact(2)
+                            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                            .collect(),
+                    );
                 }
                 EXT_SUPPORTED_GROUPS => {
                     let list = b.vec16()?;
                     if list.len() % 2 != 0 {
                         return Err(TlsError::decode("supported_groups"));
                     }
-                    ch.groups = list.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+                    ch.groups = list
+                        .chunks_exact(2)
+                        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                        .collect();
                 }
                 EXT_KEY_SHARE => {
                     let mut list = b.sub16()?;
@@ -167,7 +179,11 @@ impl<'a> ClientHello<'a> {
                     if identities.is_empty() || identities.len() != binders.len() {
                         return Err(illegal("PSK identities and binders do not pair up"));
                     }
-                    ch.psk = Some(OfferedPsks { identities, binders, binders_at });
+                    ch.psk = Some(OfferedPsks {
+                        identities,
+                        binders,
+                        binders_at,
+                    });
                 }
                 _ => continue, // ignored (server_name, signature_algorithms, ...)
             }
@@ -207,11 +223,19 @@ pub(crate) fn encode_client_hello(p: &ClientHelloParams<'_>) -> (Vec<u8>, usize)
         with_len16(e, |b| with_len8(b, |l| put_u16(l, TLS13)));
         if !p.groups.is_empty() {
             put_u16(e, EXT_SUPPORTED_GROUPS);
-            with_len16(e, |b| with_len16(b, |l| p.groups.iter().for_each(|g| put_u16(l, *g))));
+            with_len16(e, |b| {
+                with_len16(b, |l| p.groups.iter().for_each(|g| put_u16(l, *g)))
+            });
         }
         // Not needed for PSK authentication; some servers insist on seeing it.
         put_u16(e, EXT_SIGNATURE_ALGORITHMS);
-        with_len16(e, |b| with_len16(b, |l| [0x0403u16, 0x0804, 0x0805].iter().for_each(|s| put_u16(l, *s))));
+        with_len16(e, |b| {
+            with_len16(b, |l| {
+                [0x0403u16, 0x0804, 0x0805]
+                    .iter()
+                    .for_each(|s| put_u16(l, *s))
+            })
+        });
         if !p.key_shares.is_empty() {
             put_u16(e, EXT_KEY_SHARE);
             with_len16(e, |b| {
@@ -235,7 +259,9 @@ pub(crate) fn encode_client_hello(p: &ClientHelloParams<'_>) -> (Vec<u8>, usize)
                 with_len16(ids, |x| x.extend_from_slice(p.identity));
                 ids.extend_from_slice(&0u32.to_be_bytes());
             });
-            with_len16(b, |bl| with_len8(bl, |x| x.resize(x.len() + p.binder_len, 0)));
+            with_len16(b, |bl| {
+                with_len8(bl, |x| x.resize(x.len() + p.binder_len, 0))
+            });
         });
     });
     // The binders list (u16 length, u8 length, binder) is the last thing in the message.
@@ -313,7 +339,9 @@ impl<'a> ServerHello<'a> {
             b.finish()?;
         }
         if sh.version == Some(TLS13) && (legacy_version != LEGACY_VERSION || compression != 0) {
-            return Err(illegal("TLS 1.3 ServerHello with a wrong legacy version or compression"));
+            return Err(illegal(
+                "TLS 1.3 ServerHello with a wrong legacy version or compression",
+            ));
         }
         Ok(sh)
     }

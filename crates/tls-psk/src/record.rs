@@ -57,7 +57,8 @@ impl RecordLayer {
             match &mut self.tx {
                 None => {
                     self.outgoing.extend_from_slice(&[content_type, 3, 3]);
-                    self.outgoing.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+                    self.outgoing
+                        .extend_from_slice(&(chunk.len() as u16).to_be_bytes());
                     self.outgoing.extend_from_slice(chunk);
                 }
                 Some(keys) => {
@@ -82,12 +83,17 @@ impl RecordLayer {
     pub fn send_ccs(&mut self) {
         if !self.sent_ccs {
             self.sent_ccs = true;
-            self.outgoing.extend_from_slice(&[CT_CHANGE_CIPHER_SPEC, 3, 3, 0, 1, 1]);
+            self.outgoing
+                .extend_from_slice(&[CT_CHANGE_CIPHER_SPEC, 3, 3, 0, 1, 1]);
         }
     }
 
     pub fn send_alert(&mut self, alert: AlertDescription) {
-        let level = if alert == AlertDescription::CloseNotify { 1 } else { 2 };
+        let level = if alert == AlertDescription::CloseNotify {
+            1
+        } else {
+            2
+        };
         self.send(CT_ALERT, &[level, alert.code()]);
     }
 
@@ -95,7 +101,11 @@ impl RecordLayer {
     /// for `KEY_UPDATE_AFTER_RECORDS` records.
     pub fn send_application_data(&mut self, data: &[u8]) {
         for chunk in data.chunks(MAX_PLAINTEXT) {
-            if self.tx.as_ref().is_some_and(|k| k.seq() >= KEY_UPDATE_AFTER_RECORDS) {
+            if self
+                .tx
+                .as_ref()
+                .is_some_and(|k| k.seq() >= KEY_UPDATE_AFTER_RECORDS)
+            {
                 self.send_key_update(false);
             }
             self.send(CT_APPLICATION_DATA, chunk);
@@ -119,7 +129,12 @@ impl RecordLayer {
     }
 
     /// Installs the application traffic secrets.
-    pub fn install_application(&mut self, suite: CipherSuite, tx: Zeroizing<Vec<u8>>, rx: Option<Zeroizing<Vec<u8>>>) {
+    pub fn install_application(
+        &mut self,
+        suite: CipherSuite,
+        tx: Zeroizing<Vec<u8>>,
+        rx: Option<Zeroizing<Vec<u8>>>,
+    ) {
         self.suite = Some(suite);
         self.tx = Some(TrafficKeys::derive(suite, &tx));
         self.tx_secret = tx;

@@ -27,26 +27,37 @@ pub struct TlsStream<S> {
 }
 
 /// Runs the client handshake on `io`.
-pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(io: S, config: ClientConfig) -> Result<TlsStream<S>, io::Error> {
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
+    io: S,
+    config: ClientConfig,
+) -> Result<TlsStream<S>, io::Error> {
     let conn = Connection::client(config).map_err(to_io)?;
     TlsStream::handshake(io, conn).await
 }
 
 /// Runs the server handshake on `io`.
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(io: S, config: Arc<ServerConfig>) -> Result<TlsStream<S>, io::Error> {
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    io: S,
+    config: Arc<ServerConfig>,
+) -> Result<TlsStream<S>, io::Error> {
     TlsStream::handshake(io, Connection::server(config)).await
 }
 
 /// A TLS error as an I/O error (its kind: InvalidData, or UnexpectedEof for a truncation); the
 /// TlsError is its source, see `tls_error`.
 pub fn to_io(e: TlsError) -> io::Error {
-    let kind = if e == TlsError::UnexpectedEof { io::ErrorKind::UnexpectedEof } else { io::ErrorKind::InvalidData };
+    let kind = if e == TlsError::UnexpectedEof {
+        io::ErrorKind::UnexpectedEof
+    } else {
+        io::ErrorKind::InvalidData
+    };
     io::Error::new(kind, e)
 }
 
 /// The TLS error inside an I/O error, if it is one.
 pub fn tls_error(e: &io::Error) -> Option<&TlsError> {
-    e.get_ref().and_then(|inner| inner.downcast_ref::<TlsError>())
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<TlsError>())
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
@@ -74,7 +85,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
             // An error leaves its alert in outgoing: sent at the top of the loop.
             let _ = conn.process();
         }
-        Ok(Self { io, conn, buf, scratch: Vec::new(), eof: false, shutdown: false })
+        Ok(Self {
+            io,
+            conn,
+            buf,
+            scratch: Vec::new(),
+            eof: false,
+            shutdown: false,
+        })
     }
 
     pub fn connection(&self) -> &Connection {
@@ -105,7 +123,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<S> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
             // Best effort: answers (KeyUpdate) and alerts go out while reading.
@@ -143,7 +165,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<S> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.conn.outgoing().len() >= OUTGOING_CAP {
             ready!(this.poll_push(cx))?;
@@ -157,12 +183,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<S> {
 
     /// Gathers the slices into records of up to 16 KiB (a PDU header and its data travel in
     /// one record instead of one record each).
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.conn.outgoing().len() >= OUTGOING_CAP {
             ready!(this.poll_push(cx))?;
         }
-        let room = OUTGOING_CAP.saturating_sub(this.conn.outgoing().len()).max(1);
+        let room = OUTGOING_CAP
+            .saturating_sub(this.conn.outgoing().len())
+            .max(1);
         this.scratch.clear();
         for b in bufs {
             let take = b.len().min(room - this.scratch.len());

@@ -234,7 +234,11 @@ async fn durable_writes(
         mb_per_s: (done * io) as f64 / secs.max(1e-9) / 1e6,
         p50_us: q(0.5),
         p99_us: q(0.99),
-        cpu_s_per_million_ops: if done > 0 { cpu / done as f64 * 1e6 } else { 0.0 },
+        cpu_s_per_million_ops: if done > 0 {
+            cpu / done as f64 * 1e6
+        } else {
+            0.0
+        },
     })
 }
 

@@ -102,7 +102,10 @@ pub struct TlsCredentials {
 
 impl TlsCredentials {
     pub fn new(psk: nvme_proto::tls_key::ConfiguredPsk) -> Self {
-        TlsCredentials { psk, identity_version: 0 }
+        TlsCredentials {
+            psk,
+            identity_version: 0,
+        }
     }
 
     /// The TLS PSK and identity for `hostnqn` connecting to `subnqn`.
@@ -115,7 +118,8 @@ impl TlsCredentials {
             nvme_proto::tls_key::PskHash::Sha256 => tls_psk::HashAlg::Sha256,
             nvme_proto::tls_key::PskHash::Sha384 => tls_psk::HashAlg::Sha384,
         };
-        tls_psk::Psk::new(identity, &key, hash).map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))
+        tls_psk::Psk::new(identity, &key, hash)
+            .map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))
     }
 }
 

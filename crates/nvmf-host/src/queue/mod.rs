@@ -12,9 +12,9 @@ mod buf;
 mod core;
 mod driver;
 mod handshake;
-mod stream;
 mod rx;
 mod slots;
+mod stream;
 mod tx;
 
 use std::net::SocketAddr;

@@ -14,7 +14,11 @@ pub(crate) enum QueueStream {
 }
 
 impl AsyncRead for QueueStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
@@ -23,14 +27,22 @@ impl AsyncRead for QueueStream {
 }
 
 impl AsyncWrite for QueueStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Tcp(s) => Pin::new(s).poll_write(cx, data),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
         }
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
@@ -69,14 +81,19 @@ pub(crate) async fn tls_connect(
     match tokio::time::timeout(timeout, tls_psk::connect(tcp, config)).await {
         Ok(Ok(s)) => Ok(QueueStream::Tls(Box::new(s))),
         Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("TLS handshake timed out after {} ms", timeout.as_millis())),
+        Err(_) => Err(format!(
+            "TLS handshake timed out after {} ms",
+            timeout.as_millis()
+        )),
     }
 }
 
 fn describe(e: &io::Error) -> String {
     use tls_psk::{AlertDescription, TlsError};
     match tls_psk::tls_error(e) {
-        Some(TlsError::PeerAlert(AlertDescription::UnknownPskIdentity | AlertDescription::DecryptError)) => format!(
+        Some(TlsError::PeerAlert(
+            AlertDescription::UnknownPskIdentity | AlertDescription::DecryptError,
+        )) => format!(
             "TLS handshake refused: the target does not accept this host's PSK (wrong key, or none configured for this host and subsystem) ({e})"
         ),
         Some(_) => format!("TLS handshake: {e}"),

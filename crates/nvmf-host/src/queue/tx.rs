@@ -6,9 +6,9 @@ use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::queue::stream::QueueStream;
 use nvme_proto::tcp::{DIGEST_BYTES, EncodedHeader};
 use tokio::io::AsyncWrite;
-use crate::queue::stream::QueueStream;
 
 use super::slots::Slots;
 

@@ -11,7 +11,10 @@ use crate::target::{ListenerInfo, Target};
 
 impl Target {
     pub(super) async fn accept_loop(self, listener: TcpListener, info: Arc<ListenerInfo>) {
-        let tls = info.opts.tls.then(|| super::tls::server_config(&self.inner));
+        let tls = info
+            .opts
+            .tls
+            .then(|| super::tls::server_config(&self.inner));
         loop {
             let accepted = tokio::select! {
                 r = listener.accept() => r,
@@ -40,16 +43,28 @@ impl Target {
                     tokio::spawn(async move {
                         match tls {
                             None => {
-                                crate::transport::conn::serve(inner.clone(), sock, li, local, h.clone())
-                                    .await
+                                crate::transport::conn::serve(
+                                    inner.clone(),
+                                    sock,
+                                    li,
+                                    local,
+                                    h.clone(),
+                                )
+                                .await
                             }
                             Some(cfg) => {
                                 if let Some(stream) = tls_handshake(&inner, sock, cfg, peer).await {
                                     if let Some(id) = super::tls::peer_identity(&stream) {
                                         let _ = h.tls_identity.set(id);
                                     }
-                                    crate::transport::conn::serve(inner.clone(), stream, li, local, h.clone())
-                                        .await
+                                    crate::transport::conn::serve(
+                                        inner.clone(),
+                                        stream,
+                                        li,
+                                        local,
+                                        h.clone(),
+                                    )
+                                    .await
                                 }
                             }
                         }

@@ -60,7 +60,9 @@ impl PskStore for TargetPsks {
         };
         let mut out = Vec::new();
         for derivation in Derivation::ALL {
-            let Ok((derived, key)) = configured.tls_psk_with(derivation, id.version, &id.hostnqn, &id.subnqn) else {
+            let Ok((derived, key)) =
+                configured.tls_psk_with(derivation, id.version, &id.hostnqn, &id.subnqn)
+            else {
                 continue;
             };
             // Version 1 carries a digest of the retained PSK: a different key (or
@@ -78,7 +80,9 @@ impl PskStore for TargetPsks {
 
 /// The TLS server configuration of a target's TLS listeners.
 pub(crate) fn server_config(target: &Arc<TargetInner>) -> Arc<ServerConfig> {
-    Arc::new(ServerConfig::new(Arc::new(TargetPsks { target: Arc::downgrade(target) })))
+    Arc::new(ServerConfig::new(Arc::new(TargetPsks {
+        target: Arc::downgrade(target),
+    })))
 }
 
 /// The NVMe PSK identity a TLS connection authenticated with.

@@ -709,7 +709,10 @@ async fn listen_all(
         nvme_listeners.push(l);
     }
     for (i, addr) in cfg.tls_listen.iter().enumerate() {
-        let opts = ListenerOptions { tls: true, ..Default::default() };
+        let opts = ListenerOptions {
+            tls: true,
+            ..Default::default()
+        };
         let l = target
             .listen_as(Some(&format!("nvme-tls{i}")), *addr, opts)
             .await

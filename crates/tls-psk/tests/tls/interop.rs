@@ -23,12 +23,24 @@ struct Peer {
 
 impl Peer {
     fn spawn(program: &str, args: &[&str]) -> Option<Peer> {
-        if Command::new("sh").arg("-c").arg(format!("command -v {program}")).output().ok()?.stdout.is_empty() {
-            testkit::prereq::missing(format!("{program} is not installed (scripts/install-deps.sh installs it)"));
+        if Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {program}"))
+            .output()
+            .ok()?
+            .stdout
+            .is_empty()
+        {
+            testkit::prereq::missing(format!(
+                "{program} is not installed (scripts/install-deps.sh installs it)"
+            ));
             return None;
         }
         let mut cmd = Command::new(program);
-        cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         testkit::process::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().expect("spawn peer");
         let stdout = child.stdout.take().expect("stdout");
@@ -42,7 +54,11 @@ impl Peer {
                 }
             }
         });
-        Some(Peer { child, lines, stdin })
+        Some(Peer {
+            child,
+            lines,
+            stdin,
+        })
     }
 
     /// Waits for a stdout line containing `needle`; returns it.
@@ -56,7 +72,10 @@ impl Peer {
                 Err(_) => break,
             }
         }
-        panic!("peer never printed {needle:?}; it printed:\n{}", seen.join("\n"));
+        panic!(
+            "peer never printed {needle:?}; it printed:\n{}",
+            seen.join("\n")
+        );
     }
 
     fn send_line(&mut self, line: &str) {
@@ -74,7 +93,11 @@ impl Drop for Peer {
 
 /// Connects our client to a peer server on `port` (retrying while it starts), sends a line
 /// and returns the line that comes back.
-async fn client_exchange(port: u16, config: ClientConfig, line: &str) -> (String, tls_psk::Negotiated) {
+async fn client_exchange(
+    port: u16,
+    config: ClientConfig,
+    line: &str,
+) -> (String, tls_psk::Negotiated) {
     let mut tcp = None;
     for _ in 0..100 {
         if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
@@ -84,31 +107,54 @@ async fn client_exchange(port: u16, config: ClientConfig, line: &str) -> (String
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let tcp = tcp.expect("peer server listens");
-    let mut tls = tls_psk::connect(tcp, config).await.expect("handshake with peer server");
+    let mut tls = tls_psk::connect(tcp, config)
+        .await
+        .expect("handshake with peer server");
     let negotiated = tls.connection().negotiated().cloned().expect("negotiated");
-    tls.write_all(format!("{line}\n").as_bytes()).await.expect("write");
+    tls.write_all(format!("{line}\n").as_bytes())
+        .await
+        .expect("write");
     tls.flush().await.expect("flush");
     let mut reader = tokio::io::BufReader::new(tls);
     let mut back = String::new();
-    tokio::time::timeout(Duration::from_secs(20), reader.read_line(&mut back)).await.expect("answer in time").expect("read");
+    tokio::time::timeout(Duration::from_secs(20), reader.read_line(&mut back))
+        .await
+        .expect("answer in time")
+        .expect("read");
     let mut tls = reader.into_inner();
     let _ = tls.shutdown().await;
     (back.trim_end().to_string(), negotiated)
 }
 
 /// Our server for one peer client: reads a line, answers "ack: LINE", closes.
-async fn line_server(config: std::sync::Arc<ServerConfig>) -> (u16, tokio::task::JoinHandle<Result<tls_psk::Negotiated, String>>) {
+async fn line_server(
+    config: std::sync::Arc<ServerConfig>,
+) -> (
+    u16,
+    tokio::task::JoinHandle<Result<tls_psk::Negotiated, String>>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let task = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.map_err(|e| e.to_string())?;
-        let tls = tls_psk::accept(tcp, config).await.map_err(|e| e.to_string())?;
-        let negotiated = tls.connection().negotiated().cloned().ok_or("not negotiated")?;
+        let tls = tls_psk::accept(tcp, config)
+            .await
+            .map_err(|e| e.to_string())?;
+        let negotiated = tls
+            .connection()
+            .negotiated()
+            .cloned()
+            .ok_or("not negotiated")?;
         let mut reader = tokio::io::BufReader::new(tls);
         let mut line = String::new();
-        reader.read_line(&mut line).await.map_err(|e| e.to_string())?;
+        reader
+            .read_line(&mut line)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut tls = reader.into_inner();
-        tls.write_all(format!("ack: {}\n", line.trim_end()).as_bytes()).await.map_err(|e| e.to_string())?;
+        tls.write_all(format!("ack: {}\n", line.trim_end()).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
         tls.shutdown().await.map_err(|e| e.to_string())?;
         Ok(negotiated)
     });
@@ -117,7 +163,20 @@ async fn line_server(config: std::sync::Arc<ServerConfig>) -> (u16, tokio::task:
 
 fn openssl_server(port: u16, extra: &[&str]) -> Option<Peer> {
     let accept = format!("127.0.0.1:{port}");
-    let mut args = vec!["s_server", "-tls1_3", "-nocert", "-psk", KEY_HEX, "-psk_identity", IDENTITY, "-accept", &accept, "-naccept", "1", "-rev"];
+    let mut args = vec![
+        "s_server",
+        "-tls1_3",
+        "-nocert",
+        "-psk",
+        KEY_HEX,
+        "-psk_identity",
+        IDENTITY,
+        "-accept",
+        &accept,
+        "-naccept",
+        "1",
+        "-rev",
+    ];
     args.extend_from_slice(extra);
     Peer::spawn("openssl", &args)
 }
@@ -125,7 +184,9 @@ fn openssl_server(port: u16, extra: &[&str]) -> Option<Peer> {
 #[tokio::test]
 async fn our_client_to_openssl_server() {
     let port = testkit::net::free_port().expect("port");
-    let Some(peer) = openssl_server(port, &[]) else { return };
+    let Some(peer) = openssl_server(port, &[]) else {
+        return;
+    };
     peer.wait_for("ACCEPT");
     let (back, n) = client_exchange(port, client_config(HashAlg::Sha256), "hello openssl").await;
     assert_eq!(back, "lssnepo olleh");
@@ -135,17 +196,25 @@ async fn our_client_to_openssl_server() {
 #[tokio::test]
 async fn our_client_to_openssl_server_hello_retry_p256() {
     let port = testkit::net::free_port().expect("port");
-    let Some(peer) = openssl_server(port, &["-groups", "P-256"]) else { return };
+    let Some(peer) = openssl_server(port, &["-groups", "P-256"]) else {
+        return;
+    };
     peer.wait_for("ACCEPT");
     let (back, n) = client_exchange(port, client_config(HashAlg::Sha256), "retry").await;
     assert_eq!(back, "yrter");
-    assert_eq!(n.group, Some(NamedGroup::Secp256r1), "server asked for P-256 with a HelloRetryRequest");
+    assert_eq!(
+        n.group,
+        Some(NamedGroup::Secp256r1),
+        "server asked for P-256 with a HelloRetryRequest"
+    );
 }
 
 #[tokio::test]
 async fn our_client_to_openssl_server_psk_ke() {
     let port = testkit::net::free_port().expect("port");
-    let Some(peer) = openssl_server(port, &["-allow_no_dhe_kex"]) else { return };
+    let Some(peer) = openssl_server(port, &["-allow_no_dhe_kex"]) else {
+        return;
+    };
     peer.wait_for("ACCEPT");
     let mut config = client_config(HashAlg::Sha256);
     config.modes = KeyExchangeModes::PSK_ONLY;
@@ -157,11 +226,25 @@ async fn our_client_to_openssl_server_psk_ke() {
 async fn openssl_client_case(server: ServerConfig, extra: &[&str]) -> tls_psk::Negotiated {
     let (port, task) = line_server(std::sync::Arc::new(server)).await;
     let connect = format!("127.0.0.1:{port}");
-    let mut args = vec!["s_client", "-tls1_3", "-psk", KEY_HEX, "-psk_identity", IDENTITY, "-connect", &connect, "-quiet"];
+    let mut args = vec![
+        "s_client",
+        "-tls1_3",
+        "-psk",
+        KEY_HEX,
+        "-psk_identity",
+        IDENTITY,
+        "-connect",
+        &connect,
+        "-quiet",
+    ];
     args.extend_from_slice(extra);
     let Some(mut peer) = Peer::spawn("openssl", &args) else {
         task.abort();
-        return tls_psk::Negotiated { suite: tls_psk::CipherSuite::Aes128GcmSha256, group: None, psk_identity: Vec::new() };
+        return tls_psk::Negotiated {
+            suite: tls_psk::CipherSuite::Aes128GcmSha256,
+            group: None,
+            psk_identity: Vec::new(),
+        };
     };
     peer.send_line("ping from openssl");
     peer.wait_for("ack: ping from openssl");
@@ -202,7 +285,17 @@ async fn openssl_client_with_wrong_key_is_refused() {
     let wrong = "ff".repeat(32);
     let Some(mut peer) = Peer::spawn(
         "openssl",
-        &["s_client", "-tls1_3", "-psk", &wrong, "-psk_identity", IDENTITY, "-connect", &connect, "-quiet"],
+        &[
+            "s_client",
+            "-tls1_3",
+            "-psk",
+            &wrong,
+            "-psk_identity",
+            IDENTITY,
+            "-connect",
+            &connect,
+            "-quiet",
+        ],
     ) else {
         task.abort();
         return;
@@ -225,7 +318,12 @@ async fn our_client_to_gnutls_server() {
     let file = gnutls_psk_file(&dir);
     let port = testkit::net::free_port().expect("port").to_string();
     let priority = format!("--priority={GNUTLS_PRIORITY}");
-    let Some(_peer) = Peer::spawn("gnutls-serv", &["--port", &port, "--pskpasswd", &file, &priority, "--echo"]) else { return };
+    let Some(_peer) = Peer::spawn(
+        "gnutls-serv",
+        &["--port", &port, "--pskpasswd", &file, &priority, "--echo"],
+    ) else {
+        return;
+    };
     let port: u16 = port.parse().expect("port");
     let (back, n) = client_exchange(port, client_config(HashAlg::Sha256), "hello gnutls").await;
     assert_eq!(back, "hello gnutls");
@@ -240,7 +338,16 @@ async fn gnutls_client_to_our_server() {
     let priority = format!("--priority={GNUTLS_PRIORITY}");
     let Some(mut peer) = Peer::spawn(
         "gnutls-cli",
-        &["--pskusername", IDENTITY, "--pskkey", KEY_HEX, &priority, "-p", &port, "127.0.0.1"],
+        &[
+            "--pskusername",
+            IDENTITY,
+            "--pskkey",
+            KEY_HEX,
+            &priority,
+            "-p",
+            &port,
+            "127.0.0.1",
+        ],
     ) else {
         task.abort();
         return;
@@ -261,7 +368,16 @@ async fn gnutls_client_p256_only() {
     let priority = format!("--priority={GNUTLS_PRIORITY}:-GROUP-ALL:+GROUP-SECP256R1");
     let Some(mut peer) = Peer::spawn(
         "gnutls-cli",
-        &["--pskusername", IDENTITY, "--pskkey", KEY_HEX, &priority, "-p", &port, "127.0.0.1"],
+        &[
+            "--pskusername",
+            IDENTITY,
+            "--pskkey",
+            KEY_HEX,
+            &priority,
+            "-p",
+            &port,
+            "127.0.0.1",
+        ],
     ) else {
         task.abort();
         return;

@@ -39,7 +39,10 @@ pub fn client_config(hash: HashAlg) -> ClientConfig {
 pub async fn echo_server(
     config: Arc<ServerConfig>,
     n: usize,
-) -> (u16, tokio::task::JoinHandle<Vec<Result<tls_psk::Negotiated, String>>>) {
+) -> (
+    u16,
+    tokio::task::JoinHandle<Vec<Result<tls_psk::Negotiated, String>>>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let task = tokio::spawn(async move {
@@ -48,15 +51,23 @@ pub async fn echo_server(
             let (tcp, _) = listener.accept().await.expect("accept");
             let config = Arc::clone(&config);
             handles.push(tokio::spawn(async move {
-                let mut tls = tls_psk::accept(tcp, config).await.map_err(|e| e.to_string())?;
-                let negotiated = tls.connection().negotiated().cloned().ok_or("no negotiated parameters")?;
+                let mut tls = tls_psk::accept(tcp, config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let negotiated = tls
+                    .connection()
+                    .negotiated()
+                    .cloned()
+                    .ok_or("no negotiated parameters")?;
                 let mut buf = vec![0u8; 65536];
                 loop {
                     let got = tls.read(&mut buf).await.map_err(|e| e.to_string())?;
                     if got == 0 {
                         break;
                     }
-                    tls.write_all(&buf[..got]).await.map_err(|e| e.to_string())?;
+                    tls.write_all(&buf[..got])
+                        .await
+                        .map_err(|e| e.to_string())?;
                     tls.flush().await.map_err(|e| e.to_string())?;
                 }
                 let _ = tls.shutdown().await;
@@ -73,5 +84,7 @@ pub async fn echo_server(
 }
 
 pub async fn tcp(port: u16) -> TcpStream {
-    TcpStream::connect(("127.0.0.1", port)).await.expect("connect")
+    TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect")
 }

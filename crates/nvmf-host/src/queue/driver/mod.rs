@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::queue::stream::QueueStream;
 use nvme_proto::bytes::le32;
 use nvme_proto::sgl::SglDescriptor;
 use nvme_proto::tcp::digest::crc32c_append;
@@ -21,7 +22,6 @@ use nvme_proto::tcp::{
 };
 use nvme_proto::{Completion, Status};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use crate::queue::stream::QueueStream;
 use tokio::sync::oneshot;
 use tokio::time::Sleep;
 
