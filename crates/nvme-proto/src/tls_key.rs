@@ -24,8 +24,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Sha256, Sha384};
 use zeroize::Zeroizing;
 
 /// Why a string is not a usable NVMe TLS key or identity. Never contains the key.
@@ -96,21 +94,11 @@ impl PskHash {
     }
 
     fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
-        fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
-            // HMAC takes keys of any length: new_from_slice cannot fail for it.
-            let mut m = match <M as KeyInit>::new_from_slice(key) {
-                Ok(m) => m,
-                Err(_) => unreachable!("HMAC accepts every key length"),
-            };
-            for p in parts {
-                m.update(p);
-            }
-            Zeroizing::new(m.finalize().into_bytes().to_vec())
-        }
-        match self {
-            Self::Sha256 => run::<Hmac<Sha256>>(key, parts),
-            Self::Sha384 => run::<Hmac<Sha384>>(key, parts),
-        }
+        let alg = match self {
+            Self::Sha256 => tls_psk::HashAlg::Sha256,
+            Self::Sha384 => tls_psk::HashAlg::Sha384,
+        };
+        alg.hmac(key, parts)
     }
 
     /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1),
