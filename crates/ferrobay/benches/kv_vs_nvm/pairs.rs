@@ -162,15 +162,21 @@ async fn flushed_writes(
         off += qd as u64 * io;
         ops += qd as u64;
     }
+    Ok(timed_side(ops, io, t, &cpu0, hist))
+}
+
+/// A [`Side`] from a hand-timed run: `ops` operations of `io` bytes since `t` and `cpu0`,
+/// `hist` their latencies in microseconds.
+fn timed_side(ops: u64, io: u64, t: Instant, cpu0: &CpuTime, mut hist: Vec<f64>) -> Side {
     let secs = t.elapsed().as_secs_f64();
-    let cpu = CpuTime::now().since(&cpu0).total().as_secs_f64();
+    let cpu = CpuTime::now().since(cpu0).total().as_secs_f64();
     hist.sort_by(f64::total_cmp);
     let q = |p: f64| {
         hist.get(((hist.len() as f64 - 1.0) * p) as usize)
             .copied()
             .unwrap_or(0.0)
     };
-    Ok(Side {
+    Side {
         ops,
         secs,
         iops: ops as f64 / secs.max(1e-9),
@@ -178,7 +184,7 @@ async fn flushed_writes(
         p50_us: q(0.5),
         p99_us: q(0.99),
         cpu_s_per_million_ops: if ops > 0 { cpu / ops as f64 * 1e6 } else { 0.0 },
-    })
+    }
 }
 
 /// `count` sequential writes of `io` bytes at `qd` in flight, each with FUA: durable when
@@ -219,27 +225,7 @@ async fn durable_writes(
         hist.push(took.as_secs_f64() * 1e6);
         done += 1;
     }
-    let secs = t.elapsed().as_secs_f64();
-    let cpu = CpuTime::now().since(&cpu0).total().as_secs_f64();
-    hist.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        hist.get(((hist.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    Ok(Side {
-        ops: done,
-        secs,
-        iops: done as f64 / secs.max(1e-9),
-        mb_per_s: (done * io) as f64 / secs.max(1e-9) / 1e6,
-        p50_us: q(0.5),
-        p99_us: q(0.99),
-        cpu_s_per_million_ops: if done > 0 {
-            cpu / done as f64 * 1e6
-        } else {
-            0.0
-        },
-    })
+    Ok(timed_side(done, io, t, &cpu0, hist))
 }
 
 pub fn run_medium(s: &Settings, medium: &str) -> anyhow::Result<Value> {
