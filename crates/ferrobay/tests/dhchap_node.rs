@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use blockdev::IoBuf;
-use common::{NodeProcess, ferrobay_bin, scratch_dir};
+use common::{NodeProcess, scratch_dir};
 use nvme_proto::auth::DhchapSecret;
 use nvmf_host::{ConnectOptions, Controller, DhchapCredentials, HostError, HostIdentity};
 
@@ -20,17 +19,7 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-0000
 const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-00000000eeee";
 
 fn ferrobay(args: &[&str]) -> String {
-    let out = Command::new(ferrobay_bin())
-        .args(args)
-        .output()
-        .expect("run ferrobay");
-    assert!(
-        out.status.success(),
-        "ferrobay {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::ferrobay_stdout(args)
 }
 
 fn gen_key(hmac: &str) -> String {

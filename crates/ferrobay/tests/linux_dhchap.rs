@@ -17,7 +17,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{NodeProcess, cluster, ferrobay_bin, scratch_dir};
@@ -33,17 +32,7 @@ const HOST_C: &str = "nqn.2014-08.org.nvmexpress:uuid:6a6a6a6a-0000-4000-8000-00
 const REFUSAL_MAX_SECS: f64 = 20.0;
 
 fn ferrobay(args: &[&str]) -> String {
-    let out = Command::new(ferrobay_bin())
-        .args(args)
-        .output()
-        .expect("run ferrobay");
-    assert!(
-        out.status.success(),
-        "ferrobay {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    common::ferrobay_stdout(args).trim().to_string()
 }
 
 fn key_file(dir: &Path, name: &str, key: &str) -> String {

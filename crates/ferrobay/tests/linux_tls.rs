@@ -15,10 +15,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{NodeProcess, ferrobay_bin, scratch_dir};
+use common::{NodeProcess, scratch_dir};
 use nvme_proto::tls_key::{ConfiguredPsk, Derivation};
 use test_guest::{Flavour, GuestConfig, run_job};
 
@@ -32,17 +31,7 @@ const HOST_W: &str = "nqn.2014-08.org.nvmexpress:uuid:7a7a7a7a-0000-4000-8000-00
 const REFUSAL_MAX_SECS: f64 = 20.0;
 
 fn ferrobay(args: &[&str]) -> String {
-    let out = Command::new(ferrobay_bin())
-        .args(args)
-        .output()
-        .expect("run ferrobay");
-    assert!(
-        out.status.success(),
-        "ferrobay {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    common::ferrobay_stdout(args).trim().to_string()
 }
 
 /// A new configured PSK, allowed for `host` (with the key in a file, as users do).

@@ -42,6 +42,22 @@ pub struct NodeProcess {
     pub log_path: PathBuf,
 }
 
+/// Runs `ferrobay ARGS` to completion and returns its stdout; panics with its output if it
+/// fails.
+pub fn ferrobay_stdout(args: &[&str]) -> String {
+    let out = Command::new(ferrobay_bin())
+        .args(args)
+        .output()
+        .expect("run ferrobay");
+    assert!(
+        out.status.success(),
+        "ferrobay {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn ferrobay_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferrobay")
 }
