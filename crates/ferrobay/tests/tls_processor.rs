@@ -88,7 +88,10 @@ async fn check_at(ctrl: &Controller, offset: u64, seed: u8, when: &str) {
         .read_at(offset, IoBuf::new_zeroed(want.len()))
         .await
         .expect("read");
-    assert!(got[..] == want[..], "data read back over TLS differs ({when})");
+    assert!(
+        got[..] == want[..],
+        "data read back over TLS differs ({when})"
+    );
 }
 
 /// Connects `host` with `tls` until it works (the processor node applies the volume's
@@ -162,7 +165,13 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         }
         // Any other host (the CLI provisioning the volume) in plain TCP as before.
         ferrobay_stdout(&[
-            "node", "host", "allow-any", "--data-dir", &data, &subsys, "on",
+            "node",
+            "host",
+            "allow-any",
+            "--data-dir",
+            &data,
+            &subsys,
+            "on",
         ]);
         nodes.push(n);
     }
@@ -196,7 +205,12 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
     let logs = || {
         log_files
             .iter()
-            .map(|(n, p)| format!("--- {n} ---\n{}", std::fs::read_to_string(p).unwrap_or_default()))
+            .map(|(n, p)| {
+                format!(
+                    "--- {n} ---\n{}",
+                    std::fs::read_to_string(p).unwrap_or_default()
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -296,8 +310,15 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
 
     // Takeover: p2 applied the requirement as a standby and reaches the members over TLS.
     procs[0].kill9();
-    wait_owner(bin, &meta_url, "vol1", "p2", Some(epoch1), Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    wait_owner(
+        bin,
+        &meta_url,
+        "vol1",
+        "p2",
+        Some(epoch1),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     rt.block_on(async {
         let e = Controller::connect(plain_addrs[1], NQN, &host, &opts(None))
             .await

@@ -143,7 +143,10 @@ impl BlockDevice for MemberDevice {
 
 /// Connects to a member URL with this node's identity and member options, over TLS when
 /// [`tls_route`] finds the member's TLS listeners.
-pub(crate) async fn open_member(ctx: &Ctx, url: &str) -> Result<Arc<RemoteNamespace>, ProcessorError> {
+pub(crate) async fn open_member(
+    ctx: &Ctx,
+    url: &str,
+) -> Result<Arc<RemoteNamespace>, ProcessorError> {
     let mut parsed = NvmeTcpUrl::parse(url)?;
     let mut opts = ctx.cfg.member_connect.clone();
     if opts.tls.is_some() {
@@ -225,10 +228,17 @@ mod tests {
             Some(vec![a("10.0.0.1:4430")])
         );
         // A node without TLS listeners, an unknown target, a host name: plain TCP.
-        assert_eq!(route("nvme+tcp://10.0.0.2:4420/nqn.2026-01.io.ferrobay:n2:d0/1"), None);
-        assert_eq!(route("nvme+tcp://10.9.9.9:4420/nqn.2014-08.org.x:y/1"), None);
+        assert_eq!(
+            route("nvme+tcp://10.0.0.2:4420/nqn.2026-01.io.ferrobay:n2:d0/1"),
+            None
+        );
+        assert_eq!(
+            route("nvme+tcp://10.9.9.9:4420/nqn.2014-08.org.x:y/1"),
+            None
+        );
         assert_eq!(route("nvme+tcp://jbof:4420/nqn.2014-08.org.x:y/1"), None);
-        let mut u = NvmeTcpUrl::parse("nvme+tcp://10.0.0.3:4420/nqn.2026-01.io.ferrobay:n3:d0/1").unwrap();
+        let mut u =
+            NvmeTcpUrl::parse("nvme+tcp://10.0.0.3:4420/nqn.2026-01.io.ferrobay:n3:d0/1").unwrap();
         let addrs = tls_route(&u, &nodes).unwrap();
         set_paths(&mut u, &addrs);
         assert_eq!(

@@ -70,19 +70,23 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
         .collect();
     // The hosts that must authenticate or use TLS, by volume. Unreadable: keep what is
     // applied (never drop a requirement because the store hiccupped).
-    let auth: Option<BTreeMap<String, VolumeAuthRecord>> =
-        match list_json::<VolumeAuthRecord, _>(ctx.store.as_ref(), VOLUME_AUTH).await {
-            Ok(l) => Some(
-                l.items
-                    .into_iter()
-                    .filter_map(|(key, v)| Some((name_in(VOLUME_AUTH, &key)?.to_string(), v.value)))
-                    .collect(),
-            ),
-            Err(e) => {
-                tracing::warn!(node = %ctx.name, "processor: volume authentication records unreadable: {e}");
-                None
-            }
-        };
+    let auth: Option<BTreeMap<String, VolumeAuthRecord>> = match list_json::<VolumeAuthRecord, _>(
+        ctx.store.as_ref(),
+        VOLUME_AUTH,
+    )
+    .await
+    {
+        Ok(l) => Some(
+            l.items
+                .into_iter()
+                .filter_map(|(key, v)| Some((name_in(VOLUME_AUTH, &key)?.to_string(), v.value)))
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::warn!(node = %ctx.name, "processor: volume authentication records unreadable: {e}");
+            None
+        }
+    };
     let gone: Vec<(String, Entry)> = {
         let mut entries = vols.lock();
         let names: Vec<String> = entries
