@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// missing). Default: $FERROBAY_API_TOKEN, else the cluster's token in the store.
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
-    /// Write `{"name", "nvme": [ADDR:PORT..], "api": ADDR:PORT}` here once serving.
+    /// Write `{"name", "nvme": [ADDR:PORT..], "nvme_tls": [..] (with --tls-listen), "api":
+    /// ADDR:PORT}` here once serving.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
     /// DH-HMAC-CHAP towards the members: FILE holding this node's host secret
@@ -310,5 +311,33 @@ mod tests {
         );
         let missing = dir.path().join("none.key");
         assert!(read_secret_file(&missing, "--dhchap-ctrl-secret").is_err());
+    }
+
+    #[test]
+    fn the_tls_psk_comes_from_a_file_and_errors_never_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = nvme_proto::tls_key::ConfiguredPsk::new(1, &[9; 32])
+            .unwrap()
+            .to_interchange()
+            .to_string();
+        let good = dir.path().join("p1.psk");
+        std::fs::write(&good, format!("{key}\n")).unwrap();
+        let psk = read_tls_psk_file(&good).unwrap();
+        assert_eq!(*psk.to_interchange(), key);
+        let msg = format!("{:#}", read_tls_psk_file(Path::new(&key)).unwrap_err());
+        assert!(
+            msg.contains("takes a FILE") && !msg.contains(&key[16..]),
+            "{msg}"
+        );
+        // A wrong CRC: the file is named, its content is not.
+        let bad = dir.path().join("bad.psk");
+        let mut broken = key.clone();
+        broken.replace_range(20..22, if &key[20..22] == "AA" { "BB" } else { "AA" });
+        std::fs::write(&bad, &broken).unwrap();
+        let msg = format!("{:#}", read_tls_psk_file(&bad).unwrap_err());
+        assert!(
+            msg.contains("bad.psk") && !msg.contains(&broken[16..]),
+            "{msg}"
+        );
     }
 }
