@@ -18,10 +18,17 @@ pub fn subsystem_records(target: &Target) -> Vec<SubsystemRecord> {
         .collect()
 }
 
-/// A storage node's record as of now: role storage, its NVMe/TCP, discovery and HTTP
-/// addresses, its subsystems with their allowed hosts.
+/// A storage node's record as of now: role storage, its NVMe/TCP (plain and TLS apart),
+/// discovery and HTTP addresses, its subsystems with their allowed hosts.
 pub fn storage_node_record(node: &StorageNode, started_unix_ms: u64) -> NodeRecord {
-    let mut r = NodeRecord::new(node.name(), NodeRole::Storage, node.nvme_addrs());
+    let tls = node.tls_addrs();
+    let plain = node
+        .nvme_addrs()
+        .into_iter()
+        .filter(|a| !tls.contains(a))
+        .collect();
+    let mut r = NodeRecord::new(node.name(), NodeRole::Storage, plain);
+    r.tls_addrs = tls;
     r.api_addr = node.http_addr();
     r.discovery_addrs = node.discovery_addr().into_iter().collect();
     r.subsystems = subsystem_records(node.target());

@@ -106,9 +106,11 @@ pub enum NodeRole {
 
 /// The [`NodeRecord`] format this build writes. Format 2 added `discovery_addrs` and
 /// `subsystems` (what the central discovery controller lists); a record without `format`
-/// is format 1 and has neither. Readers ignore fields they do not know, so an older
-/// reader still reads a newer record.
-pub const NODE_RECORD_FORMAT: u32 = 2;
+/// is format 1 and has neither. Format 3 added `tls_addrs` and keeps TLS listeners out of
+/// `nvme_addrs` (a format 2 storage node listed them there, indistinguishable from plain
+/// ones). Readers ignore fields they do not know, so an older reader still reads a newer
+/// record.
+pub const NODE_RECORD_FORMAT: u32 = 3;
 
 fn node_record_format_1() -> u32 {
     1
@@ -123,9 +125,13 @@ pub struct NodeRecord {
     pub format: u32,
     pub name: String,
     pub role: NodeRole,
-    /// NVMe/TCP listeners (I/O and discovery).
+    /// NVMe/TCP listeners (I/O and discovery) in plain TCP.
     #[schema(value_type = Vec<String>, example = json!(["10.0.0.1:4420"]))]
     pub nvme_addrs: Vec<SocketAddr>,
+    /// NVMe/TCP listeners that require TLS 1.3 with a PSK (`--tls-listen`). Format 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>, example = json!(["10.0.0.1:4421"]))]
+    pub tls_addrs: Vec<SocketAddr>,
     /// HTTP control API, if any.
     #[schema(value_type = Option<String>)]
     pub api_addr: Option<SocketAddr>,
@@ -163,6 +169,7 @@ impl NodeRecord {
             name: name.into(),
             role,
             nvme_addrs,
+            tls_addrs: Vec::new(),
             api_addr: None,
             slot: None,
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -475,6 +482,35 @@ mod tests {
         );
         assert!(back.subsystems[0].allows("nqn.2026-01.io.ferrobay:processor:p1"));
         assert!(!back.subsystems[0].allows("nqn.2014-08.org.nvmexpress:uuid:x"));
+    }
+
+    #[test]
+    fn node_records_of_format_3_list_tls_listeners_apart() {
+        let mut r = NodeRecord::new(
+            "n1",
+            NodeRole::Storage,
+            vec!["10.0.0.11:4420".parse().unwrap()],
+        );
+        // Without TLS listeners the record reads as format 2 did.
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("tls_addrs"), "{text}");
+        r.tls_addrs = vec!["10.0.0.11:4421".parse().unwrap()];
+        let text = serde_json::to_string(&r).unwrap();
+        // A format 2 reader sees the plain listener only (it never connects in plain
+        // TCP to the TLS one).
+        #[derive(Deserialize)]
+        struct NodeRecordV2 {
+            nvme_addrs: Vec<SocketAddr>,
+        }
+        let old: NodeRecordV2 = serde_json::from_str(&text).unwrap();
+        assert_eq!(old.nvme_addrs, r.nvme_addrs);
+        let back: NodeRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.format, 3);
+        // A format 2 record has none.
+        let v2 = text.replace(",\"tls_addrs\":[\"10.0.0.11:4421\"]", "");
+        let back: NodeRecord = serde_json::from_str(&v2).unwrap();
+        assert!(back.tls_addrs.is_empty(), "{v2}");
     }
 
     #[test]

@@ -376,6 +376,18 @@ pub fn dhchap_record(
     })
 }
 
+/// The TLS PSK record `--tls-psk FILE` gives for `host_nqn` (`ferrobay volume auth set`);
+/// checked here, errors never show the key.
+pub fn tls_psk_record(
+    host_nqn: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<storage_node::state::TlsPskHostRecord> {
+    Ok(storage_node::state::TlsPskHostRecord {
+        host_nqn: host_nqn.to_string(),
+        psk: read_tls_psk(path)?,
+    })
+}
+
 /// The endpoints file a running node writes into its data dir.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Endpoints {

@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// NVMe/TCP listen address for hosts (repeatable); port 0 picks a free port.
     #[arg(long, required = true)]
     pub listen: Vec<SocketAddr>,
+    /// NVMe/TCP listen address that requires TLS 1.3 with a PSK (repeatable), beside the
+    /// plain ones: hosts given a TLS PSK for a volume (`ferrobay volume auth set ...
+    /// --tls-psk FILE`) connect here; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR")]
+    pub tls_listen: Vec<SocketAddr>,
     /// Metadata store: etcd://HOST:PORT[,HOST:PORT] or embedded:DIR.
     #[arg(long)]
     pub meta: String,
@@ -47,7 +52,8 @@ pub struct RunArgs {
     /// missing). Default: $FERROBAY_API_TOKEN, else the cluster's token in the store.
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
-    /// Write `{"name", "nvme": [ADDR:PORT..], "api": ADDR:PORT}` here once serving.
+    /// Write `{"name", "nvme": [ADDR:PORT..], "nvme_tls": [..] (with --tls-listen), "api":
+    /// ADDR:PORT}` here once serving.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
     /// DH-HMAC-CHAP towards the members: FILE holding this node's host secret
@@ -60,6 +66,13 @@ pub struct RunArgs {
     /// storage nodes too (bidirectional), refusing one that cannot answer.
     #[arg(long, value_name = "FILE", requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<PathBuf>,
+    /// TLS towards the members: FILE holding this node's configured PSK
+    /// (`NVMeTLSkey-1:..`, `ferrobay gen-tls-key > FILE`), the one a storage node
+    /// requires of its host NQN (`ferrobay node host allow NQN HOSTNQN --tls-psk`). Members
+    /// on storage nodes with TLS listeners are then connected through those, over TLS;
+    /// other members in plain TCP. Read once, never logged.
+    #[arg(long, value_name = "FILE")]
+    pub tls_psk: Option<PathBuf>,
 }
 
 /// Reads a DH-HMAC-CHAP secret file; errors name the file and the option, never the
@@ -76,6 +89,26 @@ fn read_secret_file(path: &Path, option: &str) -> anyhow::Result<nvme_proto::aut
         .with_context(|| format!("{option}: reading {}", path.display()))?;
     nvme_proto::auth::DhchapSecret::parse(text.trim())
         .with_context(|| format!("{option}: {} holds no valid DHHC-1 secret", path.display()))
+}
+
+/// Reads a configured TLS PSK file (`--tls-psk`); errors name the file, never the key (a
+/// `NVMeTLSkey-1:..` string where a file is expected is refused: it would show in the
+/// process list).
+fn read_tls_psk_file(path: &Path) -> anyhow::Result<nvme_proto::tls_key::ConfiguredPsk> {
+    if path.to_string_lossy().starts_with("NVMeTLSkey-1:") {
+        return Err(cluster::usage(
+            "--tls-psk takes a FILE holding the key, not the key itself \
+             (it would show in the process list)",
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--tls-psk: reading {}", path.display()))?;
+    nvme_proto::tls_key::ConfiguredPsk::parse(text.trim()).with_context(|| {
+        format!(
+            "--tls-psk: {} holds no valid NVMeTLSkey-1 key",
+            path.display()
+        )
+    })
 }
 
 /// The member credentials `--dhchap-secret` / `--dhchap-ctrl-secret` give, if any.
@@ -98,6 +131,9 @@ fn member_credentials(a: &RunArgs) -> anyhow::Result<Option<nvmf_host::DhchapCre
 struct Endpoints {
     name: String,
     nvme: Vec<String>,
+    /// The `--tls-listen` listeners.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nvme_tls: Vec<String>,
     api: Option<String>,
 }
 
@@ -118,6 +154,7 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     let store = cluster::open_store(&a.meta).await?;
     let mut cfg = ProcessorConfig::new(a.name.clone());
     cfg.listen = a.listen.clone();
+    cfg.tls_listen = a.tls_listen.clone();
     cfg.api_listen = a.api_listen;
     cfg.api_token = cluster::daemon_token(a.api_token_file.as_deref())?;
     cfg.lease_ttl_ms = a.lease_ttl_ms;
@@ -127,6 +164,13 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             host = %control::records::processor_hostnqn(&a.name),
             bidirectional = a.dhchap_ctrl_secret.is_some(),
             "DH-HMAC-CHAP secret loaded for members that require this host to authenticate"
+        );
+    }
+    if let Some(p) = &a.tls_psk {
+        cfg.member_connect.tls = Some(nvmf_host::TlsCredentials::new(read_tls_psk_file(p)?));
+        tracing::info!(
+            host = %control::records::processor_hostnqn(&a.name),
+            "TLS PSK loaded: members on storage nodes with TLS listeners are connected over TLS"
         );
     }
     let processor = Processor::start(store.clone(), cfg)
@@ -161,6 +205,11 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(ToString::to_string)
             .collect(),
+        nvme_tls: processor
+            .tls_addrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         api: api_addr.map(|a| a.to_string()),
     };
     if let Some(path) = &a.endpoints_file
@@ -172,7 +221,7 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = processor.shutdown().await;
         return Err(e);
     }
-    tracing::info!(nvme_tcp = ?endpoints.nvme, api = ?endpoints.api, "processor node {} ready", a.name);
+    tracing::info!(nvme_tcp = ?endpoints.nvme, nvme_tls = ?endpoints.nvme_tls, api = ?endpoints.api, "processor node {} ready", a.name);
     crate::reexec::mark_ready();
 
     let ended = crate::reexec::wait(stop, processor.upgrade_signal()).await;
@@ -262,5 +311,33 @@ mod tests {
         );
         let missing = dir.path().join("none.key");
         assert!(read_secret_file(&missing, "--dhchap-ctrl-secret").is_err());
+    }
+
+    #[test]
+    fn the_tls_psk_comes_from_a_file_and_errors_never_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = nvme_proto::tls_key::ConfiguredPsk::new(1, &[9; 32])
+            .unwrap()
+            .to_interchange()
+            .to_string();
+        let good = dir.path().join("p1.psk");
+        std::fs::write(&good, format!("{key}\n")).unwrap();
+        let psk = read_tls_psk_file(&good).unwrap();
+        assert_eq!(*psk.to_interchange(), key);
+        let msg = format!("{:#}", read_tls_psk_file(Path::new(&key)).unwrap_err());
+        assert!(
+            msg.contains("takes a FILE") && !msg.contains(&key[16..]),
+            "{msg}"
+        );
+        // A wrong CRC: the file is named, its content is not.
+        let bad = dir.path().join("bad.psk");
+        let mut broken = key.clone();
+        broken.replace_range(20..22, if &key[20..22] == "AA" { "BB" } else { "AA" });
+        std::fs::write(&bad, &broken).unwrap();
+        let msg = format!("{:#}", read_tls_psk_file(&bad).unwrap_err());
+        assert!(
+            msg.contains("bad.psk") && !msg.contains(&broken[16..]),
+            "{msg}"
+        );
     }
 }

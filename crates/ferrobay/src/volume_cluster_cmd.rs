@@ -294,24 +294,49 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
             name,
             host_nqn,
             dhchap,
+            tls_psk,
         } => {
-            let rec = crate::node_cmd::dhchap_record(&host_nqn, &dhchap)?;
-            let both = rec.ctrl_secret.is_some();
-            control::volume_auth::set_host(store, &name, rec)
-                .await
-                .with_context(|| format!("require {host_nqn} to authenticate to volume {name}"))?;
-            println!(
-                "volume {name}: host {host_nqn} must authenticate with DH-HMAC-CHAP{}",
-                if both {
-                    " (and can authenticate the controller)"
-                } else {
-                    ""
-                }
-            );
+            if dhchap.dhchap_secret.is_none() && tls_psk.is_none() {
+                return Err(usage("give --dhchap-secret FILE, --tls-psk FILE or both"));
+            }
+            // Both checked before either is stored.
+            let tls = tls_psk
+                .as_deref()
+                .map(|p| crate::node_cmd::tls_psk_record(&host_nqn, p))
+                .transpose()?;
+            let dhchap = dhchap
+                .dhchap_secret
+                .is_some()
+                .then(|| crate::node_cmd::dhchap_record(&host_nqn, &dhchap))
+                .transpose()?;
+            if let Some(rec) = dhchap {
+                let both = rec.ctrl_secret.is_some();
+                control::volume_auth::set_host(store, &name, rec)
+                    .await
+                    .with_context(|| {
+                        format!("require {host_nqn} to authenticate to volume {name}")
+                    })?;
+                println!(
+                    "volume {name}: host {host_nqn} must authenticate with DH-HMAC-CHAP{}",
+                    if both {
+                        " (and can authenticate the controller)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            if let Some(rec) = tls {
+                control::volume_auth::set_host_tls(store, &name, rec)
+                    .await
+                    .with_context(|| format!("require {host_nqn} to use TLS to volume {name}"))?;
+                println!(
+                    "volume {name}: host {host_nqn} must connect over TLS (a --tls-listen listener)"
+                );
+            }
         }
         VolumeAuthCommand::Remove { name, host_nqn } => {
             if control::volume_auth::remove_host(store, &name, &host_nqn).await? {
-                println!("volume {name}: host {host_nqn} no longer authenticates");
+                println!("volume {name}: host {host_nqn} no longer authenticates nor needs TLS");
             } else {
                 return Err(anyhow::anyhow!(
                     "volume {name}: host {host_nqn} was not required to authenticate"
@@ -320,16 +345,28 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
         }
         VolumeAuthCommand::List { name, json } => {
             let hosts = control::volume_auth::auth_hosts(store, &name).await?;
+            let tls = control::volume_auth::tls_hosts(store, &name).await?;
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({ "volume": name, "dhchap_hosts": hosts })
+                    serde_json::json!({ "volume": name, "dhchap_hosts": hosts, "tls_hosts": tls })
                 );
-            } else if hosts.is_empty() {
+            } else if hosts.is_empty() && tls.is_empty() {
                 println!("volume {name}: no host must authenticate");
             } else {
-                for h in hosts {
-                    println!("{h}");
+                let mut all: Vec<&String> = hosts.iter().chain(&tls).collect();
+                all.sort();
+                all.dedup();
+                let width = all.iter().map(|h| h.len()).max().unwrap_or(0);
+                for h in all {
+                    let mut how = Vec::new();
+                    if hosts.contains(h) {
+                        how.push("dh-hmac-chap");
+                    }
+                    if tls.contains(h) {
+                        how.push("tls");
+                    }
+                    println!("{h:<width$}  {}", how.join(","));
                 }
             }
         }

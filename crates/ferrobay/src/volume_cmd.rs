@@ -187,8 +187,8 @@ pub enum VolumeCommand {
     /// Cluster volumes: QoS limits of the volume and of hosts on it (docs/qos.md).
     #[command(subcommand)]
     Qos(VolumeQosCommand),
-    /// Cluster volumes: hosts that must authenticate with DH-HMAC-CHAP to the volume on
-    /// every processor node (docs/security.md). With --meta.
+    /// Cluster volumes: hosts that must authenticate with DH-HMAC-CHAP to the volume, or
+    /// connect to it over TLS, on every processor node (docs/security.md). With --meta.
     #[command(subcommand)]
     Auth(VolumeAuthCommand),
 }
@@ -196,17 +196,23 @@ pub enum VolumeCommand {
 #[derive(Subcommand, Debug)]
 pub enum VolumeAuthCommand {
     /// Require HOST_NQN to authenticate to the volume with --dhchap-secret FILE (and,
-    /// for hosts that authenticate the controller too, --dhchap-ctrl-secret FILE);
-    /// replaces what the host had. Hosts not listed are not affected.
+    /// for hosts that authenticate the controller too, --dhchap-ctrl-secret FILE),
+    /// and/or to connect over TLS with --tls-psk FILE; replaces what the host had for
+    /// what is given. Hosts not listed are not affected.
     Set {
         name: String,
         host_nqn: String,
         #[command(flatten)]
         dhchap: crate::node_cmd::DhchapArgs,
+        /// The host must connect over TLS (a processor node's `--tls-listen` listener)
+        /// with the PSKs derived from this configured PSK: FILE holding the
+        /// `NVMeTLSkey-1:..` line (`ferrobay gen-tls-key > FILE`).
+        #[arg(long, value_name = "FILE")]
+        tls_psk: Option<std::path::PathBuf>,
     },
-    /// No longer require HOST_NQN to authenticate to the volume.
+    /// No longer require HOST_NQN to authenticate to the volume, nor to use TLS.
     Remove { name: String, host_nqn: String },
-    /// The hosts that must authenticate to the volume (never their secrets).
+    /// The hosts that must authenticate to the volume or use TLS (never their secrets).
     List {
         name: String,
         #[arg(long)]

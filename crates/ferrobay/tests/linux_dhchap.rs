@@ -175,8 +175,10 @@ fn linux_host_authenticates_to_a_storage_node() {
         &meta_url,
     ]);
     assert_eq!(
-        ferrobay(&["volume", "auth", "list", "vol1", "--meta", &meta_url]),
-        HOST_C
+        ferrobay(&["volume", "auth", "list", "vol1", "--meta", &meta_url])
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        [HOST_C, "dh-hmac-chap"]
     );
 
     let cfg = GuestConfig::new("linux-dhchap", include_str!("guest/dhchap.sh"))

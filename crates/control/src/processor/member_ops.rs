@@ -111,7 +111,7 @@ async fn replace(
             req.slot, old.url
         ));
     }
-    let ns = open_member(&req.member, &ctx.host, &ctx.cfg.member_connect)
+    let ns = open_member(ctx, &req.member)
         .await
         .map_err(|e| format!("open the new member {}: {e}", req.member))?;
     fence_member(&ns, ctx.key)

@@ -3,14 +3,18 @@
 //! Reservation Conflict fences the whole volume at once (no member I/O leaves this node
 //! after that, not even background work of the volume engine).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use blockdev::{BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
-use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl, RemoteNamespace};
+use meta::schema::{NODES, list_json};
+use nvmf_host::{ConnectOptions, NvmeTcpUrl, RemoteNamespace};
 use tokio::sync::watch;
 
+use super::Ctx;
 use super::error::ProcessorError;
+use crate::records::{NodeRecord, NodeRole};
 
 /// Member connections of a processor node: short timeouts so that a dead storage node
 /// is noticed in seconds (its member fails and the volume goes on degraded) instead of
@@ -137,12 +141,109 @@ impl BlockDevice for MemberDevice {
     }
 }
 
-/// Connects to a member URL with this node's identity.
+/// Connects to a member URL with this node's identity and member options, over TLS when
+/// [`tls_route`] finds the member's TLS listeners.
 pub(crate) async fn open_member(
+    ctx: &Ctx,
     url: &str,
-    host: &HostIdentity,
-    opts: &ConnectOptions,
 ) -> Result<Arc<RemoteNamespace>, ProcessorError> {
-    let parsed = NvmeTcpUrl::parse(url)?;
-    Ok(Arc::new(parsed.open(host, opts).await?))
+    let mut parsed = NvmeTcpUrl::parse(url)?;
+    let mut opts = ctx.cfg.member_connect.clone();
+    if opts.tls.is_some() {
+        let nodes = match list_json::<NodeRecord, _>(ctx.store.as_ref(), NODES).await {
+            Ok(l) => l.items.into_iter().map(|(_, v)| v.value).collect(),
+            Err(e) => {
+                tracing::warn!(node = %ctx.name, url, "processor: node records unreadable, member connected in plain TCP: {e}");
+                Vec::new()
+            }
+        };
+        match tls_route(&parsed, &nodes) {
+            Some(addrs) => set_paths(&mut parsed, &addrs),
+            None => {
+                tracing::debug!(node = %ctx.name, url, "processor: no TLS listener known for the member: plain TCP");
+                opts.tls = None;
+            }
+        }
+    }
+    Ok(Arc::new(parsed.open(&ctx.host, &opts).await?))
+}
+
+/// The TLS listeners of the storage node that `url` names: the node whose record lists one
+/// of the URL's addresses (plain or TLS, IP literals only) and any TLS listener. A member
+/// URL keeps the addresses it was made with (usually the node's plain listeners), so a
+/// processor node with a TLS PSK finds the TLS ones here (node record format 3).
+pub(crate) fn tls_route(url: &NvmeTcpUrl, nodes: &[NodeRecord]) -> Option<Vec<SocketAddr>> {
+    let wanted: Vec<SocketAddr> = url
+        .path_addrs()
+        .iter()
+        .filter_map(|p| Some(SocketAddr::new(p.host.parse::<IpAddr>().ok()?, p.port)))
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Storage && !n.tls_addrs.is_empty())
+        .find(|n| {
+            wanted
+                .iter()
+                .any(|a| n.nvme_addrs.contains(a) || n.tls_addrs.contains(a))
+        })
+        .map(|n| n.tls_addrs.clone())
+}
+
+/// Points `url` at `addrs` (at least one).
+fn set_paths(url: &mut NvmeTcpUrl, addrs: &[SocketAddr]) {
+    let mut it = addrs.iter().map(|a| (a.ip().to_string(), a.port()));
+    if let Some((host, port)) = it.next() {
+        url.host = host;
+        url.port = port;
+        url.more_paths = it.collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage(name: &str, plain: &str, tls: &[&str]) -> NodeRecord {
+        let mut r = NodeRecord::new(name, NodeRole::Storage, vec![plain.parse().unwrap()]);
+        r.tls_addrs = tls.iter().map(|a| a.parse().unwrap()).collect();
+        r
+    }
+
+    #[test]
+    fn members_are_routed_to_their_nodes_tls_listeners() {
+        let nodes = vec![
+            storage("n1", "10.0.0.1:4420", &["10.0.0.1:4430"]),
+            storage("n2", "10.0.0.2:4420", &[]),
+            storage("n3", "10.0.0.3:4420", &["10.0.0.3:4430", "10.0.0.4:4430"]),
+        ];
+        let route = |u: &str| tls_route(&NvmeTcpUrl::parse(u).unwrap(), &nodes);
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            route("nvme+tcp://10.0.0.1:4420/nqn.2026-01.io.ferrobay:n1:d0/1"),
+            Some(vec![a("10.0.0.1:4430")])
+        );
+        // Already the TLS listener: the same.
+        assert_eq!(
+            route("nvme+tcp://10.0.0.1:4430/nqn.2026-01.io.ferrobay:n1:d0/1"),
+            Some(vec![a("10.0.0.1:4430")])
+        );
+        // A node without TLS listeners, an unknown target, a host name: plain TCP.
+        assert_eq!(
+            route("nvme+tcp://10.0.0.2:4420/nqn.2026-01.io.ferrobay:n2:d0/1"),
+            None
+        );
+        assert_eq!(
+            route("nvme+tcp://10.9.9.9:4420/nqn.2014-08.org.x:y/1"),
+            None
+        );
+        assert_eq!(route("nvme+tcp://jbof:4420/nqn.2014-08.org.x:y/1"), None);
+        let mut u =
+            NvmeTcpUrl::parse("nvme+tcp://10.0.0.3:4420/nqn.2026-01.io.ferrobay:n3:d0/1").unwrap();
+        let addrs = tls_route(&u, &nodes).unwrap();
+        set_paths(&mut u, &addrs);
+        assert_eq!(
+            u.to_string(),
+            "nvme+tcp://10.0.0.3:4430,10.0.0.4:4430/nqn.2026-01.io.ferrobay:n3:d0/1"
+        );
+    }
 }

@@ -66,6 +66,9 @@ pub struct ProcessorConfig {
     pub name: String,
     /// NVMe/TCP listeners hosts connect to (port 0 picks one).
     pub listen: Vec<SocketAddr>,
+    /// NVMe/TCP listeners that require TLS 1.3 with a PSK, beside the plain ones: hosts
+    /// given a TLS PSK for a volume (`crate::volume_auth`) must connect here.
+    pub tls_listen: Vec<SocketAddr>,
     /// HTTP control API, if any.
     pub api_listen: Option<SocketAddr>,
     /// The bearer token the API requires; `None`: the cluster's token
@@ -106,6 +109,7 @@ impl ProcessorConfig {
         ProcessorConfig {
             name: name.into(),
             listen: Vec::new(),
+            tls_listen: Vec::new(),
             api_listen: None,
             api_token: None,
             lease_ttl_ms: 4000,
@@ -192,6 +196,7 @@ impl Ctx {
 pub struct Processor {
     ctx: Arc<Ctx>,
     slot: u16,
+    /// The plain listeners, then the TLS ones.
     listeners: Vec<ListenerHandle>,
     api: Option<ApiServer>,
     volumes: Arc<volumes::Volumes>,
@@ -257,6 +262,14 @@ impl Processor {
                     .await?,
             );
         }
+        for (i, addr) in cfg.tls_listen.iter().enumerate() {
+            let role = format!("nvme-tls{i}");
+            let opts = nvmf_target::ListenerOptions {
+                tls: true,
+                ..Default::default()
+            };
+            listeners.push(target.listen_as(Some(&role), *addr, opts).await?);
+        }
         let ports: Vec<u16> = listeners.iter().map(ListenerHandle::port_id).collect();
         let owned: Arc<Mutex<BTreeMap<String, TakeoverReport>>> = Arc::default();
         let health = Arc::new(crate::health::HealthMonitor::new(
@@ -294,11 +307,14 @@ impl Processor {
             ),
             None => None,
         };
+        let (tls, plain): (Vec<&ListenerHandle>, Vec<&ListenerHandle>) =
+            listeners.iter().partition(|l| l.requires_tls());
         let mut record = NodeRecord::new(
             cfg.name.clone(),
             NodeRole::Processor,
-            listeners.iter().map(ListenerHandle::local_addr).collect(),
+            plain.iter().map(|l| l.local_addr()).collect(),
         );
+        record.tls_addrs = tls.iter().map(|l| l.local_addr()).collect();
         record.api_addr = api.as_ref().map(ApiServer::local_addr);
         record.slot = Some(slot);
         record.started_unix_ms = crate::events::now_unix_ms();
@@ -387,10 +403,20 @@ impl Processor {
         self.slot
     }
 
-    /// The NVMe/TCP listeners' addresses (with the ports actually bound).
+    /// The plain NVMe/TCP listeners' addresses (with the ports actually bound).
     pub fn nvme_addrs(&self) -> Vec<SocketAddr> {
+        self.listener_addrs(false)
+    }
+
+    /// The addresses of the listeners that require TLS (`ProcessorConfig::tls_listen`).
+    pub fn tls_addrs(&self) -> Vec<SocketAddr> {
+        self.listener_addrs(true)
+    }
+
+    fn listener_addrs(&self, tls: bool) -> Vec<SocketAddr> {
         self.listeners
             .iter()
+            .filter(|l| l.requires_tls() == tls)
             .map(ListenerHandle::local_addr)
             .collect()
     }
@@ -427,7 +453,8 @@ impl Processor {
         self.ctx.lease.borrow().as_ref().map(|l| l.id)
     }
 
-    /// The ANA state of `group` on each listener, in `nvme_addrs` order.
+    /// The ANA state of `group` on each listener, in `nvme_addrs` order, then the TLS
+    /// listeners in `tls_addrs` order.
     pub fn ana_states(&self, group: u32) -> Vec<AnaState> {
         self.ctx
             .ports

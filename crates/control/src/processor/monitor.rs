@@ -166,9 +166,7 @@ async fn bring_back(
     i: usize,
     url: &str,
 ) -> Result<Arc<RemoteNamespace>, String> {
-    let ns = open_member(url, &ctx.host, &ctx.cfg.member_connect)
-        .await
-        .map_err(|e| e.to_string())?;
+    let ns = open_member(ctx, url).await.map_err(|e| e.to_string())?;
     fence_member(&ns, ctx.key)
         .await
         .map_err(|e| format!("not fenced: {e}"))?;

@@ -43,7 +43,7 @@ async fn reach(
     i: usize,
     url: &str,
 ) -> Result<(Arc<RemoteNamespace>, FenceOutcome), String> {
-    let ns = match open_member(url, &ctx.host, &ctx.cfg.member_connect).await {
+    let ns = match open_member(ctx, url).await {
         Ok(ns) => ns,
         Err(e) => {
             tracing::warn!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use meta::schema::{VOLUME_AUTH, VOLUMES, list_json, name_in};
 use nvmf_target::{ANA_MAX_GROUPS, AnaState, NamespaceConfig, SubsystemConfig};
-use storage_node::state::DhchapHostRecord;
+use storage_node::state::{DhchapHostRecord, TlsPskHostRecord};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -27,6 +27,8 @@ struct Entry {
     export: Arc<ExportDevice>,
     /// The DH-HMAC-CHAP hosts applied to the subsystem (`crate::volume_auth`).
     auth: Vec<DhchapHostRecord>,
+    /// The TLS PSK hosts applied to the subsystem.
+    tls: Vec<TlsPskHostRecord>,
 }
 
 /// The exported volumes, by name.
@@ -66,23 +68,25 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
             (name == v.value.name).then(|| (name.to_string(), v.value))
         })
         .collect();
-    // The hosts that must authenticate, by volume. Unreadable: keep what is applied
-    // (never drop a requirement because the store hiccupped).
-    let auth: Option<BTreeMap<String, Vec<DhchapHostRecord>>> =
-        match list_json::<VolumeAuthRecord, _>(ctx.store.as_ref(), VOLUME_AUTH).await {
-            Ok(l) => Some(
-                l.items
-                    .into_iter()
-                    .filter_map(|(key, v)| {
-                        Some((name_in(VOLUME_AUTH, &key)?.to_string(), v.value.hosts))
-                    })
-                    .collect(),
-            ),
-            Err(e) => {
-                tracing::warn!(node = %ctx.name, "processor: volume authentication records unreadable: {e}");
-                None
-            }
-        };
+    // The hosts that must authenticate or use TLS, by volume. Unreadable: keep what is
+    // applied (never drop a requirement because the store hiccupped).
+    let auth: Option<BTreeMap<String, VolumeAuthRecord>> = match list_json::<VolumeAuthRecord, _>(
+        ctx.store.as_ref(),
+        VOLUME_AUTH,
+    )
+    .await
+    {
+        Ok(l) => Some(
+            l.items
+                .into_iter()
+                .filter_map(|(key, v)| Some((name_in(VOLUME_AUTH, &key)?.to_string(), v.value)))
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::warn!(node = %ctx.name, "processor: volume authentication records unreadable: {e}");
+            None
+        }
+    };
     let gone: Vec<(String, Entry)> = {
         let mut entries = vols.lock();
         let names: Vec<String> = entries
@@ -122,7 +126,9 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
                         }
                     }
                     if let (Some(e), Some(auth)) = (entries.get_mut(&name), &auth) {
-                        apply_auth(ctx, &name, &mut e.auth, auth.get(&name));
+                        let want = auth.get(&name);
+                        apply_auth(ctx, &name, &mut e.auth, want.map(|r| &r.hosts));
+                        apply_tls(ctx, &name, &mut e.tls, want.map(|r| &r.tls_hosts));
                     }
                     None
                 }
@@ -130,7 +136,9 @@ pub(crate) async fn sync(ctx: &Arc<Ctx>, vols: &Volumes) {
                     match add(ctx, &rec) {
                         Ok(mut entry) => {
                             if let Some(auth) = &auth {
-                                apply_auth(ctx, &name, &mut entry.auth, auth.get(&name));
+                                let want = auth.get(&name);
+                                apply_auth(ctx, &name, &mut entry.auth, want.map(|r| &r.hosts));
+                                apply_tls(ctx, &name, &mut entry.tls, want.map(|r| &r.tls_hosts));
                             }
                             entries.insert(name.clone(), entry);
                         }
@@ -229,6 +237,7 @@ fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
         task,
         export,
         auth: Vec::new(),
+        tls: Vec::new(),
     })
 }
 
@@ -270,6 +279,51 @@ fn apply_auth(
             // The reason names the host, never a secret.
             Err(e) => {
                 tracing::warn!(node = %ctx.name, volume = %name, "processor: DH-HMAC-CHAP not applied: {e}")
+            }
+        }
+    }
+    *applied = now;
+}
+
+/// Makes the TLS PSK hosts of the volume's subsystem what its authentication record says
+/// (`applied`: what this node applied before). A host with a PSK is refused on the plain
+/// listeners (the target enforces it); a new or changed key disconnects that host's live
+/// controllers, so that it reconnects over TLS with it.
+fn apply_tls(
+    ctx: &Ctx,
+    name: &str,
+    applied: &mut Vec<TlsPskHostRecord>,
+    want: Option<&Vec<TlsPskHostRecord>>,
+) {
+    let want = want.map(Vec::as_slice).unwrap_or_default();
+    if applied.as_slice() == want {
+        return;
+    }
+    let nqn = volume_nqn(name);
+    for old in applied.iter() {
+        if !want.iter().any(|h| h.host_nqn == old.host_nqn) {
+            let _ = ctx.target.set_host_tls_psk(&nqn, &old.host_nqn, None);
+            tracing::info!(node = %ctx.name, volume = %name, host = %old.host_nqn, "processor: host no longer needs TLS for the volume");
+        }
+    }
+    let mut now = Vec::new();
+    for h in want {
+        if applied.contains(h) {
+            now.push(h.clone());
+            continue;
+        }
+        match h.configured_psk().and_then(|psk| {
+            ctx.target
+                .set_host_tls_psk(&nqn, &h.host_nqn, Some(psk))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(()) => {
+                tracing::info!(node = %ctx.name, volume = %name, host = %h.host_nqn, "processor: host must connect to the volume over TLS");
+                now.push(h.clone());
+            }
+            // The reason names the host, never the key.
+            Err(e) => {
+                tracing::warn!(node = %ctx.name, volume = %name, "processor: TLS PSK not applied: {e}")
             }
         }
     }

@@ -67,6 +67,10 @@ impl ListenerHandle {
     pub fn port_id(&self) -> u16 {
         self.info.portid
     }
+    /// Whether hosts must speak TLS here ([`ListenerOptions::tls`]).
+    pub fn requires_tls(&self) -> bool {
+        self.info.opts.tls
+    }
     /// Sets the ANA state of `group` (1..=[`crate::ANA_MAX_GROUPS`]) on this listener;
     /// its controllers with a namespace of that group get an ANA change event.
     pub fn set_ana_state(&self, group: u32, state: AnaState) -> Result<(), TargetError> {

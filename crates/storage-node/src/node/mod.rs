@@ -542,12 +542,28 @@ impl StorageNode {
         &self.inner.target
     }
 
-    /// Bound NVMe/TCP addresses (real ports when port 0 was asked for).
+    /// Bound NVMe/TCP addresses (real ports when port 0 was asked for): the plain
+    /// listeners, then the TLS ones.
     pub fn nvme_addrs(&self) -> Vec<SocketAddr> {
+        self.listener_addrs(|_| true)
+    }
+
+    /// The bound addresses of the listeners that require TLS (`NodeConfig::tls_listen`).
+    pub fn tls_addrs(&self) -> Vec<SocketAddr> {
+        self.listener_addrs(ListenerHandle::requires_tls)
+    }
+
+    fn listener_addrs(&self, keep: impl Fn(&ListenerHandle) -> bool) -> Vec<SocketAddr> {
         self.inner
             .listeners
             .get()
-            .map(|l| l.nvme.iter().map(|l| l.local_addr()).collect())
+            .map(|l| {
+                l.nvme
+                    .iter()
+                    .filter(|l| keep(l))
+                    .map(|l| l.local_addr())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -1,0 +1,344 @@
+//! NVMe/TCP over TLS through processor nodes, as a user configures it, all as separate
+//! processes on 127.0.0.1 with etcd: two storage nodes (`node run --tls-listen`) require
+//! TLS of both processor nodes' host NQNs (`node host allow ... --tls-psk FILE`); the
+//! processor nodes run with `processor run --tls-psk FILE --tls-listen ADDR`, so they reach
+//! the RAID-1 members through the storage nodes' TLS listeners (found in the node records);
+//! `volume auth set VOL HOSTNQN --tls-psk FILE` makes the volume require TLS of a host.
+//! Ferrobay's initiator writes and reads back through the owner's TLS listener; the same
+//! host in plain TCP, and with a wrong key, is refused (the processor node logs why, never
+//! a key) while other hosts keep working; after `kill -9` of the owner the other processor
+//! node takes over with the requirement in force and serves the data over TLS.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use blockdev::IoBuf;
+use common::cluster::{Daemon, node_run_args, processor_run_args, wait_owner};
+use common::{ferrobay_bin, ferrobay_stdout, scratch_dir};
+use nvme_proto::tls_key::ConfiguredPsk;
+use nvmf_host::{ConnectOptions, Controller, HostIdentity, TlsCredentials};
+use serde_json::Value;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-0000000071b6";
+const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-00000000eeef";
+const NQN: &str = "nqn.2026-01.io.ferrobay:vol:vol1";
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const LEASE_TTL_MS: &str = "2000";
+
+fn spawn(name: &str, dir: &Path, args: &[String]) -> Daemon {
+    Daemon::spawn(Path::new(ferrobay_bin()), name, dir, args, "info", |_| {})
+        .expect("spawn ferrobay")
+}
+
+fn wait_json(d: &mut Daemon, path: &Path) -> Value {
+    d.wait_json(path, READY_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}:\n{}", d.log()))
+}
+
+/// A new configured PSK (SHA-256) in FILE; returns the key.
+fn key_file(path: &Path) -> String {
+    let k = ferrobay_stdout(&["gen-tls-key", "--hmac", "1"])
+        .trim()
+        .to_string();
+    ConfiguredPsk::parse(&k).expect("gen-tls-key prints a valid key");
+    std::fs::write(path, format!("{k}\n")).unwrap();
+    k
+}
+
+fn opts(tls: Option<&str>) -> ConnectOptions {
+    ConnectOptions {
+        io_queues: 2,
+        queue_size: 32,
+        connect_timeout_ms: 5000,
+        ctrl_loss_tmo_ms: Some(0),
+        tls: tls.map(|k| TlsCredentials::new(ConfiguredPsk::parse(k).unwrap())),
+        ..ConnectOptions::default()
+    }
+}
+
+fn identity(nqn: &str, b: u8) -> HostIdentity {
+    HostIdentity {
+        hostnqn: nqn.into(),
+        hostid: [b; 16],
+    }
+}
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..262_144u32)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect()
+}
+
+async fn write_at(ctrl: &Controller, offset: u64, seed: u8) {
+    let ns = ctrl.namespace(1).await.expect("namespace 1");
+    ns.write_at(offset, IoBuf::from_slice(&pattern(seed)), false)
+        .await
+        .expect("write");
+}
+
+async fn check_at(ctrl: &Controller, offset: u64, seed: u8, when: &str) {
+    let want = pattern(seed);
+    let ns = ctrl.namespace(1).await.expect("namespace 1");
+    let got = ns
+        .read_at(offset, IoBuf::new_zeroed(want.len()))
+        .await
+        .expect("read");
+    assert!(
+        got[..] == want[..],
+        "data read back over TLS differs ({when})"
+    );
+}
+
+/// Connects `host` with `tls` until it works (the processor node applies the volume's
+/// authentication record at its next poll).
+async fn connect_within(addr: SocketAddr, host: &HostIdentity, tls: Option<&str>) -> Controller {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match Controller::connect(addr, NQN, host, &opts(tls)).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("connect to {addr}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Waits until `log()` has every line in `want`.
+fn wait_log(log: &dyn Fn() -> String, want: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let l = log();
+        if want.iter().all(|w| l.contains(w)) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no {want:?} in the log:\n{l}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn processor_nodes_use_tls_towards_members_and_hosts() {
+    let dir = scratch_dir("tls-processor");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let member_psk = dir.path().join("processor.psk");
+    let member_key = key_file(&member_psk);
+    let host_psk = dir.path().join("host.psk");
+    let host_key = key_file(&host_psk);
+
+    // Storage nodes: a TLS listener each; the processor nodes' host NQNs must use it.
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let d = dir.path().join(name);
+        let drive = "d0=ram:128M";
+        let mut args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), drive, &d);
+        args.extend(["--tls-listen".to_string(), "127.0.0.1:0".to_string()]);
+        let mut n = spawn(name, &d, &args);
+        let e = wait_json(&mut n, &d.join("endpoints.json"));
+        assert_eq!(e["nvme_tcp"].as_array().unwrap().len(), 2, "{e}");
+        let data = d.display().to_string();
+        let subsys = format!("nqn.2026-01.io.ferrobay:{name}:d0");
+        for p in ["p1", "p2"] {
+            let hostnqn = format!("nqn.2026-01.io.ferrobay:processor:{p}");
+            ferrobay_stdout(&[
+                "node",
+                "host",
+                "allow",
+                "--data-dir",
+                &data,
+                &subsys,
+                &hostnqn,
+                "--tls-psk",
+                member_psk.to_str().unwrap(),
+            ]);
+        }
+        // Any other host (the CLI provisioning the volume) in plain TCP as before.
+        ferrobay_stdout(&[
+            "node",
+            "host",
+            "allow-any",
+            "--data-dir",
+            &data,
+            &subsys,
+            "on",
+        ]);
+        nodes.push(n);
+    }
+    let mut procs = Vec::new();
+    let mut plain_addrs: Vec<SocketAddr> = Vec::new();
+    let mut tls_addrs: Vec<SocketAddr> = Vec::new();
+    for name in ["p1", "p2"] {
+        let d = dir.path().join(name);
+        let ep = d.join("endpoints.json");
+        let mut args = processor_run_args(name, &meta_url, LEASE_TTL_MS, &ep);
+        args.extend(
+            [
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--tls-psk",
+                member_psk.to_str().unwrap(),
+            ]
+            .map(String::from),
+        );
+        let mut p = spawn(name, &d, &args);
+        let e = wait_json(&mut p, &ep);
+        plain_addrs.push(e["nvme"][0].as_str().unwrap().parse().unwrap());
+        tls_addrs.push(e["nvme_tls"][0].as_str().unwrap().parse().unwrap());
+        procs.push(p);
+    }
+    let log_files: Vec<(String, std::path::PathBuf)> = nodes
+        .iter()
+        .chain(procs.iter())
+        .map(|d| (d.name.clone(), d.log.clone()))
+        .collect();
+    let logs = || {
+        log_files
+            .iter()
+            .map(|(n, p)| {
+                format!(
+                    "--- {n} ---\n{}",
+                    std::fs::read_to_string(p).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let out = ferrobay_stdout(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid1",
+        "--size",
+        "32M",
+        "--storage-nodes",
+        "n1,n2",
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        &meta_url,
+    ]);
+    assert!(out.contains(NQN), "{out}");
+    let bin = Path::new(ferrobay_bin());
+    let view = wait_owner(bin, &meta_url, "vol1", "p1", None, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let epoch1 = view["owner"]["epoch"].as_u64().unwrap();
+    // p1 reached both members: over TLS, the only way the storage nodes let it in.
+    let l = logs();
+    assert!(
+        !l.contains("must connect through a TLS listener"),
+        "a processor node connected a member in plain TCP:\n{l}"
+    );
+
+    let out = ferrobay_stdout(&[
+        "volume",
+        "auth",
+        "set",
+        "vol1",
+        HOST,
+        "--tls-psk",
+        host_psk.to_str().unwrap(),
+        "--meta",
+        &meta_url,
+    ]);
+    assert!(out.contains("must connect over TLS"), "{out}");
+    let list = ferrobay_stdout(&["volume", "auth", "list", "vol1", "--meta", &meta_url]);
+    assert_eq!(
+        list.split_whitespace().collect::<Vec<_>>(),
+        [HOST, "tls"],
+        "{list}"
+    );
+
+    let host = identity(HOST, 0x71);
+    rt.block_on(async {
+        let other = connect_within(plain_addrs[0], &identity(OTHER, 0xee), None).await;
+        write_at(&other, 1 << 20, 9).await;
+
+        let ctrl = connect_within(tls_addrs[0], &host, Some(&host_key)).await;
+        write_at(&ctrl, 0, 1).await;
+        check_at(&ctrl, 0, 1, "through p1").await;
+
+        // The TLS host in plain TCP: refused (and not only once the record is applied:
+        // connect_within above waited for that).
+        let e = Controller::connect(plain_addrs[0], NQN, &host, &opts(None))
+            .await
+            .unwrap_err();
+        assert!(!e.to_string().is_empty());
+        let wrong = ConfiguredPsk::new(1, &[0x5a; 32])
+            .unwrap()
+            .to_interchange()
+            .to_string();
+        let e = Controller::connect(tls_addrs[0], NQN, &host, &opts(Some(&wrong)))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("does not accept this host's PSK"),
+            "{e}"
+        );
+        // The node keeps serving: the TLS host and the other one.
+        check_at(&ctrl, 0, 1, "after the refusals").await;
+        check_at(&other, 1 << 20, 9, "other host").await;
+        ctrl.disconnect().await;
+        other.disconnect().await;
+    });
+    let p1_log = || std::fs::read_to_string(&procs[0].log).unwrap_or_default();
+    let l = wait_log(
+        &p1_log,
+        &[
+            "must connect through a TLS listener",
+            "TLS handshake refused",
+            "processor: host must connect to the volume over TLS",
+        ],
+    );
+    assert!(l.contains(HOST), "the refusal names the host:\n{l}");
+    let all = logs();
+    for k in [&member_key, &host_key] {
+        let b64 = k.split(':').nth(2).unwrap();
+        assert!(!all.contains(b64), "a PSK reached a log");
+    }
+
+    // Takeover: p2 applied the requirement as a standby and reaches the members over TLS.
+    procs[0].kill9();
+    wait_owner(
+        bin,
+        &meta_url,
+        "vol1",
+        "p2",
+        Some(epoch1),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    rt.block_on(async {
+        let e = Controller::connect(plain_addrs[1], NQN, &host, &opts(None))
+            .await
+            .unwrap_err();
+        assert!(!e.to_string().is_empty());
+        let ctrl = connect_within(tls_addrs[1], &host, Some(&host_key)).await;
+        check_at(&ctrl, 0, 1, "through p2 after the takeover").await;
+        ctrl.disconnect().await;
+    });
+    let l = std::fs::read_to_string(&procs[1].log).unwrap_or_default();
+    assert!(
+        l.contains("must connect through a TLS listener"),
+        "p2 refused the plain host:\n{l}"
+    );
+    for n in &nodes {
+        let l = std::fs::read_to_string(&n.log).unwrap_or_default();
+        assert!(
+            !l.contains("must connect through a TLS listener"),
+            "{}: a processor node connected in plain TCP:\n{l}",
+            n.name
+        );
+    }
+}
