@@ -19,6 +19,11 @@ pub struct Cli {
     /// Log as JSON lines (structured logs for daemons under a supervisor).
     #[arg(long, global = true)]
     pub log_json: bool,
+    /// Trust the CA certificates in FILE (PEM) for the https:// APIs this command calls;
+    /// with it, API addresses without a scheme are reached over https too. Default:
+    /// $FERROBAY_CA_CERT. No other CA is trusted (clusters use their own: `gen-cert`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
