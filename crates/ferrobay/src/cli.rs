@@ -138,7 +138,11 @@ fn gen_cert(a: GenCertArgs) -> anyhow::Result<ExitCode> {
     }
     write_file(&key, &g.key_pem, true)?;
     write_file(&cert, &g.cert_pem, false)?;
-    let ca_note = if reuse.is_some() { " (existing CA)" } else { "" };
+    let ca_note = if reuse.is_some() {
+        " (existing CA)"
+    } else {
+        ""
+    };
     println!("CA:          {}{ca_note}", ca.display());
     println!("certificate: {} for {}", cert.display(), a.names.join(", "));
     println!("key:         {} (0600)", key.display());

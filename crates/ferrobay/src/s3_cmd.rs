@@ -290,7 +290,11 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = GatewayConfig::new(a.listen, root);
     config.region = a.region;
     config.tls = a.tls.load()?;
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     config.objects.default_geometry = geometry;
     config.objects.inline_max_bytes = usize::try_from(inline_max).unwrap_or(usize::MAX);
     let (running, stores_text) = match meta {

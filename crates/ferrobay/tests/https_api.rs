@@ -63,7 +63,11 @@ fn node_api_over_https_with_the_ca_and_refused_without() {
         ],
         &[],
     );
-    let (ca, cert, key) = (tls.join("ca.pem"), tls.join("cert.pem"), tls.join("key.pem"));
+    let (ca, cert, key) = (
+        tls.join("ca.pem"),
+        tls.join("cert.pem"),
+        tls.join("key.pem"),
+    );
     let data = dir.path().join("n1");
     let node = NodeProcess::start_with(
         "n1",
@@ -80,7 +84,14 @@ fn node_api_over_https_with_the_ca_and_refused_without() {
 
     // Through the data dir (its endpoints name https) and through --api.
     let health = ok(
-        &["node", "health", "--data-dir", s(&data), "--ca-cert", s(&ca)],
+        &[
+            "node",
+            "health",
+            "--data-dir",
+            s(&data),
+            "--ca-cert",
+            s(&ca),
+        ],
         &[],
     );
     assert!(!health.is_empty());
@@ -162,11 +173,21 @@ fn node_api_over_https_with_the_ca_and_refused_without() {
         ],
         &[],
     );
-    assert!(e.contains("api-token") && e.contains("no certificate"), "{e}");
+    assert!(
+        e.contains("api-token") && e.contains("no certificate"),
+        "{e}"
+    );
 
     // The node kept serving through all of that.
     ok(
-        &["node", "health", "--data-dir", s(&data), "--ca-cert", s(&ca)],
+        &[
+            "node",
+            "health",
+            "--data-dir",
+            s(&data),
+            "--ca-cert",
+            s(&ca),
+        ],
         &[],
     );
     let log = node.log();
@@ -206,7 +227,10 @@ fn bad_certificate_files_stop_node_run_with_a_reason() {
         )
     };
     let e = node_run(&tls.join("cert.pem"), &tls.join("missing.pem"));
-    assert!(e.contains("missing.pem") && e.contains("no such file"), "{e}");
+    assert!(
+        e.contains("missing.pem") && e.contains("no such file"),
+        "{e}"
+    );
     let e = node_run(&tls.join("cert.pem"), &tls.join("ca.pem"));
     assert!(e.contains("no private key"), "{e}");
     let e = node_run(&tls.join("cert.pem"), &tls.join("ca-key.pem"));

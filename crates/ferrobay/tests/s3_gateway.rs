@@ -374,11 +374,22 @@ fn aws_cli_over_https() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tls = dir.path().join("tls");
     let out = ferrobay()
-        .args(["gen-cert", "--name", "127.0.0.1", "--name", "localhost", "--out-dir"])
+        .args([
+            "gen-cert",
+            "--name",
+            "127.0.0.1",
+            "--name",
+            "localhost",
+            "--out-dir",
+        ])
         .arg(&tls)
         .output()
         .expect("run gen-cert");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta = format!("sqlite:{}", dir.path().join("index.db").display());
     let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
     let gw = start_gateway_with(
@@ -400,15 +411,33 @@ fn aws_cli_over_https() {
     std::fs::write(work.join("obj.bin"), &data).expect("write");
     let ca = tls.join("ca.pem");
     let ca = ca.to_str().expect("utf-8 path");
-    aws_ok(&e, &["--ca-bundle", ca, "s3", "mb", "s3://tls-bucket"], &work);
     aws_ok(
         &e,
-        &["--ca-bundle", ca, "s3", "cp", "obj.bin", "s3://tls-bucket/obj.bin"],
+        &["--ca-bundle", ca, "s3", "mb", "s3://tls-bucket"],
         &work,
     );
     aws_ok(
         &e,
-        &["--ca-bundle", ca, "s3", "cp", "s3://tls-bucket/obj.bin", "back.bin"],
+        &[
+            "--ca-bundle",
+            ca,
+            "s3",
+            "cp",
+            "obj.bin",
+            "s3://tls-bucket/obj.bin",
+        ],
+        &work,
+    );
+    aws_ok(
+        &e,
+        &[
+            "--ca-bundle",
+            ca,
+            "s3",
+            "cp",
+            "s3://tls-bucket/obj.bin",
+            "back.bin",
+        ],
         &work,
     );
     assert_eq!(std::fs::read(work.join("back.bin")).expect("read"), data);
@@ -418,7 +447,11 @@ fn aws_cli_over_https() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("SSL") || err.contains("certificate"), "{err}");
     // The gateway still serves a trusting client.
-    let ls = aws_ok(&e, &["--ca-bundle", ca, "s3", "ls", "s3://tls-bucket"], &work);
+    let ls = aws_ok(
+        &e,
+        &["--ca-bundle", ca, "s3", "ls", "s3://tls-bucket"],
+        &work,
+    );
     assert!(ls.contains("obj.bin"), "{ls}");
 }
 
