@@ -142,10 +142,15 @@ async fn accept_loop(
         let service = service.clone();
         let tls = tls.clone();
         let watcher = graceful.watcher();
+        let mut stop = stopped.clone();
         tokio::spawn(async move {
             let io = match &tls {
                 None => MaybeTls::Plain(stream),
-                Some(tls) => match tls.accept(stream).await {
+                // A handshake still running at stop is dropped: it has no request yet.
+                Some(tls) => match tokio::select! {
+                    r = tls.accept(stream) => r,
+                    _ = stop.changed() => return,
+                } {
                     Ok(s) => s,
                     Err(e) => {
                         // A port scanner, a plain-HTTP client, an untrusting client:

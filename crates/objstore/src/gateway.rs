@@ -262,12 +262,16 @@ async fn serve(
         let http = http.clone();
         let tls = tls.clone();
         let watcher = graceful.watcher();
+        let mut stopping = stop.clone();
         // The TLS handshake in the connection's own task: a slow or broken client holds
-        // up no other.
+        // up no other. One still running at shutdown is dropped (it has no request yet).
         tokio::spawn(async move {
             let io = match &tls {
                 None => httpapi::tls::MaybeTls::Plain(socket),
-                Some(tls) => match tls.accept(socket).await {
+                Some(tls) => match tokio::select! {
+                    r = tls.accept(socket) => r,
+                    _ = stopping.changed() => return,
+                } {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::debug!("S3 TLS handshake failed: {e}");
