@@ -157,7 +157,11 @@ async fn plain_http_and_garbage_do_not_disturb_others() {
     // A handshake still stalled does not hold up the stop.
     let t = std::time::Instant::now();
     s.stop().await;
-    assert!(t.elapsed() < Duration::from_secs(3), "stop took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        t.elapsed()
+    );
     drop(stalled);
 }
 
