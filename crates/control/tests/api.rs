@@ -733,3 +733,59 @@ fn openapi_documents_are_current() {
         "stale OpenAPI documents {stale:?}: run FERROBAY_UPDATE_OPENAPI=1 cargo test -p control --test api openapi"
     );
 }
+
+/// The API and the dashboard on its port over HTTPS (`ApiServer::start_tls`): a client
+/// trusting the CA gets answers (the token still required), one without it is refused.
+#[tokio::test]
+async fn api_and_dashboard_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = embedded_store(&dir.path().join("meta")).await;
+    let token = control::auth::cluster_token(store.as_ref()).await.unwrap();
+    let g = httpapi::tls::generate(&["127.0.0.1".to_string()], 30, 30, None).unwrap();
+    let (ca, cert, key) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("cert.pem"),
+        dir.path().join("key.pem"),
+    );
+    std::fs::write(&ca, &g.ca_cert_pem).unwrap();
+    std::fs::write(&cert, &g.cert_pem).unwrap();
+    std::fs::write(&key, &g.key_pem).unwrap();
+    let api = ApiServer::start_tls(
+        local0(),
+        ApiConfig {
+            store: store.clone(),
+            host: HostIdentity::from_hostnqn("nqn.2026-01.io.ferrobay:test:api").unwrap(),
+            token: token.clone(),
+            node_name: "p1".into(),
+            metrics: None,
+            health: None,
+            upgrade: None,
+        },
+        Some(httpapi::tls::ServerTls::from_pem_files(&cert, &key).unwrap()),
+    )
+    .await
+    .unwrap();
+    let url = format!("https://{}", api.local_addr());
+    let trusted = || {
+        HttpClient::new(url.clone()).with_tls(httpapi::tls::ClientTls::from_ca_file(&ca).unwrap())
+    };
+    let (status, _) = trusted().request("GET", "/ui/", None).await.unwrap();
+    assert_eq!(status, 200);
+    let e = trusted()
+        .call::<serde_json::Value>("GET", "/api/v1/nodes", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(401), "{e}");
+    let nodes: serde_json::Value = trusted()
+        .with_token(Some(token.as_str().to_string()))
+        .call("GET", "/api/v1/nodes", None)
+        .await
+        .unwrap();
+    assert!(nodes.is_array() || nodes.is_object(), "{nodes}");
+    let e = HttpClient::new(url.clone())
+        .request("GET", "/healthz", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Tls { .. }), "{e:?}");
+    api.stop().await;
+}

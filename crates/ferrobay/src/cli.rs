@@ -19,6 +19,11 @@ pub struct Cli {
     /// Log as JSON lines (structured logs for daemons under a supervisor).
     #[arg(long, global = true)]
     pub log_json: bool,
+    /// Trust the CA certificates in FILE (PEM) for the https:// APIs this command calls;
+    /// with it, API addresses without a scheme are reached over https too. Default:
+    /// $FERROBAY_CA_CERT. No other CA is trusted (clusters use their own: `gen-cert`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -62,6 +67,112 @@ pub enum Command {
     /// Generate a configured TLS PSK (`NVMeTLSkey-1:..`, like `nvme gen-tls-key`) for
     /// `ferrobay node host allow --tls-psk` and the host's `nvme connect --tls`.
     GenTlsKey(GenTlsKeyArgs),
+    /// Generate a self-signed CA (ca.pem, ca-key.pem) and a server certificate it signs
+    /// (cert.pem, key.pem) for the HTTPS of the APIs and S3 (`--tls-cert`, `--tls-key`;
+    /// clients take `--ca-cert ca.pem`). A CA already in DIR is reused.
+    GenCert(GenCertArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenCertArgs {
+    /// Directory to write into (made if missing); key files are made 0600.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: std::path::PathBuf,
+    /// A name clients reach the server by (repeatable): a DNS name, or an IP address (an
+    /// IP SAN). The first is also the certificate's common name.
+    #[arg(long = "name", value_name = "HOST", required = true)]
+    pub names: Vec<String>,
+    /// Days the server certificate is valid.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub days: u32,
+    /// Days a new CA is valid.
+    #[arg(long, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub ca_days: u32,
+    /// Replace cert.pem and key.pem if they exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn gen_cert(a: GenCertArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let dir = &a.out_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let (ca, ca_key, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("ca-key.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    for p in [&cert, &key] {
+        if p.exists() && !a.force {
+            return Err(crate::cluster::usage(format!(
+                "{} exists (--force replaces it)",
+                p.display()
+            )));
+        }
+    }
+    let reuse = match (ca.exists(), ca_key.exists()) {
+        (true, true) => Some((
+            std::fs::read_to_string(&ca).with_context(|| format!("read {}", ca.display()))?,
+            std::fs::read_to_string(&ca_key)
+                .with_context(|| format!("read {}", ca_key.display()))?,
+        )),
+        (false, false) => None,
+        _ => {
+            return Err(crate::cluster::usage(format!(
+                "{} has one of ca.pem and ca-key.pem but not the other",
+                dir.display()
+            )));
+        }
+    };
+    let g = httpapi::tls::generate(
+        &a.names,
+        a.days,
+        a.ca_days,
+        reuse.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+    )
+    .with_context(|| format!("certificate for {}", a.names.join(", ")))?;
+    if reuse.is_none() {
+        write_file(&ca_key, &g.ca_key_pem, true)?;
+        write_file(&ca, &g.ca_cert_pem, false)?;
+    }
+    write_file(&key, &g.key_pem, true)?;
+    write_file(&cert, &g.cert_pem, false)?;
+    let ca_note = if reuse.is_some() {
+        " (existing CA)"
+    } else {
+        ""
+    };
+    println!("CA:          {}{ca_note}", ca.display());
+    println!("certificate: {} for {}", cert.display(), a.names.join(", "));
+    println!("key:         {} (0600)", key.display());
+    println!(
+        "serve with --tls-cert {} --tls-key {}; clients take --ca-cert {}",
+        cert.display(),
+        key.display(),
+        ca.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to `path` through a temporary file; a `secret` is 0600 from the start.
+fn write_file(path: &std::path::Path, text: &str, secret: bool) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("pem.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if secret { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .with_context(|| format!("create {}", tmp.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -155,6 +266,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Version(a) => cluster_cmd::version(&a),
         Command::GenDhchapKey(a) => gen_dhchap_key(a),
         Command::GenTlsKey(a) => gen_tls_key(a),
+        Command::GenCert(a) => gen_cert(a),
     }
 }
 

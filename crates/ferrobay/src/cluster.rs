@@ -141,3 +141,44 @@ mod tests {
         assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("raid7"));
     }
 }
+
+/// `--tls-cert FILE --tls-key FILE`: serve a daemon's HTTP port (API, dashboard, S3) over
+/// TLS. Certificates are read once at start (restart to renew them).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServerTlsArgs {
+    /// Serve HTTPS with this certificate chain (PEM: the server's certificate first, then
+    /// intermediates), e.g. cert.pem of `ferrobay gen-cert`. Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM; keep it 0600). Never logged.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl ServerTlsArgs {
+    /// The loaded certificate and key, checked (a bad file is a one-line error naming it).
+    pub fn load(&self) -> anyhow::Result<Option<httpapi::tls::ServerTls>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Ok(Some(
+                httpapi::tls::ServerTls::from_pem_files(c, k).context("--tls-cert/--tls-key")?,
+            )),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Makes the CAs of `--ca-cert FILE` (else `$FERROBAY_CA_CERT`) the trust of every API
+/// client of this process (`httpapi::tls::set_default_client`).
+pub fn trust_ca(ca_cert: Option<&Path>) -> anyhow::Result<()> {
+    let from_env = std::env::var_os("FERROBAY_CA_CERT")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    let (path, what) = match (ca_cert, &from_env) {
+        (Some(p), _) => (p, "--ca-cert"),
+        (None, Some(p)) => (p.as_path(), "FERROBAY_CA_CERT"),
+        (None, None) => return Ok(()),
+    };
+    let tls = httpapi::tls::ClientTls::from_ca_file(path).context(what)?;
+    httpapi::tls::set_default_client(Some(tls));
+    Ok(())
+}

@@ -33,6 +33,10 @@ fn main() -> std::process::ExitCode {
         _ => "info",
     };
     init_logging(cli.log_json, default_level);
+    if let Err(e) = cluster::trust_ca(cli.ca_cert.as_deref()) {
+        eprintln!("ferrobay: {}", error_line(&e));
+        return std::process::ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -107,6 +107,9 @@ pub struct RunArgs {
     /// address's IP).
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
+    /// HTTPS for the HTTP port (the NVMe/TCP TLS of --tls-listen uses PSKs instead).
+    #[command(flatten)]
+    pub http_tls: crate::cluster::ServerTlsArgs,
     /// A drive, `[NAME=]SPEC` with SPEC one of ram:SIZE, null:SIZE, file:PATH[:SIZE], /dev/...
     /// or volume:NAME (a local volume, see --volumes-dir) (repeatable). Omit on restart to
     /// bring up the drives in the data dir.
@@ -179,7 +182,8 @@ impl RunArgs {
 /// Where to reach a running node's control API.
 #[derive(Args, Debug)]
 pub struct ApiArgs {
-    /// The node's HTTP address (ADDR:PORT).
+    /// The node's HTTP address: ADDR:PORT, http://ADDR:PORT or https://ADDR:PORT (a
+    /// bare ADDR:PORT is https with --ca-cert).
     #[arg(long, conflicts_with = "data_dir")]
     pub api: Option<String>,
     /// The node's data dir: its HTTP address is read from DATA_DIR/endpoints.json, its
@@ -436,6 +440,7 @@ async fn serve_node(a: RunArgs) -> anyhow::Result<ExitCode> {
             DEFAULT_HTTP_PORT,
         )
     }));
+    cfg.http_tls = a.http_tls.load()?;
     cfg.drives = a
         .drive
         .iter()
@@ -487,7 +492,11 @@ async fn serve_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     let endpoints = Endpoints {
         nvme_tcp: node.nvme_addrs().iter().map(ToString::to_string).collect(),
         discovery: node.discovery_addr().map(|a| a.to_string()),
-        http: node.http_addr().map(|a| a.to_string()),
+        // A client reading the data dir learns the scheme too.
+        http: node.http_addr().map(|addr| match a.http_tls.tls_cert {
+            Some(_) => format!("https://{addr}"),
+            None => addr.to_string(),
+        }),
     };
     write_endpoints(&a.data_dir, &endpoints)?;
     for s in node.subsystems() {

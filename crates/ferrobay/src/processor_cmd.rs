@@ -73,6 +73,9 @@ pub struct RunArgs {
     /// other members in plain TCP. Read once, never logged.
     #[arg(long, value_name = "FILE")]
     pub tls_psk: Option<PathBuf>,
+    /// HTTPS for the API (and the dashboard on it).
+    #[command(flatten)]
+    pub tls: cluster::ServerTlsArgs,
 }
 
 /// Reads a DH-HMAC-CHAP secret file; errors name the file and the option, never the
@@ -137,6 +140,15 @@ struct Endpoints {
     api: Option<String>,
 }
 
+/// The address clients use: `https://ADDR` over TLS, else `ADDR` as before.
+fn api_url(https: bool, addr: SocketAddr) -> String {
+    if https {
+        format!("https://{addr}")
+    } else {
+        addr.to_string()
+    }
+}
+
 async fn run_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     crate::reexec::daemon_started();
     serve_processor(a).await.map_err(crate::reexec::fall_back)
@@ -157,6 +169,8 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.tls_listen = a.tls_listen.clone();
     cfg.api_listen = a.api_listen;
     cfg.api_token = cluster::daemon_token(a.api_token_file.as_deref())?;
+    let api_tls = a.tls.load()?;
+    cfg.api_tls = api_tls.clone();
     cfg.lease_ttl_ms = a.lease_ttl_ms;
     cfg.member_connect.dhchap = member_credentials(&a)?;
     if cfg.member_connect.dhchap.is_some() {
@@ -185,6 +199,7 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             addr,
             cluster::daemon_token(a.api_token_file.as_deref())?,
             processor.upgrade_signal().clone(),
+            api_tls,
         )
         .await
         {
@@ -210,7 +225,7 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(ToString::to_string)
             .collect(),
-        api: api_addr.map(|a| a.to_string()),
+        api: api_addr.map(|addr| api_url(a.tls.tls_cert.is_some(), addr)),
     };
     if let Some(path) = &a.endpoints_file
         && let Err(e) = cluster::write_json_file(path, &endpoints)
@@ -250,6 +265,7 @@ async fn start_api(
     addr: SocketAddr,
     token: Option<httpapi::auth::Token>,
     upgrade: release::UpgradeSignal,
+    tls: Option<httpapi::tls::ServerTls>,
 ) -> anyhow::Result<ApiServer> {
     let host = nvmf_host::HostIdentity::from_hostnqn(&control::records::processor_hostnqn(name))?;
     let token = match token {
@@ -265,7 +281,7 @@ async fn start_api(
         health: None,
         upgrade: Some(upgrade),
     };
-    ApiServer::start(addr, cfg)
+    ApiServer::start_tls(addr, cfg, tls)
         .await
         .with_context(|| format!("HTTP API on {addr}"))
 }

@@ -105,6 +105,9 @@ pub struct RunArgs {
     /// Write `{"s3": "ADDR:PORT"}` here once serving.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
+    /// HTTPS for S3 (clients: `aws --ca-bundle ca.pem`, boto3 `verify="ca.pem"`).
+    #[command(flatten)]
+    pub tls: cluster::ServerTlsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -286,6 +289,12 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     let index = open_index(&a.index).await?;
     let mut config = GatewayConfig::new(a.listen, root);
     config.region = a.region;
+    config.tls = a.tls.load()?;
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     config.objects.default_geometry = geometry;
     config.objects.inline_max_bytes = usize::try_from(inline_max).unwrap_or(usize::MAX);
     let (running, stores_text) = match meta {
@@ -316,7 +325,7 @@ async fn run_gateway(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let addr = running.gateway().local_addr();
     println!(
-        "S3 gateway on http://{addr} (index {}, {stores_text}, new buckets {geometry})",
+        "S3 gateway on {scheme}://{addr} (index {}, {stores_text}, new buckets {geometry})",
         index.engine()
     );
     if let Some(path) = &a.endpoints_file {

@@ -67,11 +67,23 @@ fn store_args(dir: &Path) -> Vec<String> {
 }
 
 fn start_gateway(dir: &Path, meta: &str, name: &str) -> GatewayProcess {
+    start_gateway_with(dir, meta, name, &[], "http")
+}
+
+/// [`start_gateway`] with more arguments; the endpoint gets `scheme`.
+fn start_gateway_with(
+    dir: &Path,
+    meta: &str,
+    name: &str,
+    extra: &[&std::ffi::OsStr],
+    scheme: &str,
+) -> GatewayProcess {
     let endpoints = dir.join(format!("{name}.json"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = ferrobay()
         .args(["s3", "run", "--listen", "127.0.0.1:0", "--index", meta])
         .args(store_args(dir))
+        .args(extra)
         .arg("--endpoints-file")
         .arg(&endpoints)
         .stdout(Stdio::null())
@@ -88,7 +100,7 @@ fn start_gateway(dir: &Path, meta: &str, name: &str) -> GatewayProcess {
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
             && let Some(addr) = v["s3"].as_str()
         {
-            gw.endpoint = format!("http://{addr}");
+            gw.endpoint = format!("{scheme}://{addr}");
             return gw;
         }
         if let Ok(Some(status)) = gw.child.try_wait() {
@@ -350,6 +362,97 @@ fn aws_cli_against_the_gateway() {
     let gw = start_gateway(dir.path(), &meta, "gw");
     let e = Endpoint::root(&gw.endpoint);
     aws_cli_session(&e, &e, &dir.path().join("work"));
+}
+
+/// S3 over HTTPS with a certificate from `ferrobay gen-cert`: the aws CLI trusting the CA
+/// (`--ca-bundle`) puts and gets an object byte for byte; without the CA it is refused.
+#[test]
+fn aws_cli_over_https() {
+    if let Err(why) = aws_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tls = dir.path().join("tls");
+    let out = ferrobay()
+        .args([
+            "gen-cert",
+            "--name",
+            "127.0.0.1",
+            "--name",
+            "localhost",
+            "--out-dir",
+        ])
+        .arg(&tls)
+        .output()
+        .expect("run gen-cert");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = format!("sqlite:{}", dir.path().join("index.db").display());
+    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
+    let gw = start_gateway_with(
+        dir.path(),
+        &meta,
+        "gw",
+        &[
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ],
+        "https",
+    );
+    let e = Endpoint::root(&gw.endpoint);
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let data = pattern(3 << 20, 7);
+    std::fs::write(work.join("obj.bin"), &data).expect("write");
+    let ca = tls.join("ca.pem");
+    let ca = ca.to_str().expect("utf-8 path");
+    aws_ok(
+        &e,
+        &["--ca-bundle", ca, "s3", "mb", "s3://tls-bucket"],
+        &work,
+    );
+    aws_ok(
+        &e,
+        &[
+            "--ca-bundle",
+            ca,
+            "s3",
+            "cp",
+            "obj.bin",
+            "s3://tls-bucket/obj.bin",
+        ],
+        &work,
+    );
+    aws_ok(
+        &e,
+        &[
+            "--ca-bundle",
+            ca,
+            "s3",
+            "cp",
+            "s3://tls-bucket/obj.bin",
+            "back.bin",
+        ],
+        &work,
+    );
+    assert_eq!(std::fs::read(work.join("back.bin")).expect("read"), data);
+    // Without the CA: the certificate is not trusted.
+    let out = aws(&e, &["s3", "ls", "s3://tls-bucket"], &work);
+    assert!(!out.status.success(), "aws trusted an unknown CA");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SSL") || err.contains("certificate"), "{err}");
+    // The gateway still serves a trusting client.
+    let ls = aws_ok(
+        &e,
+        &["--ca-bundle", ca, "s3", "ls", "s3://tls-bucket"],
+        &work,
+    );
+    assert!(ls.contains("obj.bin"), "{ls}");
 }
 
 #[test]

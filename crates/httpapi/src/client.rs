@@ -1,19 +1,26 @@
-//! [`HttpClient`]: calls a JSON API at `host:port` over hyper's pooled client
-//! (keep-alive), with a timeout per call, a response size bound and the bearer token.
+//! [`HttpClient`]: calls a JSON API at `host:port`, `http://host:port` or
+//! `https://host:port` over hyper's pooled client (keep-alive), with a timeout per call, a
+//! response size bound and the bearer token. https trusts the CAs of a [`ClientTls`]
+//! only; a bare `host:port` is https when the process has a default trust
+//! ([`crate::tls::set_default_client`]), else plain HTTP.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::ErrorBody;
+use crate::tls::{ClientStream, ClientTls, MaybeTls};
 
 /// Default time for a whole exchange (request sent, response read).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -27,6 +34,9 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum ClientError {
     #[error("cannot reach {addr}: {reason}")]
     Connect { addr: String, reason: String },
+    /// The TLS handshake failed: most often a server certificate no trusted CA signed.
+    #[error("{addr}: TLS: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("{addr}: {reason}")]
     Io { addr: String, reason: String },
     #[error("{addr} did not answer within {timeout:?}")]
@@ -84,16 +94,24 @@ pub fn path(prefix: &str, segments: &[&str]) -> String {
 /// A client of one server. Cheap to clone (clones share the connection pool).
 #[derive(Clone)]
 pub struct HttpClient {
+    /// As given (messages name it so).
     addr: String,
+    /// `host:port`, without the scheme.
+    authority: String,
+    https: bool,
+    /// The scheme was given (a bare `host:port` follows the TLS configuration).
+    explicit_scheme: bool,
     timeout: Duration,
     token: Option<String>,
-    inner: Client<HttpConnector, Full<Bytes>>,
+    tls: Option<ClientTls>,
+    inner: Client<Connector, Full<Bytes>>,
 }
 
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpClient")
             .field("addr", &self.addr)
+            .field("https", &self.https)
             .field("timeout", &self.timeout)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .finish_non_exhaustive()
@@ -101,21 +119,45 @@ impl std::fmt::Debug for HttpClient {
 }
 
 impl HttpClient {
-    /// A client of the server at `addr` (`host:port`).
+    /// A client of the server at `addr`: `host:port`, `http://host:port` or
+    /// `https://host:port`. It trusts the process's default CAs
+    /// ([`crate::tls::set_default_client`]); with those set, `host:port` is https.
     pub fn new(addr: impl Into<String>) -> HttpClient {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(10)));
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(8)
-            .build(connector);
-        HttpClient {
-            addr: addr.into(),
+        let addr = addr.into();
+        let (https, explicit_scheme, authority) = match split_scheme(&addr) {
+            (Some(https), rest) => (https, true, rest),
+            (None, rest) => (false, false, rest),
+        };
+        let authority = authority.to_string();
+        let client = HttpClient {
+            addr,
+            authority,
+            https,
+            explicit_scheme,
             timeout: DEFAULT_TIMEOUT,
             token: None,
-            inner,
+            tls: None,
+            inner: pooled(None),
+        };
+        match crate::tls::default_client() {
+            Some(tls) => client.with_tls(tls),
+            None => client,
         }
+    }
+
+    /// Trusts the CAs of `tls` for https; a bare `host:port` address becomes https.
+    pub fn with_tls(mut self, tls: ClientTls) -> HttpClient {
+        if !self.explicit_scheme {
+            self.https = true;
+        }
+        self.inner = pooled(Some(tls.clone()));
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Whether calls go over TLS.
+    pub fn is_https(&self) -> bool {
+        self.https
     }
 
     /// Limit of one whole exchange.
@@ -167,7 +209,8 @@ impl HttpClient {
             addr: self.addr.clone(),
             reason: format!("bad method {method:?}: {e}"),
         })?;
-        let uri = format!("http://{}{path}", self.addr);
+        let scheme = if self.https { "https" } else { "http" };
+        let uri = format!("{scheme}://{}{path}", self.authority);
         let mut req = Request::builder()
             .method(method)
             .uri(&uri)
@@ -189,6 +232,12 @@ impl HttpClient {
                 reason: format!("bad request {uri}: {e}"),
             })?;
         let resp = self.inner.request(req).await.map_err(|e| {
+            if let Some(reason) = tls_cause(&e) {
+                return ClientError::Tls {
+                    addr: self.addr.clone(),
+                    reason,
+                };
+            }
             let reason = error_chain(&e);
             if e.is_connect() {
                 ClientError::Connect {
@@ -272,4 +321,109 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s.replace(['\n', '\r'], " ")
+}
+
+/// `(Some(is_https), rest)` for an address with a scheme, `(None, addr)` without; a
+/// trailing `/` is dropped.
+fn split_scheme(addr: &str) -> (Option<bool>, &str) {
+    let trimmed = addr.trim_end_matches('/');
+    if let Some(rest) = trimmed.strip_prefix("https://") {
+        (Some(true), rest)
+    } else if let Some(rest) = trimmed.strip_prefix("http://") {
+        (Some(false), rest)
+    } else {
+        (None, trimmed)
+    }
+}
+
+/// The TLS error behind a failed request, as one line with what to do about the usual one.
+fn tls_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let found = c.downcast_ref::<rustls::Error>().or_else(|| {
+            c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(t) = found {
+            let hint = match t {
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                    " (no trusted CA signed the server's certificate: give its CA with --ca-cert FILE or FERROBAY_CA_CERT)"
+                }
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                    | rustls::CertificateError::NotValidForNameContext { .. },
+                ) => " (the certificate does not name this host: see `ferrobay gen-cert --name`)",
+                _ => "",
+            };
+            return Some(format!("{t}{hint}").replace(['\n', '\r'], " "));
+        }
+        cur = c.source();
+    }
+    None
+}
+
+fn pooled(tls: Option<ClientTls>) -> Client<Connector, Full<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    // The scheme decides TLS in Connector; HttpConnector only opens the TCP connection.
+    http.enforce_http(false);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(8)
+        .build(Connector { http, tls })
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// TCP, then the TLS handshake for `https://` URIs (trusting `tls`, or nothing).
+#[derive(Clone)]
+struct Connector {
+    http: HttpConnector,
+    tls: Option<ClientTls>,
+}
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = TokioIo<ClientStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        tower_service::Service::<http::Uri>::poll_ready(&mut self.http, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let https = uri.scheme_str() == Some("https");
+            let host = uri
+                .host()
+                .unwrap_or_default()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let tcp = tower_service::Service::call(&mut http, uri)
+                .await?
+                .into_inner();
+            if !https {
+                return Ok(TokioIo::new(MaybeTls::Plain(tcp)));
+            }
+            let name = rustls::pki_types::ServerName::try_from(host)
+                .map_err(|e| format!("bad server name: {e}"))?;
+            let tls = tls.unwrap_or_else(ClientTls::trust_nothing);
+            let stream = tls.connector().connect(name, tcp).await?;
+            Ok(TokioIo::new(MaybeTls::Tls(Box::new(stream))))
+        })
+    }
+}
+
+impl Connection for ClientStream {
+    fn connected(&self) -> Connected {
+        match self {
+            MaybeTls::Plain(s) => s.connected(),
+            MaybeTls::Tls(s) => s.get_ref().0.connected(),
+        }
+    }
 }

@@ -11,7 +11,9 @@
 //! - [`auth`]: the bearer [`auth::Token`] (generated, kept 0600, compared in constant time)
 //!   and [`auth::require_token`], the middleware that answers 401;
 //! - [`openapi`]: the `bearer` security scheme and serving the generated documents;
-//! - [`probe`]: the public paths (`/metrics`, `/healthz`, the OpenAPI document).
+//! - [`probe`]: the public paths (`/metrics`, `/healthz`, the OpenAPI document);
+//! - [`tls`]: HTTPS (rustls, X.509): [`tls::ServerTls`] from PEM files, the trust of clients
+//!   ([`tls::ClientTls`]), and [`tls::generate`] for a self-signed CA and server certificate.
 
 pub mod auth;
 pub mod client;
@@ -21,6 +23,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod probe;
 pub mod server;
+pub mod tls;
 
 pub use client::{ClientError, HttpClient};
 pub use error::{ApiError, ErrorBody};

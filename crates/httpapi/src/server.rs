@@ -1,6 +1,7 @@
 //! The server runner: an axum [`Router`] on hyper (HTTP/1.1 with keep-alive and chunked
 //! bodies, and HTTP/2), with bounded connections, a request-head timeout, a body limit
-//! and graceful shutdown.
+//! and graceful shutdown; over TLS when given a [`ServerTls`] (each connection's handshake
+//! runs in its own task, so a slow or broken one holds up no other).
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::error;
+use crate::tls::{MaybeTls, ServerTls};
 
 /// Most connections served at once; further ones wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -52,10 +54,14 @@ impl std::fmt::Debug for HttpServer {
 }
 
 impl HttpServer {
-    /// Serves `router` on `addr` (port 0 picks a free port). Call [`finish`] on the
-    /// router first to get JSON 404/405 answers and the body limit.
-    pub async fn serve(addr: SocketAddr, router: Router) -> io::Result<HttpServer> {
-        HttpServer::serve_as(None, addr, router).await
+    /// Serves `router` on `addr` (port 0 picks a free port), over TLS with `tls`. Call
+    /// [`finish`] on the router first to get JSON 404/405 answers and the body limit.
+    pub async fn serve(
+        addr: SocketAddr,
+        router: Router,
+        tls: Option<ServerTls>,
+    ) -> io::Result<HttpServer> {
+        HttpServer::serve_as(None, addr, router, tls).await
     }
 
     /// [`HttpServer::serve`] on the socket of `role` (`http`, `api`) a daemon inherited
@@ -64,11 +70,12 @@ impl HttpServer {
         role: Option<&str>,
         addr: SocketAddr,
         router: Router,
+        tls: Option<ServerTls>,
     ) -> io::Result<HttpServer> {
         let listener = TcpListener::from_std(release::sockets::bind(role, addr)?)?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, router, stopped));
+        let task = tokio::spawn(accept_loop(listener, router, tls, stopped));
         Ok(HttpServer {
             addr,
             stop,
@@ -96,7 +103,12 @@ impl Drop for HttpServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, router: Router, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<ServerTls>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -126,12 +138,33 @@ async fn accept_loop(listener: TcpListener, router: Router, mut stopped: watch::
                 continue;
             }
         };
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service.clone())
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let builder = builder.clone();
+        let service = service.clone();
+        let tls = tls.clone();
+        let watcher = graceful.watcher();
+        let mut stop = stopped.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let io = match &tls {
+                None => MaybeTls::Plain(stream),
+                // A handshake still running at stop is dropped: it has no request yet.
+                Some(tls) => match tokio::select! {
+                    r = tls.accept(stream) => r,
+                    _ = stop.changed() => return,
+                } {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // A port scanner, a plain-HTTP client, an untrusting client:
+                        // their connection alone ends.
+                        tracing::debug!(error = %e, "HTTPS: TLS handshake failed");
+                        drop(permit);
+                        return;
+                    }
+                },
+            };
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, "HTTP connection ended with an error");
             }
             drop(permit);

@@ -41,9 +41,13 @@ async fn server() -> HttpServer {
     let app = Router::new()
         .route("/echo", post(echo))
         .route("/items/{id}", get(item));
-    HttpServer::serve("127.0.0.1:0".parse().unwrap(), httpapi::server::finish(app))
-        .await
-        .unwrap()
+    HttpServer::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        httpapi::server::finish(app),
+        None,
+    )
+    .await
+    .unwrap()
 }
 
 /// Sends raw bytes, reads until the server closes or `timeout`; returns the text.

@@ -34,6 +34,8 @@ pub struct GatewayConfig {
     pub background: Option<BackgroundConfig>,
     /// Smallest multipart part but the last (AWS: 5 MiB).
     pub min_part_bytes: u64,
+    /// Serve S3 over TLS with this certificate (`None`: plain HTTP).
+    pub tls: Option<httpapi::tls::ServerTls>,
 }
 
 impl GatewayConfig {
@@ -45,6 +47,7 @@ impl GatewayConfig {
             objects: ObjectConfig::default(),
             background: Some(BackgroundConfig::default()),
             min_part_bytes: crate::s3::MIN_PART_BYTES,
+            tls: None,
         }
     }
 }
@@ -141,12 +144,17 @@ impl Gateway {
                 source,
             })?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(serve(listener, service, stop_rx.clone()));
+        let server = tokio::spawn(serve(
+            listener,
+            service,
+            config.tls.clone(),
+            stop_rx.clone(),
+        ));
         let background = config
             .background
             .clone()
             .map(|b| spawn_background(layer.clone(), b, stop_rx));
-        tracing::info!(%addr, "S3 gateway listening");
+        tracing::info!(%addr, https = config.tls.is_some(), "S3 gateway listening");
         Ok(Gateway {
             addr,
             layer,
@@ -210,6 +218,7 @@ fn checked_set(
 async fn serve(
     listener: tokio::net::TcpListener,
     service: s3s::service::S3Service,
+    tls: Option<httpapi::tls::ServerTls>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -250,12 +259,30 @@ async fn serve(
                 Ok(resp)
             }
         });
-        let conn = http
-            .serve_connection(TokioIo::new(LingeringIo::new(socket)), handler)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let http = http.clone();
+        let tls = tls.clone();
+        let watcher = graceful.watcher();
+        let mut stopping = stop.clone();
+        // The TLS handshake in the connection's own task: a slow or broken client holds
+        // up no other. One still running at shutdown is dropped (it has no request yet).
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let io = match &tls {
+                None => httpapi::tls::MaybeTls::Plain(socket),
+                Some(tls) => match tokio::select! {
+                    r = tls.accept(socket) => r,
+                    _ = stopping.changed() => return,
+                } {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!("S3 TLS handshake failed: {e}");
+                        return;
+                    }
+                },
+            };
+            let conn = http
+                .serve_connection(TokioIo::new(LingeringIo::new(io)), handler)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!("connection: {e}");
             }
         });

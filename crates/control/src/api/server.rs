@@ -44,9 +44,18 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Listens on `addr` (port 0: any free port).
+    /// Listens on `addr` (port 0: any free port), plain HTTP.
     pub async fn start(addr: SocketAddr, config: ApiConfig) -> Result<ApiServer, ControlError> {
-        let http = HttpServer::serve_as(Some("api"), addr, router(config))
+        ApiServer::start_tls(addr, config, None).await
+    }
+
+    /// [`ApiServer::start`] over TLS with `tls` (the dashboard too: it is on this port).
+    pub async fn start_tls(
+        addr: SocketAddr,
+        config: ApiConfig,
+        tls: Option<httpapi::tls::ServerTls>,
+    ) -> Result<ApiServer, ControlError> {
+        let http = HttpServer::serve_as(Some("api"), addr, router(config), tls)
             .await
             .map_err(|e| ControlError::ApiTransport {
                 addr: addr.to_string(),

@@ -187,6 +187,7 @@ mod tests {
         let server = httpapi::HttpServer::serve(
             "127.0.0.1:0".parse().unwrap(),
             httpapi::server::finish(router()),
+            None,
         )
         .await
         .unwrap();

@@ -74,6 +74,8 @@ pub struct ProcessorConfig {
     /// The bearer token the API requires; `None`: the cluster's token
     /// ([`crate::auth::cluster_token`]).
     pub api_token: Option<httpapi::auth::Token>,
+    /// Serve the API over TLS with this certificate (`None`: plain HTTP).
+    pub api_tls: Option<httpapi::tls::ServerTls>,
     /// Lease of the registration and of every ownership (default 4000 ms).
     pub lease_ttl_ms: u64,
     /// How the node connects to members (see [`member_connect_defaults`]).
@@ -112,6 +114,7 @@ impl ProcessorConfig {
             tls_listen: Vec::new(),
             api_listen: None,
             api_token: None,
+            api_tls: None,
             lease_ttl_ms: 4000,
             member_connect: member_connect_defaults(),
             engine,
@@ -281,7 +284,7 @@ impl Processor {
         let upgrade = release::UpgradeSignal::new();
         let api = match cfg.api_listen {
             Some(addr) => Some(
-                ApiServer::start(
+                ApiServer::start_tls(
                     addr,
                     ApiConfig {
                         store: store.clone(),
@@ -302,6 +305,7 @@ impl Processor {
                         health: Some(health.clone()),
                         upgrade: Some(upgrade.clone()),
                     },
+                    cfg.api_tls.clone(),
                 )
                 .await?,
             ),

@@ -13,11 +13,12 @@ pub use httpapi::{ClientError, HttpServer};
 pub use routes::{accept_upgrade, openapi};
 
 /// Serves the node's metrics and control API on `addr` (port 0 picks a free port); every
-/// call but the public ones needs `token`.
+/// call but the public ones needs `token`. Over TLS with `tls`.
 pub async fn serve(
     addr: std::net::SocketAddr,
     node: crate::StorageNode,
     token: httpapi::auth::Token,
+    tls: Option<httpapi::tls::ServerTls>,
 ) -> std::io::Result<HttpServer> {
-    HttpServer::serve_as(Some("http"), addr, routes::router(node, token)).await
+    HttpServer::serve_as(Some("http"), addr, routes::router(node, token), tls).await
 }

@@ -59,6 +59,8 @@ pub struct NodeConfig {
     pub discovery_listen: Option<SocketAddr>,
     /// The HTTP port (`/metrics`, control API); `None`: no HTTP port.
     pub http_listen: Option<SocketAddr>,
+    /// Serve the HTTP port over TLS with this certificate (`None`: plain HTTP).
+    pub http_tls: Option<httpapi::tls::ServerTls>,
     /// The bearer token the control API requires; written to `DATA_DIR/api-token` (0600).
     /// `None`: the token already in that file, or a new one made there.
     pub api_token: Option<httpapi::auth::Token>,
@@ -104,6 +106,7 @@ impl NodeConfig {
             tls_listen: Vec::new(),
             discovery_listen: None,
             http_listen: None,
+            http_tls: None,
             api_token: None,
             drives: Vec::new(),
             target: TargetConfig::default(),
@@ -470,9 +473,11 @@ impl StorageNode {
         }
         let node = StorageNode { inner };
         if let Some(addr) = cfg.http_listen {
-            match crate::http::serve(addr, node.clone(), node.inner.api_token.clone()).await {
+            let tls = cfg.http_tls.clone();
+            let https = tls.is_some();
+            match crate::http::serve(addr, node.clone(), node.inner.api_token.clone(), tls).await {
                 Ok(server) => {
-                    tracing::info!(addr = %server.local_addr(), "HTTP listening");
+                    tracing::info!(addr = %server.local_addr(), https, "HTTP listening");
                     *node.inner.http.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
                 }
                 Err(e) => {
