@@ -17,7 +17,10 @@ use super::export_device::ExportDevice;
 use super::heartbeat::{Heartbeats, Liveness};
 use super::takeover::{Owned, take_over};
 use super::{Ctx, LeaseInfo, handoff, status};
-use crate::records::{HandoffRecord, NodeRecord, NodeRole, VolumeRecord, handoff_key};
+use crate::records::{
+    HandoffRecord, NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord, handoff_key,
+    volume_status_key,
+};
 
 /// Wait after a failed takeover before trying again (the owner record is released, so
 /// another node may try meanwhile).
@@ -216,6 +219,26 @@ enum Seized {
     Stop,
 }
 
+/// Whether `owner` holds every member of `name` by a reservation (its status record says
+/// so: no member without reservations at its takeover). Only then does fencing stop it
+/// everywhere, and a seizure is as safe as waiting for its lease; otherwise the lease
+/// decides (superblock generations alone protect such members).
+async fn fenced_everywhere(ctx: &Ctx, name: &str, owner: &OwnerRecord) -> bool {
+    let Ok(key) = volume_status_key(name) else {
+        return false;
+    };
+    match get_json::<VolumeStatusRecord, _>(ctx.store.as_ref(), &key).await {
+        Ok(Some(Versioned { value, .. })) => {
+            value.owner == owner.node
+                && value.epoch == owner.epoch
+                && value
+                    .takeover
+                    .is_some_and(|t| t.members_unfenceable == 0 && t.members_total > 0)
+        }
+        _ => false,
+    }
+}
+
 /// Seizes `name` from `dead`, whose heartbeat failed: after the claim delay (the dead
 /// node counts as not live, so the preferred owner or handoff target goes first), if the
 /// probe still says dead, by compare-and-swap of the record as read. The takeover that
@@ -229,6 +252,14 @@ async fn seize(
     beat: &watch::Receiver<Liveness>,
     stop: &mut watch::Receiver<bool>,
 ) -> Seized {
+    if !fenced_everywhere(ctx, name, &dead.value).await {
+        tracing::debug!(
+            volume = name,
+            owner = %dead.value.node,
+            "processor: owner declared dead, but not every member has reservations to fence it: waiting for its lease"
+        );
+        return Seized::No;
+    }
     let rec = record.borrow().clone();
     let delay = claim_delay(ctx, &rec, Some(&dead.value.node)).await;
     if !delay.is_zero() {
