@@ -7,7 +7,8 @@
 //! its owner (the host measures it), the other processor node has it in force for the
 //! move, and `volume qos clear --api` removes it. A `ferrobay cdc run` central discovery
 //! controller on the same etcd lists every subsystem per host and follows an access
-//! list change.
+//! list change. An owner that is only paused (SIGSTOP) loses its volume to the standby's
+//! heartbeat well within its lease and, resumed, is refused by every member.
 
 mod common;
 
@@ -784,8 +785,16 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
         check_chunks(&dev, &offsets, 1, "through the first owner").await;
         dev
     });
-    // Let p2's heartbeat see p1 alive, then freeze p1.
-    std::thread::sleep(Duration::from_millis(500));
+    // Once p2's heartbeat has seen p1 alive, freeze p1.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&daemons[4].log)
+        .unwrap_or_default()
+        .contains("heartbeat: following the owner")
+    {
+        assert!(Instant::now() < deadline, "p2 follows no heartbeat\n{}", logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
     assert!(daemons[3].pause(), "SIGSTOP p1");
     let bin = Path::new(ferrobay_bin());

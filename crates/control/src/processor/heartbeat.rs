@@ -84,6 +84,9 @@ impl Heartbeats {
     }
 }
 
+/// Pause between connection attempts to a node never reached.
+const NEVER_SEEN_RETRY: Duration = Duration::from_secs(1);
+
 fn settings(ctx: &Ctx) -> (Duration, u32) {
     (
         Duration::from_millis(ctx.cfg.heartbeat_interval_ms.max(10)),
@@ -132,6 +135,8 @@ async fn probe(ctx: Arc<Ctx>, node: String, addr: SocketAddr, tx: Arc<watch::Sen
             Ok(Ok(ctrl)) => {
                 if last_answer.is_some() {
                     tracing::info!(node = %ctx.name, watched = %node, %addr, "processor: heartbeat: node answers again");
+                } else {
+                    tracing::info!(node = %ctx.name, watched = %node, %addr, "processor: heartbeat: following the owner");
                 }
                 tx.send_replace(Liveness::Alive);
                 let why = beat(&ctx, &node, &tx, &ctrl, &mut last_answer).await;
@@ -157,7 +162,14 @@ async fn probe(ctx: Arc<Ctx>, node: String, addr: SocketAddr, tx: Arc<watch::Sen
         } else {
             tracing::debug!(node = %ctx.name, watched = %node, "processor: heartbeat not possible yet: {why}");
         }
-        tokio::time::sleep(interval).await;
+        // A node never reached is tried again calmly; a dead one at the heartbeat's pace
+        // (it answers again when it comes back).
+        let pause = if last_answer.is_some() {
+            interval
+        } else {
+            interval.max(NEVER_SEEN_RETRY)
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
