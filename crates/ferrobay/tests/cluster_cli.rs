@@ -791,7 +791,11 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
         .unwrap_or_default()
         .contains("heartbeat: following the owner")
     {
-        assert!(Instant::now() < deadline, "p2 follows no heartbeat\n{}", logs());
+        assert!(
+            Instant::now() < deadline,
+            "p2 follows no heartbeat\n{}",
+            logs()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -802,7 +806,9 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
         .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     let took = t0.elapsed();
     let (_, epoch2) = cluster::owner_of(&view).expect("owner");
-    eprintln!("paused owner: p2 owns vol1 (epoch {epoch2}) {took:?} after SIGSTOP of p1 (lease TTL {LONG_LEASE_MS} ms)");
+    eprintln!(
+        "paused owner: p2 owns vol1 (epoch {epoch2}) {took:?} after SIGSTOP of p1 (lease TTL {LONG_LEASE_MS} ms)"
+    );
     assert!(
         took < Duration::from_millis(5000),
         "p2 waited for the lease instead of the heartbeat: {took:?}\n{}",
@@ -825,7 +831,11 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
         assert!(daemons[3].resume(), "SIGCONT p1");
         let data = pattern(CHUNK_BYTES, 3);
         let r = p1_dev
-            .write(offsets[0], IoBuf::from_slice(&data), WriteFlags { fua: true })
+            .write(
+                offsets[0],
+                IoBuf::from_slice(&data),
+                WriteFlags { fua: true },
+            )
             .await;
         eprintln!("write through the resumed old owner: {r:?}");
         assert!(r.is_err(), "the resumed old owner took a write\n{}", logs());
@@ -857,12 +867,19 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
                 .collect();
             assert_eq!(holders, vec![p2_host.hostid], "{url}: {report:?}");
             assert!(
-                report.registrants.iter().all(|r| r.hostid != p1_host.hostid),
+                report
+                    .registrants
+                    .iter()
+                    .all(|r| r.hostid != p1_host.hostid),
                 "{url}: p1 is still registered: {report:?}"
             );
             let last = as_p1.info().size_bytes - 4096;
             let r = as_p1
-                .write(last, IoBuf::from_slice(&[0xEE; 4096]), WriteFlags::default())
+                .write(
+                    last,
+                    IoBuf::from_slice(&[0xEE; 4096]),
+                    WriteFlags::default(),
+                )
                 .await;
             assert!(
                 matches!(&r, Err(blockdev::BlockError::ReservationConflict)),
@@ -877,7 +894,11 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
             .unwrap_or_default()
             .contains("volume lost")
         {
-            assert!(Instant::now() < deadline, "p1 did not step down\n{}", logs());
+            assert!(
+                Instant::now() < deadline,
+                "p1 did not step down\n{}",
+                logs()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         check_chunks(&p2_dev, &offsets, 2, "after the old owner resumed").await;

@@ -210,7 +210,6 @@ async fn liveness_changed(beat: &mut Option<(String, Option<watch::Receiver<Live
         return;
     }
     std::future::pending().await
-
 }
 
 enum Seized {

@@ -67,7 +67,9 @@ fn sections_from_env() -> Vec<u8> {
     match picked {
         Some(p) if !p.is_empty() => p,
         _ => {
-            eprintln!("cluster bench: ignoring FERROBAY_BENCH_SECTIONS={v:?} (not a list of 1, 2, 3)");
+            eprintln!(
+                "cluster bench: ignoring FERROBAY_BENCH_SECTIONS={v:?} (not a list of 1, 2, 3)"
+            );
             all
         }
     }

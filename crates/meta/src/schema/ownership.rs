@@ -143,7 +143,11 @@ pub async fn seize_ownership<S: MetaStore + ?Sized>(
         let last = get_json::<OwnerRecord, _>(store, &epoch_key).await?;
         let record = OwnerRecord {
             node: node.to_owned(),
-            epoch: last.as_ref().map_or(0, |l| l.value.epoch).max(dead.value.epoch) + 1,
+            epoch: last
+                .as_ref()
+                .map_or(0, |l| l.value.epoch)
+                .max(dead.value.epoch)
+                + 1,
         };
         let bytes = encode_json(&record)?;
         let txn = Txn::new()

@@ -674,12 +674,22 @@ pub async fn ownership_seized_from_a_dead_owner(env: Env) {
         .expect("read")
         .expect("owned");
     assert_eq!(now.value, winners[0]);
-    assert_ne!(now.lease, Some(leases[0]), "the record moved to the winner's lease");
-    assert_eq!(last_epoch(s, "vol-seize").await.expect("epoch"), Some(winners[0].clone()));
+    assert_ne!(
+        now.lease,
+        Some(leases[0]),
+        "the record moved to the winner's lease"
+    );
+    assert_eq!(
+        last_epoch(s, "vol-seize").await.expect("epoch"),
+        Some(winners[0].clone())
+    );
     // The dead owner's lease ending does not take the seized record with it.
     assert!(s.revoke_lease(leases[0]).await.expect("revoke"));
     assert_eq!(
-        current_owner(s, "vol-seize").await.expect("read").map(|v| v.value),
+        current_owner(s, "vol-seize")
+            .await
+            .expect("read")
+            .map(|v| v.value),
         Some(winners[0].clone())
     );
     // A stale view (the record changed since) is refused.
@@ -688,7 +698,11 @@ pub async fn ownership_seized_from_a_dead_owner(env: Env) {
         other => panic!("expected conflict, got {other:?}"),
     }
     // Gone meanwhile: a plain acquisition.
-    assert!(release_ownership(s, "vol-seize", &winners[0]).await.expect("release"));
+    assert!(
+        release_ownership(s, "vol-seize", &winners[0])
+            .await
+            .expect("release")
+    );
     let z = seize_ownership(s, "vol-seize", "node-z", leases[1], &now)
         .await
         .expect("acquired");
