@@ -48,6 +48,27 @@ fn terminate(d: &mut Daemon) -> ExitStatus {
     })
 }
 
+/// Every daemon's whole log, each headed by its name, read when called (for failure
+/// messages; the daemons may be moved or restarted meanwhile).
+fn log_reader(daemons: &[&Daemon]) -> impl Fn() -> String + use<> {
+    let files: Vec<(String, PathBuf)> = daemons
+        .iter()
+        .map(|d| (d.name.clone(), d.log.clone()))
+        .collect();
+    move || {
+        files
+            .iter()
+            .map(|(name, path)| {
+                format!(
+                    "--- {name} ---\n{}",
+                    std::fs::read_to_string(path).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// Runs a ferrobay command; returns (success, stdout, stderr).
 fn ferrobay(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(ferrobay_bin())
@@ -187,23 +208,7 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         apis.push(e["api"].as_str().expect("api addr").to_string());
         procs.push(p);
     }
-    let log_files: Vec<(String, PathBuf)> = nodes
-        .iter()
-        .chain(procs.iter())
-        .map(|d| (d.name.clone(), d.log.clone()))
-        .collect();
-    let logs = || {
-        log_files
-            .iter()
-            .map(|(name, path)| {
-                format!(
-                    "--- {name} ---\n{}",
-                    std::fs::read_to_string(path).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = log_reader(&nodes.iter().chain(procs.iter()).collect::<Vec<_>>());
 
     // Bad arguments: one line, usage exit code.
     let out = Command::new(ferrobay_bin())
@@ -722,22 +727,7 @@ fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
         nvme.push(e["nvme"][0].as_str().expect("nvme addr").to_string());
         daemons.push(p);
     }
-    let log_files: Vec<(String, PathBuf)> = daemons
-        .iter()
-        .map(|d| (d.name.clone(), d.log.clone()))
-        .collect();
-    let logs = || {
-        log_files
-            .iter()
-            .map(|(name, path)| {
-                format!(
-                    "--- {name} ---\n{}",
-                    std::fs::read_to_string(path).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = log_reader(&daemons.iter().collect::<Vec<_>>());
     let (ok, out, err) = ferrobay(&[
         "volume",
         "create",
