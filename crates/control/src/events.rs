@@ -39,6 +39,9 @@ pub mod kind {
     pub const HANDOFF: &str = "handoff";
     /// A processor node lost a volume (lease lost, fenced by a member).
     pub const VOLUME_LOST: &str = "volume_lost";
+    /// A standby declared a volume's owner dead by its heartbeat and seized the volume
+    /// before the owner's lease ran out (the takeover event follows).
+    pub const OWNER_DEAD: &str = "owner_dead";
     /// A member's failure prediction grade changed (`fields.grade`: ok, suspect,
     /// failing; the message says why).
     pub const PREDICTION: &str = "prediction";

@@ -134,7 +134,10 @@ async fn standby_takes_over_a_dead_owner_with_partial_resync() {
     let p1 = Processor::start(c.store.clone(), pcfg("p1")).await.unwrap();
     wait_owner(&p1, Duration::from_secs(15)).await;
     let first_generation = p1.takeover_report(VOLUME).unwrap().generation;
-    let p2 = Processor::start(c.store.clone(), pcfg("p2")).await.unwrap();
+    // No heartbeat: the lease alone decides (the arbiter of last resort).
+    let mut cfg2 = pcfg("p2");
+    cfg2.heartbeat_misses = 0;
+    let p2 = Processor::start(c.store.clone(), cfg2).await.unwrap();
     let addrs = [p1.nvme_addrs()[0], p2.nvme_addrs()[0]];
     let host = multipath_host(&addrs, "nqn.2026-01.io.ferrobay:test:host-b").await;
     write_round(&host, 64, 1).await;
@@ -180,6 +183,61 @@ async fn standby_takes_over_a_dead_owner_with_partial_resync() {
     assert_eq!(p1.ana_states(GROUP), vec![AnaState::Inaccessible]);
     assert_eq!(p2.owned_volumes(), vec![VOLUME.to_string()]);
     p1.shutdown().await.unwrap();
+    p2.shutdown().await.unwrap();
+}
+
+/// The owner dies (its connections end, as with kill -9) while its lease still runs for
+/// seconds: the standby's heartbeat declares it dead at once, the standby seizes the
+/// owner record (next epoch), fences the members and serves: a host reads its data back
+/// through the standby well within a second, long before the lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_is_declared_dead_by_heartbeat_and_its_volume_seized() {
+    const LONG_LEASE_MS: u64 = 10_000;
+    let c = cluster().await;
+    let mut cfg1 = pcfg("p1");
+    cfg1.lease_ttl_ms = LONG_LEASE_MS;
+    let p1 = Processor::start(c.store.clone(), cfg1).await.unwrap();
+    wait_owner(&p1, Duration::from_secs(15)).await;
+    let epoch1 = p1.takeover_report(VOLUME).unwrap().epoch;
+    let mut cfg2 = pcfg("p2");
+    cfg2.lease_ttl_ms = LONG_LEASE_MS;
+    // Polling the store slowly: what moves the standby is its heartbeat.
+    cfg2.poll_ms = 200;
+    let p2 = Processor::start(c.store.clone(), cfg2).await.unwrap();
+    let addrs = [p1.nvme_addrs()[0], p2.nvme_addrs()[0]];
+    let host = multipath_host(&addrs, "nqn.2026-01.io.ferrobay:test:host-hb").await;
+    write_round(&host, 16, 1).await;
+    // Let the standby's heartbeat see the owner alive first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let t0 = Instant::now();
+    p1.kill();
+    // The first verified read through the multipath host after the kill.
+    verify(&host, &all_at(1, 1)).await;
+    let gap = t0.elapsed();
+    let owned = wait_owner(&p2, Duration::from_secs(5)).await + gap;
+    eprintln!(
+        "owner killed: verified read through the standby after {gap:?}; standby owns it {owned:?} after the kill (lease TTL {LONG_LEASE_MS} ms)"
+    );
+    assert!(gap < Duration::from_secs(3), "gap {gap:?}");
+    let report = p2.takeover_report(VOLUME).unwrap();
+    assert!(report.epoch > epoch1, "{report:?}");
+    assert_eq!(report.members_fenced, 3, "{report:?}");
+    verify(&host, &all_at(16, 1)).await;
+    write_round(&host, 16, 2).await;
+    verify(&host, &all_at(16, 2)).await;
+
+    // The event log names the dead owner and why.
+    let page = meta::schema::list_events(c.store.as_ref(), meta::schema::EventQuery::default())
+        .await
+        .unwrap();
+    let dead = page
+        .events
+        .iter()
+        .find(|e| e.event.kind == "owner_dead")
+        .unwrap_or_else(|| panic!("no owner_dead event: {page:#?}"));
+    assert_eq!(dead.event.fields["owner"], "p1", "{dead:?}");
+    assert_eq!(dead.event.fields["node"], "p2", "{dead:?}");
     p2.shutdown().await.unwrap();
 }
 

@@ -28,7 +28,8 @@
 //! `target/bench/cluster.json` (`FERROBAY_BENCH_CLUSTER_OUT` overrides).
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per measured run, default 5),
 //! `FERROBAY_BENCH_ROUNDS` (runs per case, default 3), `FERROBAY_BENCH_LEASE_TTL_MS`
-//! (processor lease TTL, default 2000), `FERROBAY_BENCH_FAILOVERS` (kill rounds, default
+//! (processor lease TTL, default 2000), `FERROBAY_BENCH_SECTIONS` (which sections, e.g.
+//! `3` for failover only; default all), `FERROBAY_BENCH_FAILOVERS` (kill rounds, default
 //! 4: odd rounds write a 64 MiB hot range, even rounds the whole volume; each round first
 //! waits for the owner's write-intent bitmap to come clean),
 //! `FERROBAY_BIN` (binary to measure). Without `--bench` (`cargo test -p ferrobay`: the
@@ -97,12 +98,29 @@ async fn run_all(c: &mut Cluster, s: &Settings, o: &mut Output) -> anyhow::Resul
     };
     o.failover.member_capacity_bytes = member_bytes;
 
-    eprintln!("cluster bench: 1. RAID-5 volume vs member namespace");
-    if let Err(e) = section_volume_vs_member(c, s, &rec_a, &mut o.volume_vs_member).await {
-        eprintln!("cluster bench: section 1 failed: {e:#}");
-        o.volume_vs_member.error = Some(format!("{e:#}"));
+    if s.runs(1) {
+        eprintln!("cluster bench: 1. RAID-5 volume vs member namespace");
+        if let Err(e) = section_volume_vs_member(c, s, &rec_a, &mut o.volume_vs_member).await {
+            eprintln!("cluster bench: section 1 failed: {e:#}");
+            o.volume_vs_member.error = Some(format!("{e:#}"));
+        }
     }
 
+    if s.runs(2) {
+        scaling_section(c, s, o).await;
+    }
+
+    if s.runs(3) {
+        eprintln!("cluster bench: 3. failover");
+        if let Err(e) = section_failover(c, s, &rec_a, &mut o.failover).await {
+            eprintln!("cluster bench: section 3 failed: {e:#}");
+            o.failover.error = Some(format!("{e:#}"));
+        }
+    }
+    Ok(())
+}
+
+async fn scaling_section(c: &mut Cluster, s: &Settings, o: &mut Output) {
     eprintln!("cluster bench: 2. one vs two processor nodes");
     let scaling = async {
         let b = open(&c.volume_url(VOL_B, &[0, 1])).await?;
@@ -114,13 +132,6 @@ async fn run_all(c: &mut Cluster, s: &Settings, o: &mut Output) -> anyhow::Resul
         eprintln!("cluster bench: section 2 failed: {e:#}");
         o.scaling.error = Some(format!("{e:#}"));
     }
-
-    eprintln!("cluster bench: 3. failover");
-    if let Err(e) = section_failover(c, s, &rec_a, &mut o.failover).await {
-        eprintln!("cluster bench: section 3 failed: {e:#}");
-        o.failover.error = Some(format!("{e:#}"));
-    }
-    Ok(())
 }
 
 fn main() -> ExitCode {

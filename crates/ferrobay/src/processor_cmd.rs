@@ -48,6 +48,15 @@ pub struct RunArgs {
     /// node's volumes are taken over after about this long.
     #[arg(long, default_value_t = 4000)]
     pub lease_ttl_ms: u64,
+    /// Keep Alive period of the heartbeat a standby keeps with each owner node of the
+    /// volumes it stands by for (one NVMe/TCP connection to the owner's listener).
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_interval_ms: u64,
+    /// Unanswered Keep Alives in a row before an owner is declared dead and its volumes
+    /// are seized without waiting for its lease (a closed or refused connection declares
+    /// it dead at once); the members' reservations fence it. 0: failover by lease only.
+    #[arg(long, default_value_t = 3)]
+    pub heartbeat_misses: u32,
     /// File with the bearer token the HTTP API requires (made 0600 with a new token if
     /// missing). Default: $FERROBAY_API_TOKEN, else the cluster's token in the store.
     #[arg(long)]
@@ -161,6 +170,12 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             a.lease_ttl_ms
         )));
     }
+    if !(10..=60_000).contains(&a.heartbeat_interval_ms) {
+        return Err(cluster::usage(format!(
+            "--heartbeat-interval-ms {}: between 10 and 60000",
+            a.heartbeat_interval_ms
+        )));
+    }
     meta::schema::validate_name(&a.name).map_err(|e| cluster::usage(format!("--name: {e}")))?;
     let stop = cluster::stop_signal();
     let store = cluster::open_store(&a.meta).await?;
@@ -172,6 +187,8 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     let api_tls = a.tls.load()?;
     cfg.api_tls = api_tls.clone();
     cfg.lease_ttl_ms = a.lease_ttl_ms;
+    cfg.heartbeat_interval_ms = a.heartbeat_interval_ms;
+    cfg.heartbeat_misses = a.heartbeat_misses;
     cfg.member_connect.dhchap = member_credentials(&a)?;
     if cfg.member_connect.dhchap.is_some() {
         tracing::info!(

@@ -7,7 +7,8 @@
 //! its owner (the host measures it), the other processor node has it in force for the
 //! move, and `volume qos clear --api` removes it. A `ferrobay cdc run` central discovery
 //! controller on the same etcd lists every subsystem per host and follows an access
-//! list change.
+//! list change. An owner that is only paused (SIGSTOP) loses its volume to the standby's
+//! heartbeat well within its lease and, resumed, is refused by every member.
 
 mod common;
 
@@ -45,6 +46,27 @@ fn terminate(d: &mut Daemon) -> ExitStatus {
         d.kill9();
         panic!("{} did not stop after SIGTERM:\n{}", d.name, d.log())
     })
+}
+
+/// Every daemon's whole log, each headed by its name, read when called (for failure
+/// messages; the daemons may be moved or restarted meanwhile).
+fn log_reader(daemons: &[&Daemon]) -> impl Fn() -> String + use<> {
+    let files: Vec<(String, PathBuf)> = daemons
+        .iter()
+        .map(|d| (d.name.clone(), d.log.clone()))
+        .collect();
+    move || {
+        files
+            .iter()
+            .map(|(name, path)| {
+                format!(
+                    "--- {name} ---\n{}",
+                    std::fs::read_to_string(path).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 /// Runs a ferrobay command; returns (success, stdout, stderr).
@@ -186,23 +208,7 @@ fn volume_moves_and_fails_over_between_processor_nodes() {
         apis.push(e["api"].as_str().expect("api addr").to_string());
         procs.push(p);
     }
-    let log_files: Vec<(String, PathBuf)> = nodes
-        .iter()
-        .chain(procs.iter())
-        .map(|d| (d.name.clone(), d.log.clone()))
-        .collect();
-    let logs = || {
-        log_files
-            .iter()
-            .map(|(name, path)| {
-                format!(
-                    "--- {name} ---\n{}",
-                    std::fs::read_to_string(path).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = log_reader(&nodes.iter().chain(procs.iter()).collect::<Vec<_>>());
 
     // Bad arguments: one line, usage exit code.
     let out = Command::new(ferrobay_bin())
@@ -681,4 +687,219 @@ fn storage_node_registers_again_after_losing_its_lease() {
         registered(&etcd).is_empty(),
         "n1 still registered after stop"
     );
+}
+
+/// The owner is only paused (SIGSTOP) while its lease has seconds left: the standby's
+/// heartbeat declares it dead (Keep Alives unanswered), seizes the volume with the next
+/// epoch and fences every member (preempt-and-abort). A write through the new owner
+/// succeeds; then the old owner resumes (SIGCONT): a write through it is refused, every
+/// member refuses its host's writes and reports only the new owner registered and holding,
+/// the old owner steps down, and the data read back is the new owner's.
+#[test]
+fn a_paused_owner_is_fenced_by_every_member_when_it_resumes() {
+    const LONG_LEASE_MS: &str = "10000";
+    let dir = scratch_dir("cluster-pause");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let mut daemons = Vec::new();
+    for name in ["n1", "n2", "n3"] {
+        let d = dir.path().join(name);
+        let drive = format!("d0=file:{}:128M", d.join("d0.img").display());
+        let args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), &drive, &d);
+        let mut n = spawn(name, &d, &args);
+        wait_json(&mut n, &d.join("endpoints.json"));
+        daemons.push(n);
+    }
+    let mut nvme = Vec::new();
+    for name in ["p1", "p2"] {
+        let d = dir.path().join(name);
+        let ep = d.join("endpoints.json");
+        let args = processor_run_args(name, &meta_url, LONG_LEASE_MS, &ep);
+        let mut p = spawn(name, &d, &args);
+        let e = wait_json(&mut p, &ep);
+        nvme.push(e["nvme"][0].as_str().expect("nvme addr").to_string());
+        daemons.push(p);
+    }
+    let logs = log_reader(&daemons.iter().collect::<Vec<_>>());
+    let (ok, out, err) = ferrobay(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid5",
+        "--size",
+        "32M",
+        "--storage-nodes",
+        "n1,n2,n3",
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        &meta_url,
+    ]);
+    assert!(ok, "create failed:\n{out}{err}\n{}", logs());
+    let (_, epoch1) = wait_owner(&meta_url, "vol1", "p1", &logs);
+    let view = json_of(&["volume", "status", "vol1", "--json", "--meta", &meta_url]);
+    let members: Vec<String> = view["record"]["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["url"].as_str().expect("member url").to_string())
+        .collect();
+    assert_eq!(members.len(), 3, "{view:#}");
+    let nqn = "nqn.2026-01.io.ferrobay:vol:vol1";
+    let p1_url = format!("nvme+tcp://{}/{nqn}/1", nvme[0]);
+    let p2_url = format!("nvme+tcp://{}/{nqn}/1", nvme[1]);
+    let host = HostIdentity::from_uuid(HOST_UUID);
+    // No keep-alive and patient I/O: this host still talks to the old owner after it
+    // resumes, as a host that did not notice the pause would.
+    let patient = ConnectOptions {
+        kato_ms: 0,
+        io_timeout_ms: 30_000,
+        ..ConnectOptions::default()
+    };
+    let offsets = [0u64, 7 << 20];
+    let p1_dev = rt.block_on(async {
+        let dev = NvmeTcpUrl::parse(&p1_url)
+            .expect("url")
+            .open_device(&host, &patient)
+            .await
+            .expect("p1 device");
+        write_chunks(&dev, &offsets, 1).await;
+        check_chunks(&dev, &offsets, 1, "through the first owner").await;
+        dev
+    });
+    // Once p2's heartbeat has seen p1 alive, freeze p1.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&daemons[4].log)
+        .unwrap_or_default()
+        .contains("heartbeat: following the owner")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "p2 follows no heartbeat\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    assert!(daemons[3].pause(), "SIGSTOP p1");
+    let bin = Path::new(ferrobay_bin());
+    let view = cluster::wait_owner(bin, &meta_url, "vol1", "p2", Some(epoch1), OWNER_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    let took = t0.elapsed();
+    let (_, epoch2) = cluster::owner_of(&view).expect("owner");
+    eprintln!(
+        "paused owner: p2 owns vol1 (epoch {epoch2}) {took:?} after SIGSTOP of p1 (lease TTL {LONG_LEASE_MS} ms)"
+    );
+    assert!(
+        took < Duration::from_millis(5000),
+        "p2 waited for the lease instead of the heartbeat: {took:?}\n{}",
+        logs()
+    );
+    assert!(
+        logs().contains("declared dead"),
+        "no heartbeat verdict in the logs:\n{}",
+        logs()
+    );
+    rt.block_on(async {
+        let p2_dev = NvmeTcpUrl::parse(&p2_url)
+            .expect("url")
+            .open_device(&host, &ConnectOptions::default())
+            .await
+            .expect("p2 device");
+        write_chunks(&p2_dev, &offsets, 2).await;
+
+        // The old owner wakes up and gets a write from a host that still uses it.
+        assert!(daemons[3].resume(), "SIGCONT p1");
+        let data = pattern(CHUNK_BYTES, 3);
+        let r = p1_dev
+            .write(
+                offsets[0],
+                IoBuf::from_slice(&data),
+                WriteFlags { fua: true },
+            )
+            .await;
+        eprintln!("write through the resumed old owner: {r:?}");
+        assert!(r.is_err(), "the resumed old owner took a write\n{}", logs());
+
+        // Every member refuses p1's host and shows only p2 registered, holding.
+        let p1_host =
+            HostIdentity::from_hostnqn(&control::records::processor_hostnqn("p1")).expect("p1 id");
+        let p2_host =
+            HostIdentity::from_hostnqn(&control::records::processor_hostnqn("p2")).expect("p2 id");
+        let short = ConnectOptions {
+            ctrl_loss_tmo_ms: Some(0),
+            ..ConnectOptions::default()
+        };
+        for url in &members {
+            let as_p1 = NvmeTcpUrl::parse(url)
+                .expect("member url")
+                .open(&p1_host, &short)
+                .await
+                .expect("member as p1");
+            let report = as_p1.reservation_report().await.expect("report");
+            let holders: Vec<[u8; 16]> = report
+                .registrants
+                .iter()
+                .filter(|r| {
+                    r.rcsts & nvme_proto::reservation::RegisteredController::RCSTS_HOLDS_RESERVATION
+                        != 0
+                })
+                .map(|r| r.hostid)
+                .collect();
+            assert_eq!(holders, vec![p2_host.hostid], "{url}: {report:?}");
+            assert!(
+                report
+                    .registrants
+                    .iter()
+                    .all(|r| r.hostid != p1_host.hostid),
+                "{url}: p1 is still registered: {report:?}"
+            );
+            let last = as_p1.info().size_bytes - 4096;
+            let r = as_p1
+                .write(
+                    last,
+                    IoBuf::from_slice(&[0xEE; 4096]),
+                    WriteFlags::default(),
+                )
+                .await;
+            assert!(
+                matches!(&r, Err(blockdev::BlockError::ReservationConflict)),
+                "{url}: a write of p1's host got {r:?}"
+            );
+            as_p1.controller().disconnect().await;
+        }
+
+        // The old owner steps down; the data is the new owner's.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&daemons[3].log)
+            .unwrap_or_default()
+            .contains("volume lost")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "p1 did not step down\n{}",
+                logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        check_chunks(&p2_dev, &offsets, 2, "after the old owner resumed").await;
+        drop(p2_dev);
+    });
+    let (owner, epoch) = wait_owner(&meta_url, "vol1", "p2", &logs);
+    assert_eq!((owner.as_str(), epoch), ("p2", epoch2));
+    drop(p1_dev);
+    for d in daemons.iter_mut().rev() {
+        let s = terminate(d);
+        assert!(s.success(), "{} exit {s}:\n{}", d.name, d.log());
+    }
+    drop(etcd);
 }

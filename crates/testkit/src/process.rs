@@ -175,6 +175,32 @@ impl Daemon {
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         terminate_child(&mut self.child, timeout)
     }
+
+    /// SIGSTOP: the process freezes (its kernel still accepts TCP connections; nobody
+    /// answers) until [`Daemon::resume`]. `false` if it is gone.
+    pub fn pause(&mut self) -> bool {
+        signal_child(&mut self.child, libc::SIGSTOP)
+    }
+
+    /// SIGCONT after [`Daemon::pause`]. `false` if it is gone.
+    pub fn resume(&mut self) -> bool {
+        signal_child(&mut self.child, libc::SIGCONT)
+    }
+}
+
+/// Sends `sig` to our own `child` if it still runs.
+fn signal_child(child: &mut Child, sig: libc::c_int) -> bool {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return false;
+    }
+    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+        return false;
+    };
+    // SAFETY: kill(2) takes plain integers and touches no memory; `pid` is our own child,
+    // not yet reaped (try_wait above), so it names no other process.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::kill(pid, sig) };
+    r == 0
 }
 
 impl Drop for Daemon {

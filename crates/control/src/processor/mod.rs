@@ -17,6 +17,9 @@
 //!   standby (with a fresh lease).
 //! - Handoff (`handoff`): `volume move` or [`Processor::shutdown`]: ANA change, drain,
 //!   clean stop, release; the new owner needs no resync.
+//! - Heartbeat (`heartbeat`): a standby keeps Keep Alive going to each owner node over
+//!   NVMe/TCP; an owner declared dead has its records seized before its lease ends (the
+//!   members' reservations fence it; the lease stays the arbiter of last resort).
 //!
 //! See the "Processor nodes" section of `docs/cluster.md`.
 
@@ -24,6 +27,7 @@ mod error;
 mod export_device;
 mod fence;
 mod handoff;
+mod heartbeat;
 mod log_metrics;
 mod member_ops;
 mod members;
@@ -87,6 +91,13 @@ pub struct ProcessorConfig {
     pub standby_grace_ms: u64,
     /// How often volume records, owners and handoff requests are re-read (default 200 ms).
     pub poll_ms: u64,
+    /// How often a standby sends Keep Alive to the owners of the volumes it stands by
+    /// for, over one NVMe/TCP connection per owner node (default 100 ms).
+    pub heartbeat_interval_ms: u64,
+    /// Keep Alives in a row left unanswered before an owner is declared dead and its
+    /// volumes are seized without waiting for its lease (default 3); a closed or refused
+    /// connection declares it dead at once. 0: no heartbeats, failover by lease only.
+    pub heartbeat_misses: u32,
     /// Longest wait for in-flight I/O at a handoff (default 5000 ms).
     pub drain_timeout_ms: u64,
     /// How often a `qos_throttling` event may be written per owned volume (default
@@ -120,6 +131,8 @@ impl ProcessorConfig {
             engine,
             standby_grace_ms: 1000,
             poll_ms: 200,
+            heartbeat_interval_ms: 100,
+            heartbeat_misses: 3,
             drain_timeout_ms: 5000,
             qos_event_interval_ms: 60_000,
             ignore_ownership_loss: false,
@@ -165,6 +178,8 @@ pub(crate) struct Ctx {
     pub health: Arc<crate::health::HealthMonitor>,
     /// The QoS generation of each volume record applied to the target.
     pub qos_applied: Mutex<BTreeMap<String, u64>>,
+    /// Liveness probes of the owners this node stands by for.
+    pub heartbeats: heartbeat::Heartbeats,
 }
 
 impl Ctx {
@@ -345,6 +360,7 @@ impl Processor {
             failures: Mutex::default(),
             shutting_down: watch::Sender::new(false),
             qos_applied: Mutex::default(),
+            heartbeats: heartbeat::Heartbeats::default(),
         });
         let (lease_stop, stop_rx) = watch::channel(false);
         let lease_task = tokio::spawn(lease_loop(ctx.clone(), registration, feed, stop_rx));
@@ -494,7 +510,9 @@ impl Processor {
     }
 
     /// Stops the node as a crash would: no handoff, no clean stop, no write to any
-    /// member, the lease left to expire. For tests and for a fatal error.
+    /// member, the lease left to expire, every connection of its target ended (as the
+    /// kernel ends a dead process's: hosts and heartbeats see it at once). For tests and
+    /// for a fatal error.
     pub fn kill(mut self) {
         self.kill_now();
     }
@@ -513,6 +531,8 @@ impl Processor {
         for l in &self.listeners {
             l.close();
         }
+        // As a dead process's sockets: hosts and heartbeats see the connections end.
+        self.ctx.target.close_connections();
     }
 
     async fn close_target(&self) {

@@ -7,15 +7,20 @@ use std::time::{Duration, Instant};
 
 use meta::schema::{
     OwnerRecord, OwnershipError, Versioned, acquire_ownership, current_owner, get_json, node_key,
+    seize_ownership,
 };
 use meta::wait_lost;
 use nvmf_target::AnaState;
 use tokio::sync::watch;
 
 use super::export_device::ExportDevice;
+use super::heartbeat::{Heartbeats, Liveness};
 use super::takeover::{Owned, take_over};
 use super::{Ctx, LeaseInfo, handoff, status};
-use crate::records::{HandoffRecord, NodeRecord, NodeRole, VolumeRecord, handoff_key};
+use crate::records::{
+    HandoffRecord, NodeRecord, NodeRole, VolumeRecord, VolumeStatusRecord, handoff_key,
+    volume_status_key,
+};
 
 /// Wait after a failed takeover before trying again (the owner record is released, so
 /// another node may try meanwhile).
@@ -91,19 +96,20 @@ async fn forget_handoff(ctx: &Ctx, name: &str) {
 }
 
 /// How long to let others claim a free volume first: nothing for the handoff target or
-/// the preferred owner, the grace for the rest while those are live.
-async fn claim_delay(ctx: &Ctx, rec: &VolumeRecord) -> Duration {
+/// the preferred owner, the grace for the rest while those are live. `dead`: a node
+/// declared dead by its heartbeat (its record stays until its lease ends), not live.
+async fn claim_delay(ctx: &Ctx, rec: &VolumeRecord, dead: Option<&str>) -> Duration {
     let grace = Duration::from_millis(ctx.cfg.standby_grace_ms);
     if let Some(h) = handoff_request(ctx, &rec.name).await {
         if h.value.to == ctx.name {
             return Duration::ZERO;
         }
-        if node_live(ctx, &h.value.to).await {
+        if dead != Some(h.value.to.as_str()) && node_live(ctx, &h.value.to).await {
             return grace * 2;
         }
     }
     match &rec.preferred_owner {
-        Some(p) if *p != ctx.name && node_live(ctx, p).await => grace,
+        Some(p) if *p != ctx.name && dead != Some(p.as_str()) && node_live(ctx, p).await => grace,
         _ => Duration::ZERO,
     }
 }
@@ -128,13 +134,18 @@ async fn live_lease(ctx: &Ctx, stop: &mut watch::Receiver<bool>) -> Option<Lease
     }
 }
 
-/// Waits until this node owns the volume; `None` when told to stop.
+/// Waits until this node owns the volume; `None` when told to stop. While another node
+/// owns it, that node's heartbeat is followed: declared dead, its record is seized at
+/// once (after the claim delay) instead of waiting for its lease to end.
 async fn standby(
-    ctx: &Ctx,
+    ctx: &Arc<Ctx>,
     name: &str,
     record: &watch::Receiver<VolumeRecord>,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<(OwnerRecord, LeaseInfo)> {
+    // The current owner's heartbeat, while that is another node (`None` inside: it
+    // cannot be probed, the lease decides).
+    let mut beat: Option<(String, Option<watch::Receiver<Liveness>>)> = None;
     loop {
         let lease = live_lease(ctx, stop).await?;
         if *ctx.shutting_down.borrow() {
@@ -144,8 +155,9 @@ async fn standby(
         }
         match current_owner(ctx.store.as_ref(), name).await {
             Ok(None) => {
+                beat = None;
                 let rec = record.borrow().clone();
-                let delay = claim_delay(ctx, &rec).await;
+                let delay = claim_delay(ctx, &rec, None).await;
                 if !delay.is_zero() {
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
@@ -164,12 +176,140 @@ async fn standby(
                     }
                 }
             }
-            Ok(Some(_)) => {}
+            Ok(Some(cur)) if cur.value.node != ctx.name => {
+                if beat.as_ref().is_none_or(|(n, _)| *n != cur.value.node) {
+                    let rx = Heartbeats::watch(ctx, &cur.value.node).await;
+                    beat = Some((cur.value.node.clone(), rx));
+                }
+                if let Some((_, Some(rx))) = &beat
+                    && matches!(*rx.borrow(), Liveness::Dead { .. })
+                {
+                    match seize(ctx, name, record, &cur, &lease, rx, stop).await {
+                        Seized::Owner(owner) => return Some((owner, lease)),
+                        Seized::Stop => return None,
+                        Seized::No => {}
+                    }
+                }
+            }
+            Ok(Some(_)) => beat = None,
             Err(e) => tracing::warn!(volume = name, "processor: owner unreadable: {e}"),
         }
         tokio::select! {
             () = tokio::time::sleep(ctx.poll()) => {}
             () = super::stopped(stop) => return None,
+            () = liveness_changed(&mut beat) => {}
+        }
+    }
+}
+
+/// Resolves when the followed heartbeat changes (never without one).
+async fn liveness_changed(beat: &mut Option<(String, Option<watch::Receiver<Liveness>>)>) {
+    if let Some((_, Some(rx))) = beat
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
+enum Seized {
+    Owner(OwnerRecord),
+    No,
+    Stop,
+}
+
+/// Whether `owner` holds every member of `name` by a reservation (its status record says
+/// so: no member without reservations at its takeover). Only then does fencing stop it
+/// everywhere, and a seizure is as safe as waiting for its lease; otherwise the lease
+/// decides (superblock generations alone protect such members).
+async fn fenced_everywhere(ctx: &Ctx, name: &str, owner: &OwnerRecord) -> bool {
+    let Ok(key) = volume_status_key(name) else {
+        return false;
+    };
+    match get_json::<VolumeStatusRecord, _>(ctx.store.as_ref(), &key).await {
+        Ok(Some(Versioned { value, .. })) => {
+            value.owner == owner.node
+                && value.epoch == owner.epoch
+                && value
+                    .takeover
+                    .is_some_and(|t| t.members_unfenceable == 0 && t.members_total > 0)
+        }
+        _ => false,
+    }
+}
+
+/// Seizes `name` from `dead`, whose heartbeat failed: after the claim delay (the dead
+/// node counts as not live, so the preferred owner or handoff target goes first), if the
+/// probe still says dead, by compare-and-swap of the record as read. The takeover that
+/// follows fences the old owner on every member.
+async fn seize(
+    ctx: &Ctx,
+    name: &str,
+    record: &watch::Receiver<VolumeRecord>,
+    dead: &Versioned<OwnerRecord>,
+    lease: &LeaseInfo,
+    beat: &watch::Receiver<Liveness>,
+    stop: &mut watch::Receiver<bool>,
+) -> Seized {
+    if !fenced_everywhere(ctx, name, &dead.value).await {
+        tracing::debug!(
+            volume = name,
+            owner = %dead.value.node,
+            "processor: owner declared dead, but not every member has reservations to fence it: waiting for its lease"
+        );
+        return Seized::No;
+    }
+    let rec = record.borrow().clone();
+    let delay = claim_delay(ctx, &rec, Some(&dead.value.node)).await;
+    if !delay.is_zero() {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = super::stopped(stop) => return Seized::Stop,
+        }
+    }
+    let Liveness::Dead { silent_ms, why } = beat.borrow().clone() else {
+        return Seized::No;
+    };
+    if *stop.borrow() {
+        return Seized::Stop;
+    }
+    match seize_ownership(ctx.store.as_ref(), name, &ctx.name, lease.id, dead).await {
+        Ok(owner) => {
+            let old = &dead.value;
+            tracing::warn!(
+                node = %ctx.name,
+                volume = name,
+                epoch = owner.epoch,
+                "processor: owner {} declared dead after {silent_ms} ms: heartbeat: {why}; \
+                 volume seized from epoch {} without waiting for its lease",
+                old.node,
+                old.epoch
+            );
+            let e = crate::events::new_event(
+                crate::events::kind::OWNER_DEAD,
+                meta::schema::Severity::Warning,
+                meta::schema::SubjectKind::Volume,
+                name,
+                format!(
+                    "{} declared owner {} of volume {name} dead after {silent_ms} ms ({why}) and seized it",
+                    ctx.name, old.node
+                ),
+            );
+            let e = crate::events::with_field(e, "node", ctx.name.as_str());
+            let e = crate::events::with_field(e, "owner", old.node.as_str());
+            let e = crate::events::with_field(e, "epoch", old.epoch);
+            let e = crate::events::with_field(e, "silent_ms", silent_ms);
+            let e = crate::events::with_field(e, "why", why.as_str());
+            crate::events::spawn_emit(ctx.store.clone(), e);
+            Seized::Owner(owner)
+        }
+        Err(OwnershipError::Conflict { current }) => {
+            tracing::debug!(volume = name, owner = %current.node, "processor: someone else seized it first");
+            Seized::No
+        }
+        Err(e) => {
+            tracing::warn!(volume = name, "processor: seizure failed: {e}");
+            Seized::No
         }
     }
 }

@@ -125,6 +125,11 @@ pub(crate) fn failover_medians(rounds: &[FailoverRound], range_bytes: u64) -> Fa
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct Failover {
     pub(crate) lease_ttl_ms: u64,
+    /// The standbys' heartbeat (`processor run` defaults): Keep Alive period and the
+    /// unanswered ones that declare the owner dead; a killed owner's closed connection
+    /// declares it dead at once, without waiting for the lease.
+    pub(crate) heartbeat_interval_ms: u64,
+    pub(crate) heartbeat_misses: u32,
     /// Member bandwidth a hyper-converged resync would get a share of: 128 KiB
     /// sequential writes at QD 8 to a namespace of member size on n1 (RAM drive).
     pub(crate) member_seq_write: SeqWrite,
@@ -362,6 +367,9 @@ pub(crate) async fn section_failover(
     out: &mut Failover,
 ) -> anyhow::Result<()> {
     out.lease_ttl_ms = s.lease_ttl_ms;
+    let defaults = control::processor::ProcessorConfig::new("p");
+    out.heartbeat_interval_ms = defaults.heartbeat_interval_ms;
+    out.heartbeat_misses = defaults.heartbeat_misses;
     out.hc_resync_share = HC_RESYNC_SHARE;
     out.definitions = FAILOVER_DEFINITIONS.to_vec();
     eprintln!("cluster bench: 3. member sequential write bandwidth");

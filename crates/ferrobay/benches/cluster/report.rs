@@ -102,8 +102,8 @@ pub(crate) fn summary(o: &Output) -> String {
     }
     let f = &o.failover;
     t += &format!(
-        "\n3. Failover (kill -9 of the owner, multipath host, 4k randwrite QD8 with verify, lease TTL {} ms)\n",
-        f.lease_ttl_ms
+        "\n3. Failover (kill -9 of the owner, multipath host, 4k randwrite QD8 with verify, lease TTL {} ms, heartbeat {} ms x {})\n",
+        f.lease_ttl_ms, f.heartbeat_interval_ms, f.heartbeat_misses
     );
     t += &format!(
         "  member seq write 128k QD8: {:.1} MB/s; hyper-converged full resync of {} MiB at {:.0}%: {:.1} s ({:.0} s per TiB)\n",

@@ -16,6 +16,8 @@ pub(crate) struct Settings {
     pub(crate) kill_after_ms: u64,
     /// I/O queues per controller of the initiator (nvmf-host's default).
     pub(crate) io_queues: u16,
+    /// The sections to run (1, 2, 3; `FERROBAY_BENCH_SECTIONS=3`: failover only).
+    pub(crate) sections: Vec<u8>,
 }
 
 impl Settings {
@@ -39,11 +41,37 @@ impl Settings {
             stripe_unit_bytes: 64 << 10,
             kill_after_ms: 2000,
             io_queues: ConnectOptions::default().io_queues,
+            sections: sections_from_env(),
         }
+    }
+
+    pub(crate) fn runs(&self, section: u8) -> bool {
+        self.sections.contains(&section)
     }
 
     pub(crate) fn runtime_ms(&self) -> u64 {
         (self.runtime_s * 1000.0) as u64
+    }
+}
+
+/// `FERROBAY_BENCH_SECTIONS`: a comma list of section numbers; all three when unset.
+fn sections_from_env() -> Vec<u8> {
+    let all = vec![1, 2, 3];
+    let Ok(v) = std::env::var("FERROBAY_BENCH_SECTIONS") else {
+        return all;
+    };
+    let picked: Option<Vec<u8>> = v
+        .split(',')
+        .map(|p| p.trim().parse::<u8>().ok().filter(|n| (1..=3).contains(n)))
+        .collect();
+    match picked {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            eprintln!(
+                "cluster bench: ignoring FERROBAY_BENCH_SECTIONS={v:?} (not a list of 1, 2, 3)"
+            );
+            all
+        }
     }
 }
 

@@ -17,7 +17,7 @@ pub use keys::{
 };
 pub use ownership::{
     OwnerRecord, OwnerStream, OwnershipError, acquire_ownership, current_owner, last_epoch,
-    release_ownership, watch_owner,
+    release_ownership, seize_ownership, watch_owner,
 };
 pub use typed::{
     TypedCas, TypedListing, Versioned, cas_json, decode_json, encode_json, get_json, list_json,

@@ -3,7 +3,9 @@
 //! next epoch, kept in `/ferrobay/owner-epochs/<volume>` (no lease, so epochs only grow,
 //! across lease expiries and restarts); the epoch is the fencing generation a new owner
 //! stamps on the members. Acquisition is one transaction over both keys: two nodes racing
-//! for a free volume cannot both win, nor take the same epoch.
+//! for a free volume cannot both win, nor take the same epoch. A standby that knows the
+//! owner is dead (a failed heartbeat) may seize the record before the lease ends
+//! ([`seize_ownership`]: a compare-and-swap on the record's revision).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -102,6 +104,70 @@ pub async fn acquire_ownership<S: MetaStore + ?Sized>(
                     return held(decode_json(kv)?);
                 }
             }
+        }
+    }
+    Err(OwnershipError::Contended)
+}
+
+/// Takes `volume` from an owner declared dead while its lease still runs: `node` becomes
+/// the owner under `lease` with the next epoch, only if the owner record is still exactly
+/// `dead` (same revision) — one transaction over both keys, so of several standbys
+/// seizing at once one wins, and a record renewed or replaced meanwhile is left alone.
+/// The caller must fence the old owner (reservations on the members) before writing:
+/// unlike an expired lease, a seized record says nothing about whether the old owner has
+/// stopped. If the record is gone meanwhile this is [`acquire_ownership`]; if it changed,
+/// [`OwnershipError::Conflict`] with the current owner.
+pub async fn seize_ownership<S: MetaStore + ?Sized>(
+    store: &S,
+    volume: &str,
+    node: &str,
+    lease: LeaseId,
+    dead: &Versioned<OwnerRecord>,
+) -> Result<OwnerRecord, OwnershipError> {
+    validate_name(node)?;
+    let owner_key = owner_key(volume)?;
+    let epoch_key = owner_epoch_key(volume)?;
+    for _ in 0..ACQUIRE_ATTEMPTS {
+        match get_json::<OwnerRecord, _>(store, &owner_key).await? {
+            None => return acquire_ownership(store, volume, node, lease).await,
+            Some(current) if current.revision != dead.revision => {
+                if current.value.node == node && current.lease == Some(lease) {
+                    return Ok(current.value);
+                }
+                return Err(OwnershipError::Conflict {
+                    current: current.value,
+                });
+            }
+            Some(_) => {}
+        }
+        let last = get_json::<OwnerRecord, _>(store, &epoch_key).await?;
+        let record = OwnerRecord {
+            node: node.to_owned(),
+            epoch: last
+                .as_ref()
+                .map_or(0, |l| l.value.epoch)
+                .max(dead.value.epoch)
+                + 1,
+        };
+        let bytes = encode_json(&record)?;
+        let txn = Txn::new()
+            .when(owner_key.as_str(), Expect::ModRevision(dead.revision))
+            .when(
+                epoch_key.as_str(),
+                last.map_or(Expect::Absent, |l| Expect::ModRevision(l.revision)),
+            )
+            .put(epoch_key.as_str(), bytes.clone(), None)
+            .put(owner_key.as_str(), bytes, Some(lease));
+        if let TxnOutcome::Committed { .. } = store.txn(txn).await? {
+            tracing::info!(
+                volume,
+                node,
+                epoch = record.epoch,
+                from = %dead.value.node,
+                from_epoch = dead.value.epoch,
+                "meta: ownership seized from a dead owner"
+            );
+            return Ok(record);
         }
     }
     Err(OwnershipError::Contended)

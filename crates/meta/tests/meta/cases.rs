@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use meta::schema::{
     self, OwnerRecord, OwnershipError, TypedCas, acquire_ownership, current_owner, last_epoch,
-    release_ownership, watch_owner,
+    release_ownership, seize_ownership, watch_owner,
 };
 use meta::{
     CasOutcome, Expect, KeeperConfig, LeaseKeeper, LeaseState, LossReason, MAX_VALUE_BYTES,
@@ -633,6 +633,80 @@ pub async fn ownership_handover(env: Env) {
         .await
         .expect("reacquire");
     assert_eq!(again.epoch, 3, "every ownership change takes a new epoch");
+}
+
+/// A standby seizes the record of an owner declared dead while its lease still runs:
+/// next epoch, its own lease; only one of several seizing at once wins, a stale view of
+/// the record is refused, and a record gone meanwhile is simply acquired.
+pub async fn ownership_seized_from_a_dead_owner(env: Env) {
+    let s = env.store.as_ref();
+    let mut leases = Vec::new();
+    for _ in 0..4 {
+        leases.push(s.grant_lease(env.ttl_ms * 10).await.expect("grant").id);
+    }
+    let a = acquire_ownership(s, "vol-seize", "node-a", leases[0])
+        .await
+        .expect("a acquires");
+    let seen = current_owner(s, "vol-seize")
+        .await
+        .expect("read")
+        .expect("owned");
+    let mut racers = Vec::new();
+    for (i, lease) in leases.iter().enumerate().skip(1) {
+        let (store, seen, lease) = (env.client().await, seen.clone(), *lease);
+        racers.push(tokio::spawn(async move {
+            let name = format!("node-{i}");
+            seize_ownership(store.as_ref(), "vol-seize", &name, lease, &seen).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for r in racers {
+        match r.await.expect("task") {
+            Ok(rec) => winners.push(rec),
+            Err(OwnershipError::Conflict { current }) => assert_ne!(current, a),
+            Err(e) => panic!("seize: {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners {winners:?}");
+    assert_eq!(winners[0].epoch, a.epoch + 1);
+    let now = current_owner(s, "vol-seize")
+        .await
+        .expect("read")
+        .expect("owned");
+    assert_eq!(now.value, winners[0]);
+    assert_ne!(
+        now.lease,
+        Some(leases[0]),
+        "the record moved to the winner's lease"
+    );
+    assert_eq!(
+        last_epoch(s, "vol-seize").await.expect("epoch"),
+        Some(winners[0].clone())
+    );
+    // The dead owner's lease ending does not take the seized record with it.
+    assert!(s.revoke_lease(leases[0]).await.expect("revoke"));
+    assert_eq!(
+        current_owner(s, "vol-seize")
+            .await
+            .expect("read")
+            .map(|v| v.value),
+        Some(winners[0].clone())
+    );
+    // A stale view (the record changed since) is refused.
+    match seize_ownership(s, "vol-seize", "node-z", leases[1], &seen).await {
+        Err(OwnershipError::Conflict { current }) => assert_eq!(current, winners[0]),
+        other => panic!("expected conflict, got {other:?}"),
+    }
+    // Gone meanwhile: a plain acquisition.
+    assert!(
+        release_ownership(s, "vol-seize", &winners[0])
+            .await
+            .expect("release")
+    );
+    let z = seize_ownership(s, "vol-seize", "node-z", leases[1], &now)
+        .await
+        .expect("acquired");
+    assert_eq!(z.epoch, winners[0].epoch + 1);
 }
 
 pub async fn ownership_race_has_one_winner(env: Env) {

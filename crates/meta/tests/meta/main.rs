@@ -49,5 +49,6 @@ conformance!(
     keeper_reports_loss_before_expiry,
     ownership_handover,
     ownership_race_has_one_winner,
+    ownership_seized_from_a_dead_owner,
     event_log_pages_and_trims,
 );

@@ -103,6 +103,15 @@ impl Target {
         let _ = tokio::time::timeout(timeout, self.inner.conns.all_gone()).await;
     }
 
+    /// Closes every open connection now, without a word to the hosts and without waiting
+    /// for the connection tasks to end: what the process dying does to them (their hosts
+    /// see the TCP connection end). Listeners stay open.
+    pub fn close_connections(&self) {
+        for c in self.inner.conns.handles() {
+            c.kill();
+        }
+    }
+
     /// Number of open connections.
     pub fn connection_count(&self) -> usize {
         self.inner.conns.live()
