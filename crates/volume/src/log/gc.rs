@@ -224,7 +224,6 @@ impl LogEngine {
                     },
                     false,
                     true,
-                    false,
                 )
                 .await?;
             *moved += u64::from(loc.len);
