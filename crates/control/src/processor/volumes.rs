@@ -241,24 +241,34 @@ fn add(ctx: &Arc<Ctx>, rec: &VolumeRecord) -> Result<Entry, String> {
     })
 }
 
-/// Makes the DH-HMAC-CHAP hosts of the volume's subsystem what its authentication
-/// record says; `applied` is what this node applied before. A host whose secrets
-/// changed keeps its live controllers (their next authentication uses the new ones).
-fn apply_auth(
+/// What [`reconcile_hosts`] says about one kind of per-host credential.
+struct HostCredential {
+    removed: &'static str,
+    applied: &'static str,
+    failed: &'static str,
+}
+
+/// Makes one kind of per-host credential of the volume's subsystem what its record says:
+/// `applied` is what this node applied before, `set(host, credential)` applies one (or
+/// removes it with `None`); errors name the host, never a secret.
+fn reconcile_hosts<R: PartialEq + Clone>(
     ctx: &Ctx,
     name: &str,
-    applied: &mut Vec<DhchapHostRecord>,
-    want: Option<&Vec<DhchapHostRecord>>,
+    applied: &mut Vec<R>,
+    want: Option<&Vec<R>>,
+    host_of: fn(&R) -> &str,
+    say: &HostCredential,
+    mut set: impl FnMut(&str, Option<&R>) -> Result<(), String>,
 ) {
     let want = want.map(Vec::as_slice).unwrap_or_default();
     if applied.as_slice() == want {
         return;
     }
-    let nqn = volume_nqn(name);
     for old in applied.iter() {
-        if !want.iter().any(|h| h.host_nqn == old.host_nqn) {
-            let _ = ctx.target.set_host_dhchap(&nqn, &old.host_nqn, None);
-            tracing::info!(node = %ctx.name, volume = %name, host = %old.host_nqn, "processor: host no longer authenticates to the volume");
+        let host = host_of(old);
+        if !want.iter().any(|h| host_of(h) == host) {
+            let _ = set(host, None);
+            tracing::info!(node = %ctx.name, volume = %name, host, "processor: {}", say.removed);
         }
     }
     let mut now = Vec::new();
@@ -267,26 +277,50 @@ fn apply_auth(
             now.push(h.clone());
             continue;
         }
-        match h.to_target_config().and_then(|cfg| {
-            ctx.target
-                .set_host_dhchap(&nqn, &h.host_nqn, Some(cfg))
-                .map_err(|e| e.to_string())
-        }) {
+        match set(host_of(h), Some(h)) {
             Ok(()) => {
-                tracing::info!(node = %ctx.name, volume = %name, host = %h.host_nqn, "processor: host must authenticate to the volume with DH-HMAC-CHAP");
+                tracing::info!(node = %ctx.name, volume = %name, host = host_of(h), "processor: {}", say.applied);
                 now.push(h.clone());
             }
-            // The reason names the host, never a secret.
             Err(e) => {
-                tracing::warn!(node = %ctx.name, volume = %name, "processor: DH-HMAC-CHAP not applied: {e}")
+                tracing::warn!(node = %ctx.name, volume = %name, "processor: {} not applied: {e}", say.failed)
             }
         }
     }
     *applied = now;
 }
 
-/// Makes the TLS PSK hosts of the volume's subsystem what its authentication record says
-/// (`applied`: what this node applied before). A host with a PSK is refused on the plain
+/// The DH-HMAC-CHAP hosts of the volume's subsystem. A host whose secrets changed keeps
+/// its live controllers (their next authentication uses the new ones).
+fn apply_auth(
+    ctx: &Ctx,
+    name: &str,
+    applied: &mut Vec<DhchapHostRecord>,
+    want: Option<&Vec<DhchapHostRecord>>,
+) {
+    let nqn = volume_nqn(name);
+    let say = HostCredential {
+        removed: "host no longer authenticates to the volume",
+        applied: "host must authenticate to the volume with DH-HMAC-CHAP",
+        failed: "DH-HMAC-CHAP",
+    };
+    reconcile_hosts(
+        ctx,
+        name,
+        applied,
+        want,
+        |h| &h.host_nqn,
+        &say,
+        |host, h| {
+            let cfg = h.map(DhchapHostRecord::to_target_config).transpose()?;
+            ctx.target
+                .set_host_dhchap(&nqn, host, cfg)
+                .map_err(|e| e.to_string())
+        },
+    );
+}
+
+/// The TLS PSK hosts of the volume's subsystem. A host with a PSK is refused on the plain
 /// listeners (the target enforces it); a new or changed key disconnects that host's live
 /// controllers, so that it reconnects over TLS with it.
 fn apply_tls(
@@ -295,39 +329,26 @@ fn apply_tls(
     applied: &mut Vec<TlsPskHostRecord>,
     want: Option<&Vec<TlsPskHostRecord>>,
 ) {
-    let want = want.map(Vec::as_slice).unwrap_or_default();
-    if applied.as_slice() == want {
-        return;
-    }
     let nqn = volume_nqn(name);
-    for old in applied.iter() {
-        if !want.iter().any(|h| h.host_nqn == old.host_nqn) {
-            let _ = ctx.target.set_host_tls_psk(&nqn, &old.host_nqn, None);
-            tracing::info!(node = %ctx.name, volume = %name, host = %old.host_nqn, "processor: host no longer needs TLS for the volume");
-        }
-    }
-    let mut now = Vec::new();
-    for h in want {
-        if applied.contains(h) {
-            now.push(h.clone());
-            continue;
-        }
-        match h.configured_psk().and_then(|psk| {
+    let say = HostCredential {
+        removed: "host no longer needs TLS for the volume",
+        applied: "host must connect to the volume over TLS",
+        failed: "TLS PSK",
+    };
+    reconcile_hosts(
+        ctx,
+        name,
+        applied,
+        want,
+        |h| &h.host_nqn,
+        &say,
+        |host, h| {
+            let psk = h.map(TlsPskHostRecord::configured_psk).transpose()?;
             ctx.target
-                .set_host_tls_psk(&nqn, &h.host_nqn, Some(psk))
+                .set_host_tls_psk(&nqn, host, psk)
                 .map_err(|e| e.to_string())
-        }) {
-            Ok(()) => {
-                tracing::info!(node = %ctx.name, volume = %name, host = %h.host_nqn, "processor: host must connect to the volume over TLS");
-                now.push(h.clone());
-            }
-            // The reason names the host, never the key.
-            Err(e) => {
-                tracing::warn!(node = %ctx.name, volume = %name, "processor: TLS PSK not applied: {e}")
-            }
-        }
-    }
-    *applied = now;
+        },
+    );
 }
 
 /// Makes the target's QoS limits of the volume's subsystem what its record says (every
