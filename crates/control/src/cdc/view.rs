@@ -1,5 +1,6 @@
 //! The cluster's discovery log as the central discovery controller serves it, built from
-//! the node records: one entry per (subsystem, NVMe/TCP listener) of every node, visible
+//! the node records: one entry per (subsystem, NVMe/TCP listener) of every node (TLS
+//! listeners, `tls_addrs`, as TLS entries: TREQ required, TSAS TLS 1.3), visible
 //! to the hosts the subsystem's access list allows, and one referral per node to its own
 //! discovery controller, visible to every host. Entries on loopback addresses are shown
 //! only to hosts that reached the CDC over loopback (elsewhere they would name the host
@@ -88,11 +89,13 @@ impl ClusterView {
         let mut subsystems = Vec::new();
         let mut referrals = Vec::new();
         for node in &nodes {
-            let nvme: Vec<SocketAddr> = node
+            // Plain listeners, then TLS ones (the flag says which).
+            let nvme: Vec<(SocketAddr, bool)> = node
                 .nvme_addrs
                 .iter()
-                .copied()
-                .filter(|a| {
+                .map(|a| (*a, false))
+                .chain(node.tls_addrs.iter().map(|a| (*a, true)))
+                .filter(|(a, _)| {
                     let ok = usable(a);
                     if !ok {
                         notes.push(format!(
@@ -117,12 +120,12 @@ impl ClusterView {
                 } else {
                     Visibility::Hosts(s.allowed_hosts.iter().cloned().collect())
                 };
-                for addr in &nvme {
+                for (addr, tls) in &nvme {
                     let portid = ports.of(&node.name, *addr);
                     subsystems.push((
                         (s.nqn.clone(), node.name.clone(), *addr),
                         Listed {
-                            entry: entry(*addr, portid, subtype::NVME, &s.nqn, 0),
+                            entry: entry(*addr, portid, subtype::NVME, &s.nqn, 0, *tls),
                             addr: *addr,
                             visibility: visibility.clone(),
                         },
@@ -146,6 +149,7 @@ impl ClusterView {
                         subtype::REFERRAL,
                         DISCOVERY_NQN,
                         eflags::EPCSD,
+                        false,
                     ),
                     addr,
                     visibility: Visibility::Everyone,
@@ -196,11 +200,25 @@ impl PortIds {
     }
 }
 
-fn entry(addr: SocketAddr, portid: u16, st: u8, subnqn: &str, flags: u16) -> DiscoveryLogEntry {
+/// An entry for `addr`; `tls`: the listener requires TLS 1.3 (as a node's own discovery
+/// controller marks its TLS listeners), so `nvme connect-all --tls` picks it.
+fn entry(
+    addr: SocketAddr,
+    portid: u16,
+    st: u8,
+    subnqn: &str,
+    flags: u16,
+    tls: bool,
+) -> DiscoveryLogEntry {
     let sqflow = if st == subtype::NVME {
         treq::DISABLE_SQFLOW
     } else {
         0
+    };
+    let (channel, sectype) = if tls {
+        (treq::SECURE_CHANNEL_REQUIRED, sectype::TLS13)
+    } else {
+        (treq::SECURE_CHANNEL_NOT_SPECIFIED, sectype::NONE)
     };
     DiscoveryLogEntry {
         trtype: trtype::TCP,
@@ -210,7 +228,7 @@ fn entry(addr: SocketAddr, portid: u16, st: u8, subnqn: &str, flags: u16) -> Dis
             adrfam::IPV6
         },
         subtype: st,
-        treq: treq::SECURE_CHANNEL_NOT_SPECIFIED | sqflow,
+        treq: channel | sqflow,
         portid,
         cntlid: 0xFFFF,
         asqsz: ASQSZ,
@@ -218,7 +236,7 @@ fn entry(addr: SocketAddr, portid: u16, st: u8, subnqn: &str, flags: u16) -> Dis
         trsvcid: addr.port().to_string(),
         subnqn: subnqn.to_string(),
         traddr: addr.ip().to_string(),
-        sectype: sectype::NONE,
+        sectype,
     }
 }
 
@@ -433,6 +451,52 @@ mod tests {
         let v6 = ClusterView::from_nodes(&[processor("p2", &["[::]:4420"], &["vol0"])], true);
         let e = &v6.entries_for(HOST, addr("[fd00::9]:8009"))[0];
         assert_eq!((e.adrfam, e.traddr.as_str()), (adrfam::IPV6, "fd00::9"));
+    }
+
+    #[test]
+    fn tls_listeners_are_tls_entries() {
+        let mut p = processor("p1", &["10.0.0.5:4420"], &["vol0"]);
+        p.tls_addrs = vec![addr("10.0.0.5:4421")];
+        let mut n = storage(
+            "n1",
+            "10.0.0.11:4420",
+            "10.0.0.11:8009",
+            vec![open("nqn.2026-01.io.ferrobay:n1:d0")],
+        );
+        n.tls_addrs = vec![addr("10.0.0.11:4430")];
+        let v = ClusterView::from_nodes(&[p, n], false);
+        let all = v.all_entries();
+        assert_eq!(
+            lines(&all),
+            [
+                "2 nqn.2026-01.io.ferrobay:n1:d0 10.0.0.11:4420 port 1",
+                "2 nqn.2026-01.io.ferrobay:n1:d0 10.0.0.11:4430 port 2",
+                "2 nqn.2026-01.io.ferrobay:vol:vol0 10.0.0.5:4420 port 4",
+                "2 nqn.2026-01.io.ferrobay:vol:vol0 10.0.0.5:4421 port 5",
+                "1 nqn.2014-08.org.nvmexpress.discovery 10.0.0.11:8009 port 3",
+                "1 nqn.2014-08.org.nvmexpress.discovery 10.0.0.5:4420 port 4",
+            ]
+        );
+        for e in &all {
+            let tls = e.trsvcid == "4421" || e.trsvcid == "4430";
+            let want = if tls {
+                (
+                    treq::SECURE_CHANNEL_REQUIRED | treq::DISABLE_SQFLOW,
+                    sectype::TLS13,
+                )
+            } else if e.subtype == subtype::NVME {
+                (treq::DISABLE_SQFLOW, sectype::NONE)
+            } else {
+                (0, sectype::NONE)
+            };
+            assert_eq!((e.treq, e.sectype), want, "{e:?}");
+        }
+        // A wildcard TLS listener is noted like a plain one.
+        let mut w = processor("p2", &["10.0.0.6:4420"], &["vol0"]);
+        w.tls_addrs = vec![addr("0.0.0.0:4421")];
+        let v = ClusterView::from_nodes(&[w], false);
+        assert_eq!(v.notes().len(), 1, "{:?}", v.notes());
+        assert!(v.notes()[0].contains("0.0.0.0:4421"));
     }
 
     #[test]
