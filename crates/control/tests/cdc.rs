@@ -3,7 +3,10 @@
 //! node records, a processor node, the embedded store, and our own initiator: one-shot
 //! discovery per host (access lists filter), a persistent discovery connection (KATO,
 //! AER) that gets the discovery log change event and sees a new volume after it is
-//! created, then connects to it through the entry; a node that leaves drops out.
+//! created, then connects to it through the entry; a node that leaves drops out. A
+//! processor node with a TLS listener: its own discovery controller and the CDC list the
+//! volume on both listeners, the TLS one as a TLS entry, and our initiator connects to that
+//! entry with the volume's PSK.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -95,6 +98,11 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
+        Cluster::start_with(false).await
+    }
+
+    /// `tls`: the processor node has a TLS listener beside its plain one.
+    async fn start_with(tls: bool) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let store = embedded_store(&dir.path().join("meta")).await;
         // The CDC first: it follows the records as they appear.
@@ -120,6 +128,9 @@ impl Cluster {
         }
         let mut pcfg = ProcessorConfig::new("p1");
         pcfg.listen = vec![local0()];
+        if tls {
+            pcfg.tls_listen = vec![local0()];
+        }
         pcfg.poll_ms = 50;
         let processor = Processor::start(store.clone(), pcfg).await.unwrap();
         Cluster {
@@ -324,4 +335,96 @@ async fn cdc_port_in_use_is_one_line() {
     assert!(e.to_string().contains("already in use"), "{e}");
     let e = Cdc::start(store, CdcConfig::new(vec![])).await.unwrap_err();
     assert!(e.to_string().contains("listen address"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listeners_are_discovered_as_tls_entries() {
+    use nvme_proto::log::discovery::{sectype, treq};
+    use nvme_proto::tls_key::ConfiguredPsk;
+    use nvmf_host::TlsCredentials;
+
+    let c = Cluster::start_with(true).await;
+    create_volume(c.store.as_ref(), &raid5("vol1"), &p1_host())
+        .await
+        .unwrap();
+    let psk = ConfiguredPsk::new(1, &[0x5a; 32]).unwrap();
+    control::volume_auth::set_host_tls(
+        c.store.as_ref(),
+        "vol1",
+        storage_node::state::TlsPskHostRecord {
+            host_nqn: HOST.into(),
+            psk: psk.to_interchange().to_string(),
+        },
+    )
+    .await
+    .unwrap();
+    let vol1 = volume_nqn("vol1");
+    let p = c.processor.as_ref().unwrap();
+    let (plain, tls) = (p.nvme_addrs()[0], p.tls_addrs()[0]);
+    let check = |entries: &[DiscoveryEntry], from: &str| {
+        let vol: Vec<&DiscoveryEntry> = entries.iter().filter(|e| e.subnqn == vol1).collect();
+        let at = |a| {
+            vol.iter()
+                .find(|e| entry_socket_addr(e) == Some(a))
+                .unwrap_or_else(|| panic!("{from}: no vol1 entry on {a}: {entries:#?}"))
+        };
+        let (p, t) = (at(plain), at(tls));
+        assert_eq!((p.treq & 3, p.sectype), (0, sectype::NONE), "{from}");
+        assert_eq!(
+            (t.treq & 3, t.sectype),
+            (treq::SECURE_CHANNEL_REQUIRED, sectype::TLS13),
+            "{from}: the TLS listener is a TLS entry"
+        );
+        assert_ne!(p.portid, t.portid, "{from}");
+    };
+    // The processor node's own discovery controller (through its plain listener) and the
+    // CDC, which knows it from the node record's tls_addrs.
+    let own = discover_until(plain, &host(), "vol1 on p1", |e| {
+        e.iter().filter(|e| e.subnqn == vol1).count() == 2
+    })
+    .await;
+    check(&own, "p1's discovery");
+    let central = discover_until(c.cdc_addr(), &host(), "vol1 in the CDC", |e| {
+        e.iter().filter(|e| e.subnqn == vol1).count() == 2
+    })
+    .await;
+    check(&central, "the CDC");
+
+    // Connect to the TLS entry with the PSK, as `nvme connect-all --tls` would.
+    let e = central
+        .iter()
+        .find(|e| e.subnqn == vol1 && e.sectype == sectype::TLS13)
+        .unwrap();
+    let at = entry_socket_addr(e).unwrap();
+    let opts = ConnectOptions {
+        io_queues: 1,
+        connect_timeout_ms: 5000,
+        tls: Some(TlsCredentials::new(psk)),
+        ..ConnectOptions::default()
+    };
+    let t0 = Instant::now();
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 11) as u8).collect();
+    // The owner takes vol1 over and applies its TLS record at its next poll.
+    loop {
+        let r = async {
+            let ctrl = Controller::connect(at, &vol1, &host(), &opts).await?;
+            let ns = ctrl.namespace(1).await?;
+            ns.write_at(0, IoBuf::from_slice(&data), true).await?;
+            let back = ns.read_at(0, IoBuf::new_zeroed(data.len())).await?;
+            ctrl.shutdown().await?;
+            Ok::<_, nvmf_host::HostError>(back)
+        }
+        .await;
+        match r {
+            Ok(back) => {
+                assert_eq!(&back[..], &data[..]);
+                break;
+            }
+            Err(e) => {
+                assert!(t0.elapsed() < LIMIT, "I/O over TLS to {at}: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    c.stop().await;
 }
