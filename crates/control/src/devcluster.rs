@@ -6,8 +6,16 @@
 //! on KV namespaces of the three storage nodes (EC 2+1, module [`s3`]). Running it again
 //! on the same data dir brings the same cluster back: nothing is created twice, the
 //! volume assembles clean, the gateway finds its objects and key pair.
+//!
+//! With [`DevClusterConfig::tls`] (`ferrobay up --tls`, module [`tls`]) the cluster is
+//! secure end to end: the storage nodes get TLS listeners and require TLS (with a PSK of
+//! its own) of the processor node, which connects to the members over it; the processor
+//! node exports the volume on a TLS listener as well and requires TLS of the configured
+//! host NQN; every HTTP API and the S3 gateway serve HTTPS with a certificate of the
+//! cluster's own CA.
 
 pub mod s3;
+pub mod tls;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +36,12 @@ use crate::registration::LiveRegistration;
 use httpapi::auth::Token;
 
 pub use s3::{KeyPair, S3Info};
+pub use tls::DevTlsFiles;
+
+/// With TLS, the identity that provisions volumes towards the storage nodes in plain TCP
+/// (the processor node's host NQN must use TLS there); the namespaces it makes are
+/// attached to every host.
+pub const PROVISIONER_HOSTNQN: &str = "nqn.2026-01.io.ferrobay:provisioner:up";
 
 /// Storage nodes of the dev cluster (one failure domain each: RAID-5 needs three).
 pub const STORAGE_NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -65,7 +79,22 @@ pub struct DevClusterConfig {
     pub s3_port: u16,
     /// Size of each storage node's KV namespace for objects, when the pool is created.
     pub s3_namespace_bytes: u64,
+    /// Secure end to end (`ferrobay up --tls`); `None`: plain TCP and HTTP.
+    pub tls: Option<DevTlsConfig>,
 }
+
+/// `ferrobay up --tls`.
+#[derive(Clone, Debug)]
+pub struct DevTlsConfig {
+    /// The processor node's NVMe/TCP TLS port on `addr`.
+    pub port: u16,
+    /// The host that must use TLS for the volume (`None`: the one kept in `DIR/tls`, else
+    /// this machine's `/etc/nvme/hostnqn`, else a new one).
+    pub host_nqn: Option<String>,
+}
+
+/// The default NVMe/TCP TLS port of `ferrobay up --tls`.
+pub const DEFAULT_TLS_PORT: u16 = 4421;
 
 impl DevClusterConfig {
     /// Defaults: 127.0.0.1:4420, a 1 GiB `vol0`.
@@ -80,6 +109,7 @@ impl DevClusterConfig {
             cdc_port: None,
             s3_port: 9000,
             s3_namespace_bytes: 1 << 30,
+            tls: None,
         }
     }
 }
@@ -148,6 +178,8 @@ pub struct DevCluster {
     cdc_note: Option<String>,
     s3: Option<PoolGateway>,
     s3_info: Option<S3Info>,
+    /// With TLS: the files and the processor's TLS listener.
+    tls: Option<(DevTlsFiles, SocketAddr)>,
 }
 
 /// Name of the file in the data dir that holds the cluster's API token.
@@ -195,6 +227,27 @@ impl DevCluster {
             DevClusterError::PortInUse { addr } => DevClusterError::S3PortInUse { addr },
             other => other,
         })?;
+        let tls_dir = data_dir.join(tls::TLS_DIR);
+        let tls = match &cfg.tls {
+            Some(t) => {
+                let addr = SocketAddr::new(cfg.addr, t.port);
+                check_port_free(addr)?;
+                let files = tls::prepare(&data_dir, cfg.addr, t.host_nqn.as_deref())?;
+                // Every HTTP client of this process (the processor node's calls to the
+                // storage nodes' APIs) trusts the cluster's CA.
+                httpapi::tls::set_default_client(Some(files.client_tls()?));
+                Some((files, addr))
+            }
+            // The processor node's host NQN must use TLS on the drives now.
+            None if tls_dir.exists() => {
+                return Err(DevClusterError::Config(format!(
+                    "{} was started with --tls ({} exists): run `ferrobay up --tls`",
+                    data_dir.display(),
+                    tls_dir.display()
+                )));
+            }
+            None => None,
+        };
         let api_token = crate::auth::cluster_token(store.as_ref())
             .await
             .map_err(|e| step("the API token")(&e))?;
@@ -218,6 +271,7 @@ impl DevCluster {
             cdc_note: None,
             s3: None,
             s3_info: None,
+            tls,
         };
         match cluster.bring_up(&cfg, &data_dir, progress).await {
             Ok(()) => Ok(cluster),
@@ -243,6 +297,13 @@ impl DevCluster {
         let drive_bytes = member_share_bytes(cfg.volume_size_bytes)
             + cfg.s3_namespace_bytes
             + DRIVE_HEADROOM_BYTES;
+        let secure = match &self.tls {
+            Some((files, _)) => Some(Secure {
+                http: files.server_tls()?,
+                processor_psk: files.processor_psk()?,
+            }),
+            None => None,
+        };
         for name in STORAGE_NODES {
             progress(&format!("starting storage node {name}"));
             let node = start_storage_node(
@@ -251,6 +312,7 @@ impl DevCluster {
                 loopback(cfg.addr),
                 drive_bytes,
                 &self.api_token,
+                secure.as_ref(),
             )
             .await?;
             let mut running = RunningNode {
@@ -266,9 +328,22 @@ impl DevCluster {
                     return Err(step(format!("register storage node {name}"))(&e));
                 }
             }
+            let tls_addrs = running.node.tls_addrs();
             progress(&format!(
-                "storage node {name} up: nvme {}",
-                join_addrs(&running.node.nvme_addrs())
+                "storage node {name} up: nvme {}{}",
+                join_addrs(
+                    &running
+                        .node
+                        .nvme_addrs()
+                        .into_iter()
+                        .filter(|a| !tls_addrs.contains(a))
+                        .collect::<Vec<_>>()
+                ),
+                if tls_addrs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", nvme over TLS {}", join_addrs(&tls_addrs))
+                }
             ));
             self.nodes.push(running);
         }
@@ -281,6 +356,12 @@ impl DevCluster {
         pcfg.listen = vec![self.nvme_addr];
         pcfg.api_listen = Some(SocketAddr::new(cfg.addr, 0));
         pcfg.lease_ttl_ms = cfg.lease_ttl_ms;
+        if let (Some(s), Some((_, tls_addr))) = (&secure, &self.tls) {
+            progress(&format!("the processor node requires TLS on {tls_addr}"));
+            pcfg.tls_listen = vec![*tls_addr];
+            pcfg.api_tls = Some(s.http.clone());
+            pcfg.member_connect.tls = Some(nvmf_host::TlsCredentials::new(s.processor_psk.clone()));
+        }
         let processor = Processor::start(self.store.clone(), pcfg)
             .await
             .map_err(|e| listen_error(self.nvme_addr, &e))?;
@@ -322,14 +403,32 @@ impl DevCluster {
                 // Fields the provisioning side may add later keep their defaults.
                 ..CreateVolume::default()
             };
-            let host = nvmf_host::HostIdentity::from_hostnqn(&crate::records::processor_hostnqn(
-                PROCESSOR,
-            ))
-            .map_err(|e| step("host identity")(&e))?;
+            // With TLS the processor node's host NQN must use TLS on the drives, which
+            // provisioning does not: it uses an identity of its own, allowed in plain TCP.
+            let hostnqn = match &self.tls {
+                Some(_) => PROVISIONER_HOSTNQN.to_string(),
+                None => crate::records::processor_hostnqn(PROCESSOR),
+            };
+            let host = nvmf_host::HostIdentity::from_hostnqn(&hostnqn)
+                .map_err(|e| step("host identity")(&e))?;
             create_volume(self.store.as_ref(), &req, &host)
                 .await
                 .map_err(|e| step(format!("create volume {}", cfg.volume_name))(&e))?;
             self.created = true;
+        }
+
+        if let Some((files, _)) = &self.tls {
+            progress(&format!(
+                "volume {} requires TLS of host {}",
+                cfg.volume_name, files.host_nqn
+            ));
+            let rec = storage_node::state::TlsPskHostRecord {
+                host_nqn: files.host_nqn.clone(),
+                psk: files.host_psk()?.to_interchange().to_string(),
+            };
+            crate::volume_auth::set_host_tls(self.store.as_ref(), &cfg.volume_name, rec)
+                .await
+                .map_err(|e| step(format!("TLS PSK of volume {}", cfg.volume_name))(&e))?;
         }
 
         progress(&format!(
@@ -343,6 +442,7 @@ impl DevCluster {
             data_dir,
             SocketAddr::new(cfg.addr, cfg.s3_port),
             cfg.s3_namespace_bytes,
+            secure.as_ref().map(|s| s.http.clone()),
             progress,
         )
         .await?;
@@ -436,6 +536,34 @@ impl DevCluster {
         self.nvme_addr
     }
 
+    /// With TLS: the key and certificate files and the processor's TLS listener.
+    pub fn tls(&self) -> Option<(&DevTlsFiles, SocketAddr)> {
+        self.tls.as_ref().map(|(f, a)| (f, *a))
+    }
+
+    /// With TLS, the Linux host's command lines to connect to the volume over TLS (tlshd
+    /// running with `keyrings=.nvme`): insert the derived TLS PSK from the key file, then
+    /// connect. They name the key file, never the key.
+    pub fn tls_connect_commands(&self) -> Option<(String, String)> {
+        let (files, mut addr) = self.tls()?;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(loopback(addr.ip()));
+        }
+        let nqn = self.volume_nqn();
+        let host = &files.host_nqn;
+        Some((
+            format!(
+                "nvme check-tls-key --keydata=\"$(cat {})\" --hostnqn={host} --subsysnqn={nqn} \
+                 --identity=0 --insert",
+                files.host_psk.display()
+            ),
+            format!(
+                "{} --hostnqn={host} --tls",
+                nvme_connect_command(addr, &nqn)
+            ),
+        ))
+    }
+
     /// The processor's HTTP API (`ferrobay volume ... --api ADDR`).
     /// The cluster's API token (every API call but /metrics and /healthz needs it).
     pub fn api_token(&self) -> &Token {
@@ -500,7 +628,7 @@ impl DevCluster {
         &self.store
     }
 
-    /// The Linux host's command line to connect to the volume (from this machine when
+    /// The Linux host's command line to connect to the volume in plain TCP (from this machine when
     /// the processor listens on every address).
     pub fn connect_command(&self) -> String {
         let mut addr = self.nvme_addr;
@@ -635,6 +763,19 @@ fn validate(cfg: &DevClusterConfig) -> Result<(), DevClusterError> {
             "--port 0: hosts need a known port; pick one, e.g. --port 4420".into(),
         ));
     }
+    if let Some(t) = &cfg.tls {
+        if t.port == 0 {
+            return Err(DevClusterError::Config(
+                "--tls-port 0: hosts need a known port; pick one, e.g. --tls-port 4421".into(),
+            ));
+        }
+        if t.port == cfg.port || t.port == cfg.s3_port {
+            return Err(DevClusterError::Config(format!(
+                "--tls-port {} is the NVMe/TCP or S3 port too: pick another",
+                t.port
+            )));
+        }
+    }
     meta::schema::validate_name(&cfg.volume_name)
         .map_err(|e| DevClusterError::Config(e.to_string()))?;
     if cfg.volume_size_bytes < (16 << 20) {
@@ -740,12 +881,20 @@ fn listen_error(addr: SocketAddr, e: &dyn std::fmt::Display) -> DevClusterError 
 /// dir: the volume records name members by address, so the node must come back there.
 const NVME_ADDR_FILE: &str = "devcluster-nvme-addr";
 
+/// What a secure dev cluster's nodes get: the HTTPS certificate and the processor node's
+/// TLS PSK.
+struct Secure {
+    http: httpapi::tls::ServerTls,
+    processor_psk: nvme_proto::tls_key::ConfiguredPsk,
+}
+
 async fn start_storage_node(
     name: &str,
     data_dir: &Path,
     ip: IpAddr,
     drive_bytes: u64,
     token: &Token,
+    secure: Option<&Secure>,
 ) -> Result<StorageNode, DevClusterError> {
     let dir = data_dir.join(name);
     let drive_path = dir.join("d0.img");
@@ -773,6 +922,11 @@ async fn start_storage_node(
     cfg.discovery_listen = Some(SocketAddr::new(ip, 0));
     cfg.http_listen = Some(SocketAddr::new(ip, 0));
     cfg.api_token = Some(token.clone());
+    if let Some(s) = secure {
+        // A new port each start: the processor node finds it in the node record.
+        cfg.tls_listen = vec![SocketAddr::new(ip, 0)];
+        cfg.http_tls = Some(s.http.clone());
+    }
     // The drive stays whole and free for the volume's namespaces (Namespace Management
     // over the fabric), as for any storage node in a cluster.
     cfg.default_namespace = false;
@@ -789,7 +943,7 @@ async fn start_storage_node(
         .await
         .map_err(|e| step(format!("start storage node {name}"))(&e))?;
     let prepared = match remember_addr(&node, saved_addr, &addr_path) {
-        Ok(()) => cluster_hosts_only(&node).await,
+        Ok(()) => cluster_hosts_only(&node, secure.map(|s| &s.processor_psk)).await,
         Err(e) => Err(e),
     };
     if let Err(e) = prepared {
@@ -802,16 +956,35 @@ async fn start_storage_node(
 /// The drives serve the cluster's own hosts only: the processor node (it carves the
 /// volumes' namespaces and fences them) and the S3 gateway (its KV namespaces): a host
 /// that discovers the cluster through the CDC finds the volumes, not the members under
-/// them. Kept in the node state, so done once.
-async fn cluster_hosts_only(node: &StorageNode) -> Result<(), String> {
-    let hosts = [processor_hostnqn(PROCESSOR), s3_hostnqn(s3::GATEWAY)];
+/// them. Kept in the node state. `processor_psk`: the processor node must
+/// connect over TLS with it, and volumes are provisioned as [`PROVISIONER_HOSTNQN`].
+async fn cluster_hosts_only(
+    node: &StorageNode,
+    processor_psk: Option<&nvme_proto::tls_key::ConfiguredPsk>,
+) -> Result<(), String> {
+    let processor = processor_hostnqn(PROCESSOR);
+    let mut plain = vec![s3_hostnqn(s3::GATEWAY)];
+    match processor_psk {
+        Some(_) => plain.push(PROVISIONER_HOSTNQN.to_string()),
+        None => plain.push(processor.clone()),
+    }
     for s in node.subsystems() {
-        for host in &hosts {
+        for host in &plain {
             if s.allow_any_host || !s.allowed_hosts.contains(host) {
                 node.allow_host(&s.nqn, host)
                     .await
                     .map_err(|e| format!("allow {host} on {}: {e}", s.nqn))?;
             }
+        }
+        if let Some(psk) = processor_psk {
+            let rec = storage_node::state::TlsPskHostRecord {
+                host_nqn: processor.clone(),
+                psk: psk.to_interchange().to_string(),
+            };
+            // Before the processor node starts: no live controller to disconnect.
+            node.allow_host_tls(&s.nqn, rec)
+                .await
+                .map_err(|e| format!("require TLS of {processor} on {}: {e}", s.nqn))?;
         }
     }
     Ok(())

@@ -37,6 +37,20 @@ pub struct UpArgs {
     /// Size of each storage node's KV namespace for objects, when it is created.
     #[arg(long, default_value = "1G")]
     pub s3_size: String,
+    /// Secure end to end: NVMe/TCP TLS 1.3 with PSKs (storage nodes towards the processor
+    /// node, the processor node's --tls-port towards the host), HTTPS with the cluster's
+    /// own CA on the API, dashboard and S3. Keys and certificates go to DATA_DIR/tls
+    /// (0600); a data dir started with --tls keeps needing it.
+    #[arg(long)]
+    pub tls: bool,
+    /// NVMe/TCP TLS port on --addr (with --tls).
+    #[arg(long, default_value_t = devcluster::DEFAULT_TLS_PORT, requires = "tls")]
+    pub tls_port: u16,
+    /// The host NQN that must connect to the volume over TLS (with --tls). Default: the
+    /// one of an earlier `up --tls` on this data dir, else /etc/nvme/hostnqn, else a new
+    /// one.
+    #[arg(long, requires = "tls")]
+    pub host_nqn: Option<String>,
 }
 
 fn progress(line: &str) {
@@ -52,6 +66,7 @@ fn loopback(a: std::net::SocketAddr) -> IpAddr {
 }
 
 fn print_ready(c: &DevCluster) {
+    let scheme = if c.tls().is_some() { "https" } else { "http" };
     // Listening on every address: show the one that works from this machine.
     let api = c.api_addr().map_or_else(
         || "-".to_string(),
@@ -75,7 +90,27 @@ fn print_ready(c: &DevCluster) {
         c.volume(),
         c.nvme_addr()
     );
-    let _ = writeln!(out, "Connect from a Linux host:");
+    if let (Some((files, tls_addr)), Some((insert, connect))) = (c.tls(), c.tls_connect_commands())
+    {
+        let _ = writeln!(
+            out,
+            "TLS: {tls_addr} requires TLS of host {} (key file {}, never shown)",
+            files.host_nqn,
+            files.host_psk.display()
+        );
+        let _ = writeln!(
+            out,
+            "Connect from a Linux host over TLS (tlshd running, /etc/tlshd.conf: keyrings=.nvme):"
+        );
+        let _ = writeln!(out, "  {insert}");
+        let _ = writeln!(out, "  {connect}");
+        let _ = writeln!(
+            out,
+            "Other hosts in plain TCP (the host above is refused there):"
+        );
+    } else {
+        let _ = writeln!(out, "Connect from a Linux host:");
+    }
     let _ = writeln!(out, "  {}", c.connect_command());
     if let (Some(cdc), Some((discover, connect_all))) = (c.cdc_addr(), c.discover_commands()) {
         let _ = writeln!(
@@ -88,7 +123,14 @@ fn print_ready(c: &DevCluster) {
     if let Some(note) = c.cdc_note() {
         let _ = writeln!(out, "Note: {note}");
     }
-    let _ = writeln!(out, "API: http://{api}/api/v1 (docs/api.md)");
+    let _ = writeln!(out, "API: {scheme}://{api}/api/v1 (docs/api.md)");
+    if let Some((files, _)) = c.tls() {
+        let _ = writeln!(
+            out,
+            "CA certificate: {} (ferrobay --ca-cert FILE or FERROBAY_CA_CERT, curl --cacert, aws --ca-bundle)",
+            files.ca_cert.display()
+        );
+    }
     let _ = writeln!(
         out,
         "API token: {} (send it as `Authorization: Bearer <token>`)",
@@ -98,13 +140,17 @@ fn print_ready(c: &DevCluster) {
     // moves it into the tab's sessionStorage and drops it from the address bar.
     let _ = writeln!(
         out,
-        "Dashboard: http://{api}{}#token={}",
+        "Dashboard: {scheme}://{api}{}#token={}",
         control::dashboard::UI_PATH,
         c.api_token().as_str()
     );
+    let ca_flag = c
+        .tls()
+        .map(|(f, _)| format!(" --ca-cert {}", f.ca_cert.display()))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "Status: ferrobay volume status {} --api {api}",
+        "Status: ferrobay volume status {} --api {scheme}://{api}{ca_flag}",
         c.volume()
     );
     if let Some(s3) = c.s3() {
@@ -115,7 +161,7 @@ fn print_ready(c: &DevCluster) {
         let what = if s3.created_pool { "created" } else { "reused" };
         let _ = writeln!(
             out,
-            "S3: http://{addr} (object pool {} ({what}): {} KV namespaces, EC {})",
+            "S3: {scheme}://{addr} (object pool {} ({what}): {} KV namespaces, EC {})",
             s3.pool, s3.namespaces, s3.geometry
         );
         let _ = writeln!(
@@ -128,11 +174,18 @@ fn print_ready(c: &DevCluster) {
             "  export AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} AWS_DEFAULT_REGION={}",
             s3.keys.access_key, s3.keys.secret_key, s3.region
         );
+        let bundle = c
+            .tls()
+            .map(|(f, _)| format!(" --ca-bundle {}", f.ca_cert.display()))
+            .unwrap_or_default();
         let _ = writeln!(out, "Try it:");
-        let _ = writeln!(out, "  aws --endpoint-url http://{addr} s3 mb s3://bucket");
         let _ = writeln!(
             out,
-            "  aws --endpoint-url http://{addr} s3 cp ./file s3://bucket/file"
+            "  aws --endpoint-url {scheme}://{addr}{bundle} s3 mb s3://bucket"
+        );
+        let _ = writeln!(
+            out,
+            "  aws --endpoint-url {scheme}://{addr}{bundle} s3 cp ./file s3://bucket/file"
         );
     }
     let _ = writeln!(out, "Press Ctrl-C to stop.");
@@ -159,6 +212,12 @@ pub async fn run(a: UpArgs) -> anyhow::Result<ExitCode> {
     cfg.cdc_port = a.cdc_port;
     cfg.s3_port = a.s3_port;
     cfg.s3_namespace_bytes = s3_namespace_bytes;
+    if a.tls {
+        cfg.tls = Some(devcluster::DevTlsConfig {
+            port: a.tls_port,
+            host_nqn: a.host_nqn,
+        });
+    }
     devcluster::run(cfg, &progress, print_ready, cluster::stop_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -338,3 +338,165 @@ fn up_moves_the_cdc_off_a_taken_8009_and_says_so() {
     let status = up.interrupt();
     assert!(status.success(), "exit {status}:\n{}", up.log());
 }
+
+/// `up --tls`: the volume is served over TLS to the configured host with the key file the
+/// printed lines name (the key itself is never printed), the host in plain TCP is refused;
+/// the API answers over HTTPS with the printed CA and refuses plain HTTP; S3 is HTTPS.
+#[test]
+fn up_tls_is_secure_end_to_end() {
+    use std::os::unix::fs::PermissionsExt as _;
+    const TLS_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:5e1f0a7c-2241-4d11-9a3b-700155129e01";
+    let dir = scratch_dir("up-tls");
+    let data_dir = dir.path().join("data");
+    let (port, tls_port) = (free_port(), free_port());
+    let tls_port_s = tls_port.to_string();
+    let mut up = Up::start_with(
+        &data_dir,
+        port,
+        dir.path().join("up.log"),
+        &["--tls", "--tls-port", &tls_port_s, "--host-nqn", TLS_HOST],
+    );
+    up.wait_connect_line();
+    let out = up.stdout.join("\n");
+    let tls_dir = data_dir.canonicalize().expect("data dir").join("tls");
+    // Every file of DIR/tls is private; no key shows in what `up` prints.
+    for e in std::fs::read_dir(&tls_dir).expect("tls dir") {
+        let p = e.expect("entry").path();
+        let mode = std::fs::metadata(&p).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", p.display());
+    }
+    let key = std::fs::read_to_string(tls_dir.join("host.psk")).expect("host.psk");
+    let key = key.trim();
+    let proc_key = std::fs::read_to_string(tls_dir.join("processor.psk")).expect("key");
+    let full = up.log();
+    for k in [key, proc_key.trim()] {
+        assert!(!full.contains(k), "a key in the output:\n{full}");
+    }
+    // nvme check-tls-key --keydata="$(cat FILE)" --hostnqn=H --subsysnqn=NQN ... --insert
+    let insert = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("nvme check-tls-key "))
+        .unwrap_or_else(|| panic!("no check-tls-key line:\n{out}"));
+    let file = insert
+        .split("$(cat ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .expect("key file in the line");
+    assert_eq!(Path::new(file), tls_dir.join("host.psk"), "{insert}");
+    assert!(
+        insert.contains(&format!("--hostnqn={TLS_HOST}")),
+        "{insert}"
+    );
+    let words: Vec<String> = up
+        .stdout
+        .iter()
+        .find(|l| l.trim_start().starts_with("nvme connect ") && l.ends_with(" --tls"))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .unwrap_or_else(|| panic!("no TLS connect line:\n{out}"));
+    let c = parse_connect(&words);
+    assert_eq!(c.port, tls_port, "{out}");
+    assert!(
+        words.iter().any(|w| w == &format!("--hostnqn={TLS_HOST}")),
+        "{words:?}"
+    );
+
+    // Our initiator as that host: TLS with the key from the printed file, a block written
+    // and read back; the same host in plain TCP is refused.
+    let psk = nvme_proto::tls_key::ConfiguredPsk::parse(
+        &std::fs::read_to_string(file).expect("read the printed key file"),
+    )
+    .expect("a configured PSK");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let host = HostIdentity::from_hostnqn(TLS_HOST).expect("host");
+        let at: std::net::SocketAddr = format!("{}:{}", c.addr, c.port).parse().expect("addr");
+        let opts = ConnectOptions {
+            io_queues: 1,
+            connect_timeout_ms: 5000,
+            tls: Some(nvmf_host::TlsCredentials::new(psk)),
+            ..ConnectOptions::default()
+        };
+        let ctrl = nvmf_host::Controller::connect(at, &c.nqn, &host, &opts)
+            .await
+            .expect("connect over TLS with the printed key file");
+        let ns = ctrl.namespace(1).await.expect("namespace 1");
+        let data = pattern(LEN_BYTES, 3);
+        ns.write_at(OFFSET_BYTES, IoBuf::from_slice(&data), true)
+            .await
+            .expect("write over TLS");
+        let back = ns
+            .read_at(OFFSET_BYTES, IoBuf::new_zeroed(LEN_BYTES))
+            .await
+            .expect("read over TLS");
+        assert!(back[..] == data[..], "data read back over TLS differs");
+        ctrl.shutdown().await.expect("shutdown");
+        let plain: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let plain_opts = ConnectOptions {
+            io_queues: 1,
+            connect_timeout_ms: 5000,
+            ..ConnectOptions::default()
+        };
+        let refused = nvmf_host::Controller::connect(plain, &c.nqn, &host, &plain_opts).await;
+        assert!(refused.is_err(), "the TLS host got in over plain TCP");
+    });
+
+    // The API: HTTPS with the printed CA; plain HTTP is refused.
+    let ca = tls_dir.join("ca.pem");
+    assert!(
+        out.contains(&format!("CA certificate: {}", ca.display())),
+        "{out}"
+    );
+    let api = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API: https://"))
+        .and_then(|l| l.split('/').next())
+        .unwrap_or_else(|| panic!("no https API line:\n{out}"))
+        .to_string();
+    let token = data_dir.canonicalize().expect("dir").join("api-token");
+    let status = |url: &str, ca: Option<&Path>| {
+        let mut cmd = Command::new(ferrobay_bin());
+        cmd.args(["volume", "status", "vol0", "--json", "--api", url])
+            .arg("--api-token-file")
+            .arg(&token)
+            .env_remove("FERROBAY_CA_CERT");
+        if let Some(ca) = ca {
+            cmd.arg("--ca-cert").arg(ca);
+        }
+        cmd.output().expect("run ferrobay volume status")
+    };
+    let ok = status(&format!("https://{api}"), Some(&ca));
+    assert!(ok.status.success(), "{ok:?}\n{}", up.log());
+    let view: serde_json::Value = serde_json::from_slice(&ok.stdout).expect("status JSON");
+    assert_eq!(view["record"]["name"], "vol0", "{view:#}");
+    let plain = status(&format!("http://{api}"), None);
+    assert!(!plain.status.success(), "plain HTTP answered: {plain:?}");
+    let untrusted = status(&format!("https://{api}"), None);
+    assert!(!untrusted.status.success(), "{untrusted:?}");
+    // S3 over HTTPS, with the aws-cli line naming the CA.
+    assert!(
+        out.contains(&format!(
+            "aws --endpoint-url https://127.0.0.1:{} --ca-bundle {} s3 mb s3://bucket",
+            up.s3_port,
+            ca.display()
+        )),
+        "{out}"
+    );
+    rt.block_on(async {
+        let tls = httpapi::tls::ClientTls::from_ca_file(&ca).expect("CA");
+        let s3 =
+            httpapi::HttpClient::new(format!("https://127.0.0.1:{}", up.s3_port)).with_tls(tls);
+        let (code, _) = s3.request("GET", "/", None).await.expect("S3 over HTTPS");
+        assert_eq!(code, 403, "an unsigned request is refused by S3, over TLS");
+        let plain = httpapi::HttpClient::new(format!("http://127.0.0.1:{}", up.s3_port));
+        assert!(
+            plain.request("GET", "/", None).await.is_err(),
+            "S3 answered plain HTTP"
+        );
+    });
+    let status = up.interrupt();
+    assert!(status.success(), "exit {status}:\n{}", up.log());
+}

@@ -101,6 +101,7 @@ pub(super) async fn start(
     data_dir: &Path,
     listen: SocketAddr,
     namespace_bytes: u64,
+    tls: Option<httpapi::tls::ServerTls>,
     progress: Progress<'_>,
 ) -> Result<(PoolGateway, S3Info), DevClusterError> {
     let dir = data_dir.join(S3_DIR);
@@ -145,6 +146,7 @@ pub(super) async fn start(
             secret_key: keys.secret_key.clone(),
         },
     );
+    config.tls = tls;
     let geometry = Geometry { data: 2, parity: 1 };
     config.objects.default_geometry = geometry;
     let region = config.region.clone();
