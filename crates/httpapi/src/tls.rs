@@ -3,7 +3,12 @@
 //! - [`ServerTls`]: a certificate chain and its key from PEM files, checked at load (the
 //!   file, that it holds a certificate / a key, that the key belongs to the first
 //!   certificate); ALPN h2 and http/1.1. [`ServerTls::accept`] runs one handshake under
-//!   [`HANDSHAKE_TIMEOUT`].
+//!   [`HANDSHAKE_TIMEOUT`]. Renewed files are picked up without a restart: before a
+//!   handshake, at most every [`RELOAD_CHECK_INTERVAL`], the files' modification time,
+//!   size and inode are compared with those loaded; when they changed both files are
+//!   loaded and checked again and new connections get the new certificate (connections
+//!   already open keep theirs). Files that do not load (half written, a key of another
+//!   certificate) keep the old certificate, with one log line per change of the files.
 //! - [`ClientTls`]: the CAs a client trusts, from a PEM file, and nothing else (no system
 //!   roots: clusters use their own CA). [`set_default_client`] makes one the trust of every
 //!   [`crate::HttpClient`] the process makes (the CLI's `--ca-cert`).
@@ -26,6 +31,9 @@ use tokio::net::TcpStream;
 
 /// Time a client gets to complete the TLS handshake after TCP accept.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often (at most, when connections arrive) a server looks whether its certificate
+/// or key file changed.
+pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Why certificates or keys could not be loaded or made; one line, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -100,59 +108,208 @@ fn zeroize_on_drop(v: Vec<u8>) -> Wipe {
     Wipe(v)
 }
 
-/// A server's certificate and key, ready to accept TLS connections. Cheap to clone.
+/// A server's certificate and key, ready to accept TLS connections, following renewals
+/// of the files (module docs). Cheap to clone: clones share the loaded certificate.
 #[derive(Clone)]
 pub struct ServerTls {
-    acceptor: tokio_rustls::TlsAcceptor,
+    inner: Arc<Reloading>,
+}
+
+struct Reloading {
     cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<Loaded>,
+    /// Milliseconds between looks at the files (0: before every handshake).
+    check_interval_ms: std::sync::atomic::AtomicU64,
+    last_check: std::sync::Mutex<std::time::Instant>,
+    /// The files as they were when loading them last failed: logged once, not retried
+    /// until they change again.
+    failed: std::sync::Mutex<Option<Stamps>>,
+}
+
+struct Loaded {
+    acceptor: tokio_rustls::TlsAcceptor,
+    stamps: Option<Stamps>,
+}
+
+/// What tells that a file changed: modification time (ns), size, inode (a renamed-in
+/// file has a new one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    len_bytes: u64,
+    inode: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamps {
+    cert: FileStamp,
+    key: FileStamp,
+}
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileStamp {
+        modified: m.modified().ok(),
+        len_bytes: m.len(),
+        inode: m.ino(),
+    })
+}
+
+fn stamps(cert: &Path, key: &Path) -> Option<Stamps> {
+    Some(Stamps {
+        cert: stamp(cert)?,
+        key: stamp(key)?,
+    })
 }
 
 impl fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerTls")
-            .field("cert", &self.cert_path)
+            .field("cert", &self.inner.cert_path)
             .finish_non_exhaustive()
     }
+}
+
+/// Loads and checks a chain and its key into an acceptor.
+fn acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+    let certs = load_certs(cert)?;
+    let private = load_key(key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(crypto())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config {
+            what: "TLS versions".into(),
+            reason: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_single_cert(certs, private)
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+            },
+            e => TlsError::Config {
+                what: format!("{} with {}", cert.display(), key.display()),
+                reason: e.to_string(),
+            },
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 impl ServerTls {
     /// The chain in `cert` (server certificate first, then intermediates) and its key.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<ServerTls, TlsError> {
-        let certs = load_certs(cert)?;
-        let private = load_key(key)?;
-        let mut config = rustls::ServerConfig::builder_with_provider(crypto())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Config {
-                what: "TLS versions".into(),
-                reason: e.to_string(),
-            })?
-            .with_no_client_auth()
-            .with_single_cert(certs, private)
-            .map_err(|e| match e {
-                rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
-                    cert: cert.to_path_buf(),
-                    key: key.to_path_buf(),
-                },
-                e => TlsError::Config {
-                    what: format!("{} with {}", cert.display(), key.display()),
-                    reason: e.to_string(),
-                },
-            })?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Stamped before reading: a change while reading is seen at the next look.
+        let before = stamps(cert, key);
+        let acceptor = acceptor(cert, key)?;
         Ok(ServerTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            cert_path: cert.to_path_buf(),
+            inner: Arc::new(Reloading {
+                cert_path: cert.to_path_buf(),
+                key_path: key.to_path_buf(),
+                current: RwLock::new(Loaded {
+                    acceptor,
+                    stamps: before,
+                }),
+                check_interval_ms: std::sync::atomic::AtomicU64::new(
+                    u64::try_from(RELOAD_CHECK_INTERVAL.as_millis()).unwrap_or(u64::MAX),
+                ),
+                last_check: std::sync::Mutex::new(std::time::Instant::now()),
+                failed: std::sync::Mutex::new(None),
+            }),
         })
+    }
+
+    /// Looks at the files at most every `interval` (default [`RELOAD_CHECK_INTERVAL`];
+    /// zero: before every handshake). Shared by every clone.
+    pub fn set_reload_check_interval(&self, interval: Duration) {
+        self.inner.check_interval_ms.store(
+            u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The certificate file it was loaded from (for logs).
     pub fn cert_path(&self) -> &Path {
-        &self.cert_path
+        &self.inner.cert_path
     }
 
-    /// The TLS handshake on an accepted connection, at most [`HANDSHAKE_TIMEOUT`].
+    /// Loads both files again now, whether they changed or not (for a reload command or
+    /// signal): `Ok` and new connections get the new certificate, or the error and the
+    /// old certificate stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let r = &self.inner;
+        let before = stamps(&r.cert_path, &r.key_path);
+        let acceptor = acceptor(&r.cert_path, &r.key_path)?;
+        let mut cur = r.current.write().unwrap_or_else(|p| p.into_inner());
+        *cur = Loaded {
+            acceptor,
+            stamps: before,
+        };
+        *r.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
+    }
+
+    /// Reloads if the files changed since they were loaded (or last failed to load).
+    fn reload_if_changed(&self) {
+        let r = &self.inner;
+        let interval = Duration::from_millis(
+            r.check_interval_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        {
+            let mut last = r.last_check.lock().unwrap_or_else(|p| p.into_inner());
+            if !interval.is_zero() && last.elapsed() < interval {
+                return;
+            }
+            *last = std::time::Instant::now();
+        }
+        // A file missing for a moment (being replaced): look again next time.
+        let Some(now) = stamps(&r.cert_path, &r.key_path) else {
+            return;
+        };
+        let loaded = r.current.read().unwrap_or_else(|p| p.into_inner()).stamps;
+        if loaded == Some(now) {
+            return;
+        }
+        let mut failed = r.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if *failed == Some(now) {
+            return;
+        }
+        match acceptor(&r.cert_path, &r.key_path) {
+            Ok(a) => {
+                *r.current.write().unwrap_or_else(|p| p.into_inner()) = Loaded {
+                    acceptor: a,
+                    stamps: Some(now),
+                };
+                *failed = None;
+                tracing::info!(
+                    cert = %r.cert_path.display(),
+                    "TLS certificate reloaded: new connections get the renewed one"
+                );
+            }
+            Err(e) => {
+                *failed = Some(now);
+                tracing::warn!(
+                    "TLS certificate not reloaded, the loaded one stays in use: {e}"
+                );
+            }
+        }
+    }
+
+    /// The TLS handshake on an accepted connection, at most [`HANDSHAKE_TIMEOUT`], with
+    /// the certificate as of now (renewed files are loaded first).
     pub async fn accept(&self, tcp: TcpStream) -> io::Result<ServerStream> {
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
+        self.reload_if_changed();
+        let acceptor = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .acceptor
+            .clone();
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
             Ok(Ok(s)) => Ok(MaybeTls::Tls(Box::new(s))),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::new(

@@ -1,6 +1,9 @@
 //! HTTPS over real TCP and real rustls: certificates from `tls::generate`, a client that
 //! trusts the CA, one that does not, a plain-HTTP client and a garbage stream on the TLS
-//! port (neither disturbs the next client), and the load errors of bad PEM files.
+//! port (neither disturbs the next client), and the load errors of bad PEM files. A
+//! certificate renewed in place (`gen-cert --force` style: same CA, new key) is served to
+//! new connections without a restart while an open connection keeps working; files that
+//! do not load keep the certificate in use.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::path::Path;
@@ -33,6 +36,7 @@ fn files(names: &[&str]) -> Files {
     let cert = dir.path().join("cert.pem");
     let key = dir.path().join("key.pem");
     std::fs::write(&ca, &g.ca_cert_pem).unwrap();
+    std::fs::write(dir.path().join("ca-key.pem"), &g.ca_key_pem).unwrap();
     std::fs::write(&cert, &g.cert_pem).unwrap();
     std::fs::write(&key, &g.key_pem).unwrap();
     Files {
@@ -244,4 +248,122 @@ async fn certificate_from_a_reused_ca_is_trusted() {
     let c = HttpClient::new(format!("https://{}", s.local_addr()))
         .with_tls(ClientTls::from_ca_file(&f.ca).unwrap());
     hello(&c).await.unwrap();
+}
+
+/// A TLS client (HTTP/1.1, keep-alive) that trusts `ca`: the certificate the server
+/// presented and the stream, for more requests on the same connection.
+async fn raw_tls(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+) -> (
+    Vec<u8>,
+    tokio_rustls::client::TlsStream<TcpStream>,
+) {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in httpapi::tls::load_certs(ca).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let presented = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    (presented, tls)
+}
+
+/// One keep-alive GET /hello on `s`; the body.
+async fn get_hello(s: &mut tokio_rustls::client::TlsStream<TcpStream>) -> String {
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer on the open connection")
+            .unwrap();
+        assert!(n > 0, "connection closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).to_string()
+}
+
+fn der_of(pem_file: &Path) -> Vec<u8> {
+    httpapi::tls::load_certs(pem_file).unwrap()[0].to_vec()
+}
+
+/// Replaces `path` the way renewal tools do: a new file renamed over the old one.
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_certificate_is_served_without_a_restart() {
+    let f = files(&["127.0.0.1"]);
+    let app = Router::new().route("/hello", get(|| async { "{\"hello\":\"tls\"}" }));
+    let tls = ServerTls::from_pem_files(&f.cert, &f.key).unwrap();
+    // Look at the files before every handshake (default: at most every 5 s).
+    tls.set_reload_check_interval(Duration::ZERO);
+    let s = HttpServer::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        httpapi::server::finish(app),
+        Some(tls.clone()),
+    )
+    .await
+    .unwrap();
+    let addr = s.local_addr();
+    let old_der = der_of(&f.cert);
+    let (presented, mut open) = raw_tls(addr, &f.ca).await;
+    assert_eq!(presented, old_der);
+    assert!(get_hello(&mut open).await.contains("tls"));
+
+    // Renew as `gen-cert --force` does: the same CA signs a new certificate and key.
+    let ca_pem = std::fs::read_to_string(&f.ca).unwrap();
+    let dir = f.ca.parent().unwrap();
+    let ca_key = std::fs::read_to_string(dir.join("ca-key.pem")).unwrap();
+    let renewed = generate(&["127.0.0.1".to_string()], 60, 30, Some((&ca_pem, &ca_key))).unwrap();
+    replace(&f.key, &renewed.key_pem);
+    replace(&f.cert, &renewed.cert_pem);
+    let new_der = der_of(&f.cert);
+    assert_ne!(new_der, old_der);
+    let (presented, mut second) = raw_tls(addr, &f.ca).await;
+    assert_eq!(presented, new_der, "a new connection gets the renewed certificate");
+    assert!(get_hello(&mut second).await.contains("tls"));
+    // The connection opened before the renewal goes on.
+    assert!(get_hello(&mut open).await.contains("tls"));
+    // Clients that trust the CA see no difference.
+    let trusted =
+        HttpClient::new(format!("https://{addr}")).with_tls(ClientTls::from_ca_file(&f.ca).unwrap());
+    hello(&trusted).await.unwrap();
+
+    // Bad files: a half-written certificate, then a key of another certificate. The
+    // renewed certificate stays in use (one log line each), connections keep working.
+    replace(&f.cert, "-----BEGIN CERTIFICATE-----\nMIIB");
+    let (presented, _) = raw_tls(addr, &f.ca).await;
+    assert_eq!(presented, new_der, "garbage kept the loaded certificate");
+    let other = generate(&["127.0.0.1".to_string()], 30, 30, None).unwrap();
+    replace(&f.cert, &renewed.cert_pem);
+    replace(&f.key, &other.key_pem);
+    let (presented, _) = raw_tls(addr, &f.ca).await;
+    assert_eq!(presented, new_der, "a mismatched key kept the loaded certificate");
+    assert!(get_hello(&mut open).await.contains("tls"));
+    let e = tls.reload().unwrap_err();
+    assert!(matches!(e, TlsError::KeyMismatch { .. }), "{e}");
+    // Repaired: picked up again.
+    replace(&f.key, &renewed.key_pem);
+    let (presented, _) = raw_tls(addr, &f.ca).await;
+    assert_eq!(presented, new_der);
+    tls.reload().unwrap();
+    hello(&trusted).await.unwrap();
+    s.stop().await;
 }
