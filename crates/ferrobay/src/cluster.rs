@@ -143,7 +143,8 @@ mod tests {
 }
 
 /// `--tls-cert FILE --tls-key FILE`: serve a daemon's HTTP port (API, dashboard, S3) over
-/// TLS. Certificates are read once at start (restart to renew them).
+/// TLS. Renewed files are picked up without a restart (`httpapi::tls`: when they change,
+/// or at once on SIGHUP).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ServerTlsArgs {
     /// Serve HTTPS with this certificate chain (PEM: the server's certificate first, then
@@ -156,15 +157,46 @@ pub struct ServerTlsArgs {
 }
 
 impl ServerTlsArgs {
-    /// The loaded certificate and key, checked (a bad file is a one-line error naming it).
+    /// The loaded certificate and key, checked (a bad file is a one-line error naming it);
+    /// SIGHUP reloads them.
     pub fn load(&self) -> anyhow::Result<Option<httpapi::tls::ServerTls>> {
         match (&self.tls_cert, &self.tls_key) {
-            (Some(c), Some(k)) => Ok(Some(
-                httpapi::tls::ServerTls::from_pem_files(c, k).context("--tls-cert/--tls-key")?,
-            )),
+            (Some(c), Some(k)) => {
+                let tls = httpapi::tls::ServerTls::from_pem_files(c, k)
+                    .context("--tls-cert/--tls-key")?;
+                reload_on_sighup(tls.clone());
+                Ok(Some(tls))
+            }
             _ => Ok(None),
         }
     }
+}
+
+/// SIGHUP loads the certificate and key again at once (the habit of other daemons; the
+/// files are also looked at when they change), logging one line either way.
+fn reload_on_sighup(tls: httpapi::tls::ServerTls) {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Outside a runtime (never for the daemons) there is nothing to listen with.
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let _guard = rt.enter();
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    rt.spawn(async move {
+        while hup.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => tracing::info!(
+                    cert = %tls.cert_path().display(),
+                    "SIGHUP: TLS certificate reloaded: new connections get it"
+                ),
+                Err(e) => tracing::warn!(
+                    "SIGHUP: TLS certificate not reloaded, the loaded one stays in use: {e}"
+                ),
+            }
+        }
+    });
 }
 
 /// Makes the CAs of `--ca-cert FILE` (else `$FERROBAY_CA_CERT`) the trust of every API

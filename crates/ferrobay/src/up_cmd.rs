@@ -144,13 +144,14 @@ fn print_ready(c: &DevCluster) {
         control::dashboard::UI_PATH,
         c.api_token().as_str()
     );
-    let ca_flag = c
-        .tls()
-        .map(|(f, _)| format!(" --ca-cert {}", f.ca_cert.display()))
-        .unwrap_or_default();
+    // Plain: the line as it always was (scripts read it).
+    let status_api = match c.tls() {
+        Some((f, _)) => format!("https://{api} --ca-cert {}", f.ca_cert.display()),
+        None => api.clone(),
+    };
     let _ = writeln!(
         out,
-        "Status: ferrobay volume status {} --api {scheme}://{api}{ca_flag}",
+        "Status: ferrobay volume status {} --api {status_api}",
         c.volume()
     );
     if let Some(s3) = c.s3() {

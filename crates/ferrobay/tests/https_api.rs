@@ -190,6 +190,44 @@ fn node_api_over_https_with_the_ca_and_refused_without() {
         ],
         &[],
     );
+    // Renewal without a restart: another CA's certificate renamed over the files, then
+    // SIGHUP; the node serves it at once (clients of the old CA are refused now).
+    for f in ["cert.pem", "key.pem"] {
+        let tmp = tls.join(format!("{f}.new"));
+        std::fs::copy(other.join(f), &tmp).unwrap();
+        std::fs::rename(&tmp, tls.join(f)).unwrap();
+    }
+    let hup = |pid: u32| {
+        // Our own child, by pid.
+        let st = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    hup(node.child.id());
+    let other_ca = other.join("ca.pem");
+    let wait_log = |want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !node.log().contains(want) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {want:?} in the log:\n{}",
+                node.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    wait_log("SIGHUP: TLS certificate reloaded");
+    let health = ["node", "health", "--data-dir", s(&data), "--ca-cert"];
+    ok(&[&health[..], &[s(&other_ca)]].concat(), &[]);
+    refused(&[&health[..], &[s(&ca)]].concat(), &[]);
+    // A bad file on SIGHUP keeps the certificate in use, and the node keeps running.
+    std::fs::write(tls.join("cert.pem"), "-----BEGIN CERTIFICATE-----\nMIIB").unwrap();
+    hup(node.child.id());
+    wait_log("SIGHUP: TLS certificate not reloaded");
+    ok(&[&health[..], &[s(&other_ca)]].concat(), &[]);
+
     let log = node.log();
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 }
