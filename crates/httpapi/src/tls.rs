@@ -291,9 +291,7 @@ impl ServerTls {
             }
             Err(e) => {
                 *failed = Some(now);
-                tracing::warn!(
-                    "TLS certificate not reloaded, the loaded one stays in use: {e}"
-                );
+                tracing::warn!("TLS certificate not reloaded, the loaded one stays in use: {e}");
             }
         }
     }

@@ -255,10 +255,7 @@ async fn certificate_from_a_reused_ca_is_trusted() {
 async fn raw_tls(
     addr: std::net::SocketAddr,
     ca: &Path,
-) -> (
-    Vec<u8>,
-    tokio_rustls::client::TlsStream<TcpStream>,
-) {
+) -> (Vec<u8>, tokio_rustls::client::TlsStream<TcpStream>) {
     let mut roots = rustls::RootCertStore::empty();
     for c in httpapi::tls::load_certs(ca).unwrap() {
         roots.add(c).unwrap();
@@ -290,7 +287,11 @@ async fn get_hello(s: &mut tokio_rustls::client::TlsStream<TcpStream>) -> String
             .await
             .expect("an answer on the open connection")
             .unwrap();
-        assert!(n > 0, "connection closed: {}", String::from_utf8_lossy(&got));
+        assert!(
+            n > 0,
+            "connection closed: {}",
+            String::from_utf8_lossy(&got)
+        );
         got.extend_from_slice(&buf[..n]);
     }
     String::from_utf8_lossy(&got).to_string()
@@ -337,13 +338,16 @@ async fn renewed_certificate_is_served_without_a_restart() {
     let new_der = der_of(&f.cert);
     assert_ne!(new_der, old_der);
     let (presented, mut second) = raw_tls(addr, &f.ca).await;
-    assert_eq!(presented, new_der, "a new connection gets the renewed certificate");
+    assert_eq!(
+        presented, new_der,
+        "a new connection gets the renewed certificate"
+    );
     assert!(get_hello(&mut second).await.contains("tls"));
     // The connection opened before the renewal goes on.
     assert!(get_hello(&mut open).await.contains("tls"));
     // Clients that trust the CA see no difference.
-    let trusted =
-        HttpClient::new(format!("https://{addr}")).with_tls(ClientTls::from_ca_file(&f.ca).unwrap());
+    let trusted = HttpClient::new(format!("https://{addr}"))
+        .with_tls(ClientTls::from_ca_file(&f.ca).unwrap());
     hello(&trusted).await.unwrap();
 
     // Bad files: a half-written certificate, then a key of another certificate. The
@@ -355,7 +359,10 @@ async fn renewed_certificate_is_served_without_a_restart() {
     replace(&f.cert, &renewed.cert_pem);
     replace(&f.key, &other.key_pem);
     let (presented, _) = raw_tls(addr, &f.ca).await;
-    assert_eq!(presented, new_der, "a mismatched key kept the loaded certificate");
+    assert_eq!(
+        presented, new_der,
+        "a mismatched key kept the loaded certificate"
+    );
     assert!(get_hello(&mut open).await.contains("tls"));
     let e = tls.reload().unwrap_err();
     assert!(matches!(e, TlsError::KeyMismatch { .. }), "{e}");
