@@ -1062,6 +1062,19 @@ mod tests {
         let mut c = DevClusterConfig::new("/tmp/x");
         c.volume_size_bytes = u64::MAX;
         assert!(validate(&c).is_err());
+        let tls = |port| DevTlsConfig {
+            port,
+            host_nqn: None,
+        };
+        for port in [0, 4420, 9000] {
+            let mut c = DevClusterConfig::new("/tmp/x");
+            c.tls = Some(tls(port));
+            let e = validate(&c).unwrap_err().to_string();
+            assert!(e.contains("--tls-port"), "{e}");
+        }
+        let mut c = DevClusterConfig::new("/tmp/x");
+        c.tls = Some(tls(DEFAULT_TLS_PORT));
+        validate(&c).unwrap();
         validate(&DevClusterConfig::new("/tmp/x")).unwrap();
     }
 

@@ -1,4 +1,4 @@
-//! `ferrobay up --tls`: the key material of a secure dev cluster, kept in `DIR/tls/` and
+//! `ferrobay up --tls`: the key material of a secure dev cluster, kept in `DIR/tls/` (0700) and
 //! made on the first run (every file 0600, written through a temporary file and renamed):
 //!
 //! | file | what |
@@ -111,6 +111,9 @@ pub fn prepare(
 ) -> Result<DevTlsFiles, DevClusterError> {
     let dir = data_dir.join(TLS_DIR);
     std::fs::create_dir_all(&dir).map_err(|e| data_err(&dir, e.to_string()))?;
+    // Only the owner may list or open the keys.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| data_err(&dir, e.to_string()))?;
     let f = DevTlsFiles {
         ca_cert: dir.join("ca.pem"),
         cert: dir.join("cert.pem"),
@@ -196,6 +199,11 @@ mod tests {
             let mode = std::fs::metadata(&p).expect("stat").permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", p.display());
         }
+        let dir_mode = std::fs::metadata(&a.dir)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(dir_mode & 0o777, 0o700);
         a.server_tls().expect("the certificate loads");
         a.client_tls().expect("the CA loads");
         let psk = std::fs::read_to_string(&a.host_psk).expect("psk");
