@@ -241,7 +241,14 @@ impl ServerTls {
     pub fn reload(&self) -> Result<(), TlsError> {
         let r = &self.inner;
         let before = stamps(&r.cert_path, &r.key_path);
-        let acceptor = acceptor(&r.cert_path, &r.key_path)?;
+        let acceptor = match acceptor(&r.cert_path, &r.key_path) {
+            Ok(a) => a,
+            Err(e) => {
+                // The caller logs it; the look at changed files need not again.
+                *r.failed.lock().unwrap_or_else(|p| p.into_inner()) = before;
+                return Err(e);
+            }
+        };
         let mut cur = r.current.write().unwrap_or_else(|p| p.into_inner());
         *cur = Loaded {
             acceptor,
