@@ -340,7 +340,8 @@ fn up_moves_the_cdc_off_a_taken_8009_and_says_so() {
 }
 
 /// `up --tls`: the volume is served over TLS to the configured host with the key file the
-/// printed lines name (the key itself is never printed), the host in plain TCP is refused;
+/// printed lines name (the key itself is never printed), the host in plain TCP is refused,
+/// the CDC lists the TLS listener as a TLS entry;
 /// the API answers over HTTPS with the printed CA and refuses plain HTTP; S3 is HTTPS.
 #[test]
 fn up_tls_is_secure_end_to_end() {
@@ -442,6 +443,38 @@ fn up_tls_is_secure_end_to_end() {
         };
         let refused = nvmf_host::Controller::connect(plain, &c.nqn, &host, &plain_opts).await;
         assert!(refused.is_err(), "the TLS host got in over plain TCP");
+        // The central discovery controller lists the TLS listener as a TLS entry (what
+        // `nvme connect-all --tls` picks), beside the plain one.
+        let words = line_words(&up.stdout, "nvme discover ").expect("discover line");
+        let cdc: std::net::SocketAddr = format!(
+            "{}:{}",
+            arg_after(&words, "-a").unwrap(),
+            arg_after(&words, "-s").unwrap()
+        )
+        .parse()
+        .expect("CDC address");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let entries = nvmf_host::discover(cdc, &host).await.expect("discover");
+            let tls = entries
+                .iter()
+                .find(|e| e.subnqn == c.nqn && e.trsvcid == tls_port.to_string() && e.sectype == 2);
+            if let Some(e) = tls {
+                assert_eq!(e.treq & 3, 1, "secure channel required: {e:?}");
+                assert!(
+                    entries
+                        .iter()
+                        .any(|e| e.subnqn == c.nqn && e.trsvcid == port.to_string()),
+                    "{entries:#?}"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no TLS entry in the CDC's log: {entries:#?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     });
 
     // The API: HTTPS with the printed CA; plain HTTP is refused.
