@@ -14,6 +14,17 @@
 //!  any error ─▶ Receive AUTH_Failure1 (reason) ─▶ the connection ends
 //! ```
 //!
+//! Secure channel concatenation (NVMe Base 2.1, "Secure channel concatenation"; Linux
+//! `nvmet_auth_negotiate`, `nvmet_auth_insert_psk`): a host whose config sets `concat`
+//! must negotiate SC_C = NEWTLSPSK on a plain-TCP admin queue; after the exchange succeeds
+//! [`AuthExchange::take_generated`] hands out the generated PSK (HMAC(KS, C1 || C2)), which
+//! the subsystem retains for that host until the next concatenation replaces it. The host
+//! then connects over TLS with the `NVMe1G..` identity of that key, and those queues need
+//! no further authentication. SC_C values that do not fit the queue (NEWTLSPSK over TLS,
+//! REPLACETLSPSK without it, any on an I/O queue, any for a host not set up for it,
+//! unknown values, none for a host that must concatenate) fail with "concatenation
+//! mismatch"; so does a null DH group, which leaves no session key to generate from.
+//!
 //! Secrets never reach logs or `Debug` output; responses are compared in constant time.
 
 use std::sync::Arc;
@@ -22,7 +33,8 @@ use nvme_proto::auth::crypto::{
     ResponseInput, ctrl_response, effective_challenge, host_response, responses_equal,
 };
 use nvme_proto::auth::dh::PRIVATE_BYTES;
-use nvme_proto::auth::msg::{AUTH_ID_DHCHAP, SC_C_NONE};
+use nvme_proto::auth::msg::{AUTH_ID_DHCHAP, SC_C_NEWTLSPSK, SC_C_NONE, SC_C_REPLACETLSPSK};
+use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use nvme_proto::auth::{
     AuthMessage, Challenge, DhGroup, DhKeyPair, DhchapSecret, Failure, FailureReason, HashId,
     MAX_MESSAGE_BYTES, Negotiate, Reply, Success1,
@@ -43,6 +55,9 @@ pub struct DhchapHostConfig {
     pub hashes: Vec<HashId>,
     /// Accepted DH groups, preferred first.
     pub dhgroups: Vec<DhGroup>,
+    /// Secure channel concatenation required: the host authenticates on a plain-TCP admin
+    /// queue with SC_C = NEWTLSPSK and then connects over TLS with the generated PSK.
+    pub concat: bool,
 }
 
 impl DhchapHostConfig {
@@ -61,6 +76,7 @@ impl DhchapHostConfig {
                 DhGroup::Ffdhe8192,
                 DhGroup::Null,
             ],
+            concat: false,
         }
     }
 }
@@ -137,6 +153,15 @@ pub struct AuthExchange {
     session_key: Option<Zeroizing<Vec<u8>>>,
     /// C2 and S2 when the host authenticates the controller.
     c2: Option<(Zeroizing<Vec<u8>>, u32)>,
+    /// The queue: its ID and whether it runs over TLS (what SC_C must fit).
+    qid: u16,
+    over_tls: bool,
+    /// SC_C of the current transaction.
+    sc_c: u8,
+    /// The generated PSK of a concatenating exchange: computed once the host's response
+    /// checked out, handed out only when the exchange succeeded.
+    generated: Option<GeneratedPsk>,
+    generated_ready: bool,
 }
 
 impl std::fmt::Debug for AuthExchange {
@@ -166,6 +191,37 @@ impl AuthExchange {
             keypair: None,
             session_key: None,
             c2: None,
+            qid: 0,
+            over_tls: false,
+            sc_c: SC_C_NONE,
+            generated: None,
+            generated_ready: false,
+        }
+    }
+
+    /// The queue this exchange runs on: its ID and whether it is over TLS.
+    pub fn on_queue(mut self, qid: u16, over_tls: bool) -> Self {
+        self.qid = qid;
+        self.over_tls = over_tls;
+        self
+    }
+
+    /// The PSK a successful concatenating exchange generated (once).
+    pub fn take_generated(&mut self) -> Option<GeneratedPsk> {
+        if !self.generated_ready {
+            return None;
+        }
+        self.generated_ready = false;
+        self.generated.take()
+    }
+
+    /// Whether SC_C = `sc_c` fits this queue and host (see the module doc).
+    fn concat_fits(&self, sc_c: u8) -> bool {
+        match sc_c {
+            SC_C_NONE => !self.cfg.concat || self.over_tls,
+            SC_C_NEWTLSPSK => self.cfg.concat && self.qid == 0 && !self.over_tls,
+            SC_C_REPLACETLSPSK => self.cfg.concat && self.qid == 0 && self.over_tls,
+            _ => false,
         }
     }
 
@@ -185,6 +241,8 @@ impl AuthExchange {
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
+        self.generated = None;
+        self.generated_ready = false;
         SendResult::Failed(r)
     }
 
@@ -239,6 +297,7 @@ impl AuthExchange {
     fn finish(&mut self) {
         self.step = Step::Done;
         self.authenticated = true;
+        self.generated_ready = self.generated.is_some();
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
@@ -251,9 +310,13 @@ impl AuthExchange {
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
-        if n.sc_c != SC_C_NONE {
+        self.generated = None;
+        self.generated_ready = false;
+        self.sc_c = n.sc_c;
+        if !self.concat_fits(n.sc_c) {
             return self.fail(FailureReason::ConcatMismatch);
         }
+        let concat = n.sc_c != SC_C_NONE;
         let Some(d) = n.protocols.iter().find(|p| p.authid == AUTH_ID_DHCHAP) else {
             return self.fail(FailureReason::NotUsable);
         };
@@ -262,6 +325,8 @@ impl AuthExchange {
             .hashes
             .iter()
             .copied()
+            // A generated PSK needs a TLS suite's hash.
+            .filter(|h| !concat || PskHash::from_dhchap(*h).is_some())
             .find(|h| d.hash_ids.contains(&(*h as u8)))
         else {
             return self.fail(FailureReason::HashUnusable);
@@ -271,9 +336,15 @@ impl AuthExchange {
             .dhgroups
             .iter()
             .copied()
+            // The null group leaves no session key to generate a PSK from.
+            .filter(|g| !concat || *g != DhGroup::Null)
             .find(|g| d.dh_ids.contains(&(*g as u8)))
         else {
-            return self.fail(FailureReason::DhGroupUnusable);
+            return self.fail(if concat {
+                FailureReason::ConcatMismatch
+            } else {
+                FailureReason::DhGroupUnusable
+            });
         };
         self.hash = hash;
         self.group = group;
@@ -323,6 +394,21 @@ impl AuthExchange {
         let expected = host_response(self.hash, &key, &ch, &input);
         if !responses_equal(&expected, &r.rval) {
             return self.fail(FailureReason::Failed);
+        }
+        if self.sc_c != SC_C_NONE {
+            // Concatenation: the host always sends C2 (Linux nvmet_auth_reply), and the
+            // generated PSK is HMAC(KS, C1 || C2).
+            let (Some(c2), Some(ks), Some(h)) = (
+                r.c2.as_ref(),
+                self.session_key.as_ref(),
+                PskHash::from_dhchap(self.hash),
+            ) else {
+                return self.fail(FailureReason::Failed);
+            };
+            match GeneratedPsk::generate(h, ks, &self.c1, c2) {
+                Ok(g) => self.generated = Some(g),
+                Err(_) => return self.fail(FailureReason::IncorrectPayload),
+            }
         }
         match &r.c2 {
             Some(c2) if r.seqnum != 0 => {
