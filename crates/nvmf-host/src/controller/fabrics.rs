@@ -18,6 +18,21 @@ pub(crate) async fn connect_queue(
     data: &ConnectData,
     dhchap: Option<&DhchapCredentials>,
 ) -> Result<u16> {
+    connect_queue_sc(q, cmd, data, dhchap, nvme_proto::auth::msg::SC_C_NONE)
+        .await
+        .map(|(cntlid, _)| cntlid)
+}
+
+/// [`connect_queue`] whose authentication asks for secure channel concatenation `sc_c`:
+/// also returns the PSK it generated. A target that asks for no authentication then is
+/// an error (nothing to generate a PSK from).
+pub(crate) async fn connect_queue_sc(
+    q: &QueuePair,
+    cmd: ConnectCommand,
+    data: &ConnectData,
+    dhchap: Option<&DhchapCredentials>,
+    sc_c: u8,
+) -> Result<(u16, Option<nvme_proto::tls_key::GeneratedPsk>)> {
     let mut buf = IoBuf::new_zeroed(ConnectData::BYTES);
     data.encode(&mut buf);
     let done = q
@@ -51,14 +66,30 @@ pub(crate) async fn connect_queue(
             });
         };
         // One transaction per queue; the queue ID keeps them apart.
-        super::auth::authenticate(q, cmd.qid, creds, &data.hostnqn, &data.subnqn, cmd.qid).await?;
+        let generated = super::auth::authenticate(
+            q,
+            cmd.qid,
+            creds,
+            &data.hostnqn,
+            &data.subnqn,
+            cmd.qid,
+            sc_c,
+        )
+        .await?;
+        return Ok((r.cntlid, generated));
     } else if r.authreq != 0 {
         return Err(HostError::invalid(
             format!("Connect to {} queue {}", q.addr(), cmd.qid),
             format!("target sets unknown AUTHREQ bits {:#x}", r.authreq),
         ));
     }
-    Ok(r.cntlid)
+    if sc_c != nvme_proto::auth::msg::SC_C_NONE {
+        return Err(HostError::Authentication {
+            qid: cmd.qid,
+            reason: "secure channel concatenation asked for, but the target does not ask this host to authenticate (is the host set up for concatenation on the target?)".into(),
+        });
+    }
+    Ok((r.cntlid, None))
 }
 
 /// Whether two statuses have the same type and code (ignoring DNR/More).
