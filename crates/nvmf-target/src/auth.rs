@@ -522,14 +522,18 @@ impl AuthExchange {
 /// - `0`, len (u16 LE), bytes: Authentication Send of those bytes (also fed to every
 ///   message decoder);
 /// - `1`, al (u16 LE): Authentication Receive;
-/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group;
+/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group (SC_C
+///   from the configuration byte);
 /// - `3`, flags: a DH-HMAC-CHAP_Reply computed correctly from the last challenge
 ///   received (flags bit 0: ask for bidirectional authentication, bit 1: corrupt R1,
-///   bit 2: wrong T_ID), so that the deeper states are reached too;
+///   bit 2: wrong T_ID, bit 3: a C2 with S2 = 0, as concatenating hosts send), so that the
+///   deeper states are reached too;
 /// - `4`: Success2 of the current transaction.
 ///
-/// The first byte picks the configuration (bit 0: a controller secret). Nothing may
-/// panic; returns how many times the queue ended authenticated after an operation.
+/// The first byte picks the configuration (bit 0: a controller secret; bit 1: secure
+/// channel concatenation required; bits 2..4: SC_C of the Negotiates; bit 4: the queue is
+/// over TLS). Nothing may panic; returns how many times the queue ended authenticated
+/// after an operation.
 pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
     use nvme_proto::auth::{ProtocolDescriptor, Success2};
     struct Fixed;
@@ -553,9 +557,11 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
     };
     let cfg = Arc::new(DhchapHostConfig {
         dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048],
+        concat: cfg_byte & 2 != 0,
         ..DhchapHostConfig::new(secret.clone(), (cfg_byte & 1 != 0).then_some(ctrl))
     });
-    let mut x = AuthExchange::new(cfg, HOST, SUB);
+    let sc_c = (cfg_byte >> 2) & 3;
+    let mut x = AuthExchange::new(cfg, HOST, SUB).on_queue(0, cfg_byte & 16 != 0);
     let mut last_challenge: Option<Challenge> = None;
     let mut t_id = 0u16;
     let mut authenticated = 0;
@@ -593,7 +599,7 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
                 t_id = u16::from(p[0]);
                 let n = Negotiate {
                     t_id,
-                    sc_c: 0,
+                    sc_c,
                     protocols: vec![ProtocolDescriptor::dhchap(&[p[1] % 4], &[p[2] % 3])],
                 };
                 x.on_send(&n.to_bytes(), &Fixed);
@@ -633,7 +639,7 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
                 let reply = Reply {
                     t_id: if f[0] & 4 != 0 { ch.t_id ^ 1 } else { ch.t_id },
                     seqnum: if f[0] & 1 != 0 { 9 } else { 0 },
-                    c2: (f[0] & 1 != 0).then(|| vec![0x44; hash.len()]),
+                    c2: (f[0] & 9 != 0).then(|| vec![0x44; hash.len()]),
                     rval,
                     dhv,
                 };
@@ -642,6 +648,10 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
             _ => {
                 x.on_send(&Success2 { t_id }.to_bytes(), &Fixed);
             }
+        }
+        // Whatever a concatenation generated is taken (and must be a usable key).
+        if let Some(g) = x.take_generated() {
+            let _ = g.tls_psk(HOST, SUB);
         }
         if x.authenticated() {
             authenticated += 1;
@@ -736,6 +746,66 @@ mod tests {
             assert_eq!(s1.rval, None);
             assert!(x.authenticated());
         }
+    }
+
+    /// Concatenation: the generated PSK comes out only after Success1, equals the host's
+    /// HMAC(KS, C1 || C2), and not without C2.
+    #[test]
+    fn concatenation_hands_out_the_generated_psk_after_success() {
+        use nvme_proto::tls_key::{GeneratedPsk, PskHash};
+        let concat = Arc::new(DhchapHostConfig {
+            concat: true,
+            ..(*cfg(false)).clone()
+        });
+        let neg = |t_id| {
+            Negotiate {
+                t_id,
+                sc_c: SC_C_NEWTLSPSK,
+                protocols: vec![ProtocolDescriptor::dhchap(&[1, 2, 3], &[0, 1])],
+            }
+            .to_bytes()
+        };
+        let mut x = AuthExchange::new(concat.clone(), HOST, SUB).on_queue(0, false);
+        assert_eq!(x.on_send(&neg(5), &Fixed(7)), SendResult::Accepted);
+        let ch = Challenge::decode(&x.on_receive(4096).message).unwrap();
+        // The null group and SHA-512 are never chosen for concatenation.
+        assert_eq!((ch.hash_id, ch.dh_group), (1, 1));
+        let c2 = vec![0x66; 32];
+        let (reply, ks) = host_reply(&ch, &concat.secret, Some((c2.clone(), 0)));
+        assert_eq!(x.on_send(&reply.to_bytes(), &Fixed(7)), SendResult::Accepted);
+        assert!(x.take_generated().is_none(), "not before Success1");
+        Success1::decode(&x.on_receive(4096).message).unwrap();
+        let got = x.take_generated().expect("generated PSK");
+        let want = GeneratedPsk::generate(PskHash::Sha256, &ks.unwrap(), &ch.cval, &c2).unwrap();
+        assert_eq!(got, want);
+        assert!(x.take_generated().is_none(), "handed out once");
+
+        // No C2: failed, nothing generated.
+        let mut x = AuthExchange::new(concat, HOST, SUB).on_queue(0, false);
+        x.on_send(&neg(6), &Fixed(7));
+        let ch = Challenge::decode(&x.on_receive(4096).message).unwrap();
+        let (reply, _) = host_reply(&ch, &cfg(false).secret, None);
+        assert_eq!(
+            x.on_send(&reply.to_bytes(), &Fixed(7)),
+            SendResult::Failed(FailureReason::Failed)
+        );
+        assert!(x.take_generated().is_none());
+
+        // SC_C on an I/O queue, or without a concat config: mismatch.
+        let mut x = AuthExchange::new(cfg(false), HOST, SUB).on_queue(0, false);
+        assert_eq!(
+            x.on_send(&neg(7), &Fixed(7)),
+            SendResult::Failed(FailureReason::ConcatMismatch)
+        );
+        let io = Arc::new(DhchapHostConfig {
+            concat: true,
+            ..(*cfg(false)).clone()
+        });
+        let mut x = AuthExchange::new(io, HOST, SUB).on_queue(1, false);
+        assert_eq!(
+            x.on_send(&neg(8), &Fixed(7)),
+            SendResult::Failed(FailureReason::ConcatMismatch)
+        );
     }
 
     #[test]
