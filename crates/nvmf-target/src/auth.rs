@@ -34,11 +34,11 @@ use nvme_proto::auth::crypto::{
 };
 use nvme_proto::auth::dh::PRIVATE_BYTES;
 use nvme_proto::auth::msg::{AUTH_ID_DHCHAP, SC_C_NEWTLSPSK, SC_C_NONE, SC_C_REPLACETLSPSK};
-use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use nvme_proto::auth::{
     AuthMessage, Challenge, DhGroup, DhKeyPair, DhchapSecret, Failure, FailureReason, HashId,
     MAX_MESSAGE_BYTES, Negotiate, Reply, Success1,
 };
+use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use zeroize::Zeroizing;
 
 /// What a subsystem requires of one host: its secret, optionally the controller's secret
@@ -772,7 +772,10 @@ mod tests {
         assert_eq!((ch.hash_id, ch.dh_group), (1, 1));
         let c2 = vec![0x66; 32];
         let (reply, ks) = host_reply(&ch, &concat.secret, Some((c2.clone(), 0)));
-        assert_eq!(x.on_send(&reply.to_bytes(), &Fixed(7)), SendResult::Accepted);
+        assert_eq!(
+            x.on_send(&reply.to_bytes(), &Fixed(7)),
+            SendResult::Accepted
+        );
         assert!(x.take_generated().is_none(), "not before Success1");
         Success1::decode(&x.on_receive(4096).message).unwrap();
         let got = x.take_generated().expect("generated PSK");

@@ -122,7 +122,11 @@ impl Subsystem {
 
     /// The retained TLS PSK of `hostnqn` if `identity` is its identity (the digest in it
     /// names one generated key; an older one's identity no longer matches).
-    pub fn generated_psk(&self, hostnqn: &str, identity: &[u8]) -> Option<(PskHash, Zeroizing<Vec<u8>>)> {
+    pub fn generated_psk(
+        &self,
+        hostnqn: &str,
+        identity: &[u8],
+    ) -> Option<(PskHash, Zeroizing<Vec<u8>>)> {
         let m = lock(&self.generated_psks);
         let r = m.get(hostnqn)?;
         (r.identity.as_bytes() == identity).then(|| (r.hash, r.key.clone()))

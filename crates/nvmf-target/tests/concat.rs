@@ -262,8 +262,14 @@ async fn sc_c_that_does_not_fit_gets_concatenation_mismatch() {
     let ffdhe = [DhGroup::Ffdhe2048 as u8, DhGroup::Null as u8];
     let mismatch = Some(FailureReason::ConcatMismatch);
     // The concatenating host: NEWTLSPSK on plain TCP is what it must send.
-    assert_eq!(negotiate_reason(&t, HOSTNQN, SC_C_NEWTLSPSK, &ffdhe).await, None);
-    assert_eq!(negotiate_reason(&t, HOSTNQN, SC_C_NONE, &ffdhe).await, mismatch);
+    assert_eq!(
+        negotiate_reason(&t, HOSTNQN, SC_C_NEWTLSPSK, &ffdhe).await,
+        None
+    );
+    assert_eq!(
+        negotiate_reason(&t, HOSTNQN, SC_C_NONE, &ffdhe).await,
+        mismatch
+    );
     assert_eq!(
         negotiate_reason(&t, HOSTNQN, SC_C_REPLACETLSPSK, &ffdhe).await,
         mismatch
@@ -279,5 +285,8 @@ async fn sc_c_that_does_not_fit_gets_concatenation_mismatch() {
         negotiate_reason(&t, OTHER_HOST, SC_C_NEWTLSPSK, &ffdhe).await,
         mismatch
     );
-    assert_eq!(negotiate_reason(&t, OTHER_HOST, SC_C_NONE, &ffdhe).await, None);
+    assert_eq!(
+        negotiate_reason(&t, OTHER_HOST, SC_C_NONE, &ffdhe).await,
+        None
+    );
 }

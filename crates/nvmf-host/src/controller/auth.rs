@@ -13,11 +13,11 @@ use nvme_proto::auth::crypto::{
     ResponseInput, ctrl_response, effective_challenge, host_response, responses_equal,
 };
 use nvme_proto::auth::dh::PRIVATE_BYTES;
+use nvme_proto::auth::msg::SC_C_NONE;
 use nvme_proto::auth::{
     AuthMessage, AuthReceive, AuthSend, Challenge, DhGroup, DhKeyPair, DhchapSecret, Failure,
     FailureReason, HashId, MAX_MESSAGE_BYTES, Negotiate, ProtocolDescriptor, Reply, Success2,
 };
-use nvme_proto::auth::msg::SC_C_NONE;
 use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use rand::RngCore as _;
 use zeroize::Zeroizing;

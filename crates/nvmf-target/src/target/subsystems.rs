@@ -131,7 +131,10 @@ impl Target {
             .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
         if let Some(c) = &cfg
             && c.concat
-            && !c.dhgroups.iter().any(|g| *g != nvme_proto::auth::DhGroup::Null)
+            && !c
+                .dhgroups
+                .iter()
+                .any(|g| *g != nvme_proto::auth::DhGroup::Null)
         {
             return Err(TargetError::InvalidConfig(
                 "secure channel concatenation needs a DH group other than null",
