@@ -125,7 +125,8 @@ fn a_storage_node_requires_secure_channel_concatenation() {
             .await
             .unwrap_err();
         assert!(
-            e.to_string().contains("concatenation mismatch"),
+            e.to_string()
+                .contains("requires secure channel concatenation"),
             "no concatenation: {e}"
         );
     });
@@ -133,7 +134,9 @@ fn a_storage_node_requires_secure_channel_concatenation() {
     loop {
         let log = node.log();
         if log.contains("generated TLS PSK retained")
-            && log.contains(&format!("DH-HMAC-CHAP authentication of host {HOST} failed"))
+            && log.contains(&format!(
+                "DH-HMAC-CHAP authentication of host {HOST} failed"
+            ))
         {
             let b64 = key.split(':').nth(2).unwrap();
             assert!(!log.contains(b64), "a secret reached the log");
@@ -154,7 +157,11 @@ fn a_storage_node_requires_secure_channel_concatenation() {
         let e = Controller::connect(plain, nqn, &identity(), &opts(&key, None))
             .await
             .unwrap_err();
-        assert!(e.to_string().contains("concatenation mismatch"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("requires secure channel concatenation"),
+            "{e}"
+        );
         let ctrl = Controller::connect(plain, nqn, &identity(), &opts(&key, Some(tls)))
             .await
             .expect("concatenation connects after a restart");

@@ -188,6 +188,16 @@ async fn refusals() {
     round_trip(&ctrl, 9).await;
     ctrl.disconnect().await;
 
+    // Our initiator without concatenation: the Connect response's ASCR stops it.
+    let plain = ConnectOptions {
+        concat: None,
+        ..opts(secret(1), tls_addr)
+    };
+    let e = Controller::connect(t.addr, SUBNQN, &host(HOSTNQN), &plain)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("AUTHREQ.ASCR"), "{e}");
+
     // Options that cannot work are refused before any traffic.
     let no_secret = ConnectOptions {
         dhchap: None,
@@ -222,9 +232,15 @@ async fn negotiate_reason(
     c.icreq(false, false).await;
     let r = c.fabrics_connect(0, 31, 0, SUBNQN, hostnqn, 0xFFFF).await;
     assert_eq!(r.status, Status::SUCCESS);
+    // ATR, and ASCR for the host that must concatenate.
+    let ascr = if hostnqn == HOSTNQN {
+        ConnectResponse::AUTHREQ_ASCR
+    } else {
+        0
+    };
     assert_eq!(
         ConnectResponse::from_dw0(r.dw0).authreq,
-        ConnectResponse::AUTHREQ_ATR
+        ConnectResponse::AUTHREQ_ATR | ascr
     );
     let neg = Negotiate {
         t_id: 1,

@@ -52,13 +52,14 @@ pub(crate) async fn connect_queue_sc(
         });
     }
     let r = ConnectResponse::from_dw0(done.cqe.dw0);
-    if r.authreq & ConnectResponse::AUTHREQ_ASCR != 0 {
-        return Err(HostError::invalid(
-            format!("Connect to {} queue {}", q.addr(), cmd.qid),
-            "target requires secure channel concatenation (AUTHREQ.ASCR), which this host does not support",
-        ));
+    if r.authreq & ConnectResponse::AUTHREQ_ASCR != 0 && sc_c == nvme_proto::auth::msg::SC_C_NONE {
+        return Err(HostError::Authentication {
+            qid: cmd.qid,
+            reason: "the target requires secure channel concatenation (AUTHREQ.ASCR): connect with concat (a DH-HMAC-CHAP secret and the target's TLS address)".into(),
+        });
     }
-    if r.authreq & ConnectResponse::AUTHREQ_ATR != 0 {
+    let authreq = r.authreq & !ConnectResponse::AUTHREQ_ASCR;
+    if authreq & ConnectResponse::AUTHREQ_ATR != 0 {
         let Some(creds) = dhchap else {
             return Err(HostError::Authentication {
                 qid: cmd.qid,
@@ -77,7 +78,7 @@ pub(crate) async fn connect_queue_sc(
         )
         .await?;
         return Ok((r.cntlid, generated));
-    } else if r.authreq != 0 {
+    } else if authreq != 0 {
         return Err(HostError::invalid(
             format!("Connect to {} queue {}", q.addr(), cmd.qid),
             format!("target sets unknown AUTHREQ bits {:#x}", r.authreq),

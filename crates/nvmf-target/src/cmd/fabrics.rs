@@ -204,10 +204,18 @@ impl QueueContext {
         match subsys.dhchap_for(hostnqn) {
             Some(cfg) if cfg.concat && identity.is_some_and(|id| id.generated) => 0,
             Some(cfg) => {
+                // ASCR tells a host on a plain admin queue that it must concatenate (a Linux
+                // host without `concat` then stops with "secure concatenation is not
+                // supported" instead of failing the exchange).
+                let ascr = if cfg.concat && qid == 0 && identity.is_none() {
+                    ConnectResponse::AUTHREQ_ASCR
+                } else {
+                    0
+                };
                 self.auth = Some(Box::new(
                     AuthExchange::new(cfg, hostnqn, &subsys.nqn).on_queue(qid, identity.is_some()),
                 ));
-                ConnectResponse::AUTHREQ_ATR
+                ConnectResponse::AUTHREQ_ATR | ascr
             }
             None => 0,
         }
