@@ -101,6 +101,7 @@ fn host_record(host: &str, secret: &DhchapSecret, ctrl: Option<&DhchapSecret>) -
         ctrl_secret: ctrl.map(|c| c.to_dhhc1().to_string()),
         hashes: vec![],
         dhgroups: vec![],
+        concat: false,
     }
 }
 

@@ -277,6 +277,12 @@ pub enum HostCommand {
         /// (`ferrobay gen-tls-key > FILE`, or `nvme gen-tls-key`).
         #[arg(long, value_name = "FILE")]
         tls_psk: Option<PathBuf>,
+        /// The host must use secure channel concatenation (`nvme connect --concat`): it
+        /// authenticates with its DH-HMAC-CHAP secret on a plain-TCP admin queue, then
+        /// connects over TLS (a `--tls-listen` listener) with the PSK that generated; no
+        /// configured PSK is needed.
+        #[arg(long, requires = "dhchap_secret")]
+        concat: bool,
     },
     Deny {
         #[command(flatten)]
@@ -377,6 +383,7 @@ pub fn dhchap_record(
         ctrl_secret: r.dhchap_ctrl_secret,
         hashes: r.dhchap_hashes,
         dhgroups: r.dhchap_dhgroups,
+        concat: false,
     })
 }
 
@@ -679,8 +686,10 @@ async fn host(cmd: HostCommand) -> anyhow::Result<ExitCode> {
             host_nqn,
             dhchap,
             tls_psk,
+            concat,
         } => {
             let mut req = host_request(&host_nqn, &dhchap)?;
+            req.dhchap_concat = concat;
             if let Some(path) = &tls_psk {
                 req.tls_psk = Some(read_tls_psk(path)?);
             }

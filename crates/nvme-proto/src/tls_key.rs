@@ -14,6 +14,12 @@
 //! - TLS PSK = HKDF-Expand-Label(HKDF-Extract(0, retained), "nvme-tls-psk", context, len),
 //!   context = the whole identity (version 0) or `"<cc> <digest>"` (version 1).
 //!
+//! - Generated PSK (secure channel concatenation, NVMe Base 2.1 "Generated PSK for TLS"; Linux
+//!   `nvme_auth_generate_psk`): HMAC-H(KS, C1 || C2), with H the DH-HMAC-CHAP exchange's hash
+//!   (SHA-256 or SHA-384 only: TLS has no SHA-512 suite), KS its DH session key, C1 and C2 its
+//!   challenges. Its identity is always version 1, `NVMe1G<cc> <NQNh> <NQNc> <digest>`, the
+//!   digest and the TLS PSK computed as for a retained PSK ([`GeneratedPsk`]).
+//!
 //! HKDF-Expand-Label is RFC 8446's (label prefixed with "tls13 "): [`Derivation::Rfc8446`],
 //! what libnvme 1.16 and later derive. libnvme before 1.16 (Debian 13 ships libnvme 1.13
 //! with nvme-cli 2.13) builds the HKDF info without the label and context length bytes and
@@ -43,6 +49,8 @@ pub enum TlsKeyError {
     Identity,
     #[error("PSK identity version {0} is not supported (0 and 1 are)")]
     IdentityVersion(u8),
+    #[error("a generated PSK needs two challenges of the hash's length ({want} bytes), got {got}")]
+    ChallengeLength { want: usize, got: usize },
 }
 
 /// How HKDF-Expand-Label's info is laid out for the retained and the TLS PSK.
@@ -85,6 +93,16 @@ impl PskHash {
         }
     }
 
+    /// The PSK hash of a DH-HMAC-CHAP hash (None for SHA-512, which no TLS 1.3 suite
+    /// pairs with: Linux refuses it for concatenation too).
+    pub fn from_dhchap(h: crate::auth::HashId) -> Option<Self> {
+        match h {
+            crate::auth::HashId::Sha256 => Some(Self::Sha256),
+            crate::auth::HashId::Sha384 => Some(Self::Sha384),
+            crate::auth::HashId::Sha512 => None,
+        }
+    }
+
     fn from_id(id: u8) -> Option<Self> {
         match id {
             1 => Some(Self::Sha256),
@@ -99,6 +117,21 @@ impl PskHash {
             Self::Sha384 => tls_psk::HashAlg::Sha384,
         };
         alg.hmac(key, parts)
+    }
+
+    /// The PSK digest Base64(HMAC(input PSK, NQNh " " NQNc " NVMe-over-Fabrics")) of a version
+    /// 1 identity (NVMe/TCP 3.6.1.3).
+    fn psk_digest(self, input_psk: &[u8], hostnqn: &str, subnqn: &str) -> String {
+        let mac = self.hmac(
+            input_psk,
+            &[
+                hostnqn.as_bytes(),
+                b" ",
+                subnqn.as_bytes(),
+                b" NVMe-over-Fabrics",
+            ],
+        );
+        STANDARD.encode(&mac[..])
     }
 
     /// HKDF-Expand-Label(HKDF-Extract(0, ikm), label, context, len) (RFC 5869, RFC 8446 7.1),
@@ -281,16 +314,7 @@ impl ConfiguredPsk {
                 (id.clone(), id)
             }
             1 => {
-                let mac = hash.hmac(
-                    &retained,
-                    &[
-                        hostnqn.as_bytes(),
-                        b" ",
-                        subnqn.as_bytes(),
-                        b" NVMe-over-Fabrics",
-                    ],
-                );
-                let digest = STANDARD.encode(&mac[..]);
+                let digest = hash.psk_digest(&retained, hostnqn, subnqn);
                 (
                     format!("NVMe1R{:02} {hostnqn} {subnqn} {digest}", hash.id()),
                     format!("{:02} {digest}", hash.id()),
@@ -306,6 +330,75 @@ impl ConfiguredPsk {
             self.key.len(),
         );
         Ok((identity, psk))
+    }
+}
+
+/// A generated PSK: what secure channel concatenation after DH-HMAC-CHAP leaves both sides
+/// with (NVMe Base 2.1, "Generated PSK for TLS"; Linux `nvme_auth_generate_psk`). Zeroized
+/// on drop, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GeneratedPsk {
+    hash: PskHash,
+    key: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for GeneratedPsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GeneratedPsk {{ hash: {:?}, key: <{} bytes redacted> }}",
+            self.hash,
+            self.key.len()
+        )
+    }
+}
+
+impl GeneratedPsk {
+    /// HMAC-H(KS, C1 || C2): `session_key` is the exchange's DH session key (as the
+    /// augmented challenges use it), `c1` the controller's challenge, `c2` the host's; both
+    /// challenges are as long as the hash.
+    pub fn generate(
+        hash: PskHash,
+        session_key: &[u8],
+        c1: &[u8],
+        c2: &[u8],
+    ) -> Result<Self, TlsKeyError> {
+        let want = hash.output_len();
+        for c in [c1, c2] {
+            if c.len() != want {
+                return Err(TlsKeyError::ChallengeLength { want, got: c.len() });
+            }
+        }
+        Ok(Self {
+            hash,
+            key: hash.hmac(session_key, &[c1, c2]),
+        })
+    }
+
+    pub fn hash(&self) -> PskHash {
+        self.hash
+    }
+
+    /// The PSK digest of the generated PSK for `hostnqn` and `subnqn` (base64, 44 or 64
+    /// characters).
+    pub fn digest(&self, hostnqn: &str, subnqn: &str) -> String {
+        self.hash.psk_digest(&self.key, hostnqn, subnqn)
+    }
+
+    /// The identity `NVMe1G<cc> <hostnqn> <subnqn> <digest>` and the TLS PSK
+    /// HKDF-Expand-Label(HKDF-Extract(0, generated), "nvme-tls-psk", "<cc> <digest>", L)
+    /// (Linux `nvme_auth_derive_tls_psk`, the RFC 8446 label layout).
+    pub fn tls_psk(&self, hostnqn: &str, subnqn: &str) -> (String, Zeroizing<Vec<u8>>) {
+        let digest = self.digest(hostnqn, subnqn);
+        let cc = self.hash.id();
+        let psk = self.hash.extract_expand_label(
+            Derivation::Rfc8446,
+            &self.key,
+            "nvme-tls-psk",
+            format!("{cc:02} {digest}").as_bytes(),
+            self.hash.output_len(),
+        );
+        (format!("NVMe1G{cc:02} {hostnqn} {subnqn} {digest}"), psk)
     }
 }
 
@@ -510,6 +603,59 @@ mod tests {
                 );
             }
         }
+    }
+
+    // Generated-PSK vectors: computed with Python's hashlib/hmac/base64 from the formulas of
+    // NVMe Base 2.1 "Generated PSK for TLS" and NVMe/TCP 3.6.1.3 as Linux writes them
+    // (drivers/nvme/common/auth.c: nvme_auth_generate_psk = HMAC(KS, C1 || C2),
+    // nvme_auth_generate_digest, nvme_auth_derive_tls_psk with hkdf_expand_label), a code
+    // path that shares nothing with ours. Inputs: KS = (7i + 3) mod 256 for i in 0..256
+    // (an ffdhe2048-sized session key), C1 = 0x10 + i, C2 = 0xa0 + i (hash-length bytes).
+    // No published vectors exist that we know of.
+    #[test]
+    fn generated_psk_matches_vectors() {
+        let vectors = [
+            (
+                PskHash::Sha256,
+                "0189dad7b6fb165a9dbe1b3b64f71c976c366634999bef86aa38f799d8b9826d",
+                "SEs9cp1FPV9yw05MSzWh07BHqqhLlQ8flfCzA7zrEyI=",
+                "e14738d9ef7626ef97235c50b91c59bcf56fa1e72f6f512b4245ab9f5a33a7e4",
+            ),
+            (
+                PskHash::Sha384,
+                "2c37c1c6d4040345083477cfb5b0a016cae0faa2a9cbeeaf6a67ea06ea5708518826870455982632c7ffdab1c4ee324c",
+                "cZdJIFZbHVkMmvT/a85zMbDHSqPrOTDqeh/YyOErkGYAH5LYO5Kkmy1qVXpFQW7y",
+                "3c43d54ad34897480f38c8f1acd0343b839298c0a3b9fc38baccc1a4bc09b4ac63eeee4532ecd704183c187f3b2755bb",
+            ),
+        ];
+        let ks: Vec<u8> = (0..256u32).map(|i| ((i * 7 + 3) & 0xff) as u8).collect();
+        for (hash, psk, digest, tls) in vectors {
+            let n = hash.output_len();
+            let c1: Vec<u8> = (0..n).map(|i| (0x10 + i) as u8).collect();
+            let c2: Vec<u8> = (0..n).map(|i| (0xa0 + i) as u8).collect();
+            let g = GeneratedPsk::generate(hash, &ks, &c1, &c2).expect("generate");
+            assert_eq!(hex(&g.key), psk, "{hash:?}");
+            assert_eq!(g.digest(HOST, SUB), digest, "{hash:?}");
+            let (id, key) = g.tls_psk(HOST, SUB);
+            assert_eq!(id, format!("NVMe1G{:02} {HOST} {SUB} {digest}", hash.id()));
+            assert_eq!(hex(&key), tls, "{hash:?}");
+            let parsed = PskIdentity::parse(id.as_bytes()).expect("identity");
+            assert!(parsed.generated && parsed.version == 1 && parsed.hash == hash);
+            assert_eq!(parsed.digest.as_deref(), Some(digest));
+            // The challenges' order matters (C1 is the controller's).
+            let swapped = GeneratedPsk::generate(hash, &ks, &c2, &c1).expect("generate");
+            assert_ne!(swapped, g);
+            assert!(!format!("{g:?}").contains(&psk[..8]), "Debug hides the key");
+        }
+        assert_eq!(
+            GeneratedPsk::generate(PskHash::Sha256, &ks, &[0; 32], &[0; 48]),
+            Err(TlsKeyError::ChallengeLength { want: 32, got: 48 })
+        );
+        assert_eq!(
+            PskHash::from_dhchap(crate::auth::HashId::Sha384),
+            Some(PskHash::Sha384)
+        );
+        assert_eq!(PskHash::from_dhchap(crate::auth::HashId::Sha512), None);
     }
 
     #[test]

@@ -78,8 +78,8 @@ pub mod status_text;
 pub mod url;
 
 pub use controller::{
-    ConnectOptions, Controller, ControllerState, ControllerStatus, DhchapCredentials,
-    TlsCredentials,
+    ConcatOptions, ConnectOptions, Controller, ControllerState, ControllerStatus,
+    DhchapCredentials, TlsCredentials,
 };
 pub use discovery::{DiscoveryEntry, discover, discover_all, format_discovery_log};
 pub use host_identity::HostIdentity;

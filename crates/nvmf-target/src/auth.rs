@@ -14,6 +14,17 @@
 //!  any error ─▶ Receive AUTH_Failure1 (reason) ─▶ the connection ends
 //! ```
 //!
+//! Secure channel concatenation (NVMe Base 2.1, "Secure channel concatenation"; Linux
+//! `nvmet_auth_negotiate`, `nvmet_auth_insert_psk`): a host whose config sets `concat`
+//! must negotiate SC_C = NEWTLSPSK on a plain-TCP admin queue; after the exchange succeeds
+//! [`AuthExchange::take_generated`] hands out the generated PSK (HMAC(KS, C1 || C2)), which
+//! the subsystem retains for that host until the next concatenation replaces it. The host
+//! then connects over TLS with the `NVMe1G..` identity of that key, and those queues need
+//! no further authentication. SC_C values that do not fit the queue (NEWTLSPSK over TLS,
+//! REPLACETLSPSK without it, any on an I/O queue, any for a host not set up for it,
+//! unknown values, none for a host that must concatenate) fail with "concatenation
+//! mismatch"; so does a null DH group, which leaves no session key to generate from.
+//!
 //! Secrets never reach logs or `Debug` output; responses are compared in constant time.
 
 use std::sync::Arc;
@@ -22,11 +33,12 @@ use nvme_proto::auth::crypto::{
     ResponseInput, ctrl_response, effective_challenge, host_response, responses_equal,
 };
 use nvme_proto::auth::dh::PRIVATE_BYTES;
-use nvme_proto::auth::msg::{AUTH_ID_DHCHAP, SC_C_NONE};
+use nvme_proto::auth::msg::{AUTH_ID_DHCHAP, SC_C_NEWTLSPSK, SC_C_NONE, SC_C_REPLACETLSPSK};
 use nvme_proto::auth::{
     AuthMessage, Challenge, DhGroup, DhKeyPair, DhchapSecret, Failure, FailureReason, HashId,
     MAX_MESSAGE_BYTES, Negotiate, Reply, Success1,
 };
+use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use zeroize::Zeroizing;
 
 /// What a subsystem requires of one host: its secret, optionally the controller's secret
@@ -43,6 +55,9 @@ pub struct DhchapHostConfig {
     pub hashes: Vec<HashId>,
     /// Accepted DH groups, preferred first.
     pub dhgroups: Vec<DhGroup>,
+    /// Secure channel concatenation required: the host authenticates on a plain-TCP admin
+    /// queue with SC_C = NEWTLSPSK and then connects over TLS with the generated PSK.
+    pub concat: bool,
 }
 
 impl DhchapHostConfig {
@@ -61,6 +76,7 @@ impl DhchapHostConfig {
                 DhGroup::Ffdhe8192,
                 DhGroup::Null,
             ],
+            concat: false,
         }
     }
 }
@@ -137,6 +153,15 @@ pub struct AuthExchange {
     session_key: Option<Zeroizing<Vec<u8>>>,
     /// C2 and S2 when the host authenticates the controller.
     c2: Option<(Zeroizing<Vec<u8>>, u32)>,
+    /// The queue: its ID and whether it runs over TLS (what SC_C must fit).
+    qid: u16,
+    over_tls: bool,
+    /// SC_C of the current transaction.
+    sc_c: u8,
+    /// The generated PSK of a concatenating exchange: computed once the host's response
+    /// checked out, handed out only when the exchange succeeded.
+    generated: Option<GeneratedPsk>,
+    generated_ready: bool,
 }
 
 impl std::fmt::Debug for AuthExchange {
@@ -166,6 +191,37 @@ impl AuthExchange {
             keypair: None,
             session_key: None,
             c2: None,
+            qid: 0,
+            over_tls: false,
+            sc_c: SC_C_NONE,
+            generated: None,
+            generated_ready: false,
+        }
+    }
+
+    /// The queue this exchange runs on: its ID and whether it is over TLS.
+    pub fn on_queue(mut self, qid: u16, over_tls: bool) -> Self {
+        self.qid = qid;
+        self.over_tls = over_tls;
+        self
+    }
+
+    /// The PSK a successful concatenating exchange generated (once).
+    pub fn take_generated(&mut self) -> Option<GeneratedPsk> {
+        if !self.generated_ready {
+            return None;
+        }
+        self.generated_ready = false;
+        self.generated.take()
+    }
+
+    /// Whether SC_C = `sc_c` fits this queue and host (see the module doc).
+    fn concat_fits(&self, sc_c: u8) -> bool {
+        match sc_c {
+            SC_C_NONE => !self.cfg.concat || self.over_tls,
+            SC_C_NEWTLSPSK => self.cfg.concat && self.qid == 0 && !self.over_tls,
+            SC_C_REPLACETLSPSK => self.cfg.concat && self.qid == 0 && self.over_tls,
+            _ => false,
         }
     }
 
@@ -185,6 +241,8 @@ impl AuthExchange {
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
+        self.generated = None;
+        self.generated_ready = false;
         SendResult::Failed(r)
     }
 
@@ -239,6 +297,7 @@ impl AuthExchange {
     fn finish(&mut self) {
         self.step = Step::Done;
         self.authenticated = true;
+        self.generated_ready = self.generated.is_some();
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
@@ -251,9 +310,13 @@ impl AuthExchange {
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
-        if n.sc_c != SC_C_NONE {
+        self.generated = None;
+        self.generated_ready = false;
+        self.sc_c = n.sc_c;
+        if !self.concat_fits(n.sc_c) {
             return self.fail(FailureReason::ConcatMismatch);
         }
+        let concat = n.sc_c != SC_C_NONE;
         let Some(d) = n.protocols.iter().find(|p| p.authid == AUTH_ID_DHCHAP) else {
             return self.fail(FailureReason::NotUsable);
         };
@@ -262,6 +325,8 @@ impl AuthExchange {
             .hashes
             .iter()
             .copied()
+            // A generated PSK needs a TLS suite's hash.
+            .filter(|h| !concat || PskHash::from_dhchap(*h).is_some())
             .find(|h| d.hash_ids.contains(&(*h as u8)))
         else {
             return self.fail(FailureReason::HashUnusable);
@@ -271,9 +336,15 @@ impl AuthExchange {
             .dhgroups
             .iter()
             .copied()
+            // The null group leaves no session key to generate a PSK from.
+            .filter(|g| !concat || *g != DhGroup::Null)
             .find(|g| d.dh_ids.contains(&(*g as u8)))
         else {
-            return self.fail(FailureReason::DhGroupUnusable);
+            return self.fail(if concat {
+                FailureReason::ConcatMismatch
+            } else {
+                FailureReason::DhGroupUnusable
+            });
         };
         self.hash = hash;
         self.group = group;
@@ -323,6 +394,21 @@ impl AuthExchange {
         let expected = host_response(self.hash, &key, &ch, &input);
         if !responses_equal(&expected, &r.rval) {
             return self.fail(FailureReason::Failed);
+        }
+        if self.sc_c != SC_C_NONE {
+            // Concatenation: the host always sends C2 (Linux nvmet_auth_reply), and the
+            // generated PSK is HMAC(KS, C1 || C2).
+            let (Some(c2), Some(ks), Some(h)) = (
+                r.c2.as_ref(),
+                self.session_key.as_ref(),
+                PskHash::from_dhchap(self.hash),
+            ) else {
+                return self.fail(FailureReason::Failed);
+            };
+            match GeneratedPsk::generate(h, ks, &self.c1, c2) {
+                Ok(g) => self.generated = Some(g),
+                Err(_) => return self.fail(FailureReason::IncorrectPayload),
+            }
         }
         match &r.c2 {
             Some(c2) if r.seqnum != 0 => {
@@ -436,14 +522,18 @@ impl AuthExchange {
 /// - `0`, len (u16 LE), bytes: Authentication Send of those bytes (also fed to every
 ///   message decoder);
 /// - `1`, al (u16 LE): Authentication Receive;
-/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group;
+/// - `2`, hash, group: a well-formed AUTH_Negotiate offering that hash and DH group (SC_C
+///   from the configuration byte);
 /// - `3`, flags: a DH-HMAC-CHAP_Reply computed correctly from the last challenge
 ///   received (flags bit 0: ask for bidirectional authentication, bit 1: corrupt R1,
-///   bit 2: wrong T_ID), so that the deeper states are reached too;
+///   bit 2: wrong T_ID, bit 3: a C2 with S2 = 0, as concatenating hosts send), so that the
+///   deeper states are reached too;
 /// - `4`: Success2 of the current transaction.
 ///
-/// The first byte picks the configuration (bit 0: a controller secret). Nothing may
-/// panic; returns how many times the queue ended authenticated after an operation.
+/// The first byte picks the configuration (bit 0: a controller secret; bit 1: secure
+/// channel concatenation required; bits 2..4: SC_C of the Negotiates; bit 4: the queue is
+/// over TLS). Nothing may panic; returns how many times the queue ended authenticated
+/// after an operation.
 pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
     use nvme_proto::auth::{ProtocolDescriptor, Success2};
     struct Fixed;
@@ -467,9 +557,11 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
     };
     let cfg = Arc::new(DhchapHostConfig {
         dhgroups: vec![DhGroup::Null, DhGroup::Ffdhe2048],
+        concat: cfg_byte & 2 != 0,
         ..DhchapHostConfig::new(secret.clone(), (cfg_byte & 1 != 0).then_some(ctrl))
     });
-    let mut x = AuthExchange::new(cfg, HOST, SUB);
+    let sc_c = (cfg_byte >> 2) & 3;
+    let mut x = AuthExchange::new(cfg, HOST, SUB).on_queue(0, cfg_byte & 16 != 0);
     let mut last_challenge: Option<Challenge> = None;
     let mut t_id = 0u16;
     let mut authenticated = 0;
@@ -507,7 +599,7 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
                 t_id = u16::from(p[0]);
                 let n = Negotiate {
                     t_id,
-                    sc_c: 0,
+                    sc_c,
                     protocols: vec![ProtocolDescriptor::dhchap(&[p[1] % 4], &[p[2] % 3])],
                 };
                 x.on_send(&n.to_bytes(), &Fixed);
@@ -547,7 +639,7 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
                 let reply = Reply {
                     t_id: if f[0] & 4 != 0 { ch.t_id ^ 1 } else { ch.t_id },
                     seqnum: if f[0] & 1 != 0 { 9 } else { 0 },
-                    c2: (f[0] & 1 != 0).then(|| vec![0x44; hash.len()]),
+                    c2: (f[0] & 9 != 0).then(|| vec![0x44; hash.len()]),
                     rval,
                     dhv,
                 };
@@ -556,6 +648,10 @@ pub fn fuzz_auth_exchange(data: &[u8]) -> usize {
             _ => {
                 x.on_send(&Success2 { t_id }.to_bytes(), &Fixed);
             }
+        }
+        // Whatever a concatenation generated is taken (and must be a usable key).
+        if let Some(g) = x.take_generated() {
+            let _ = g.tls_psk(HOST, SUB);
         }
         if x.authenticated() {
             authenticated += 1;
@@ -650,6 +746,69 @@ mod tests {
             assert_eq!(s1.rval, None);
             assert!(x.authenticated());
         }
+    }
+
+    /// Concatenation: the generated PSK comes out only after Success1, equals the host's
+    /// HMAC(KS, C1 || C2), and not without C2.
+    #[test]
+    fn concatenation_hands_out_the_generated_psk_after_success() {
+        use nvme_proto::tls_key::{GeneratedPsk, PskHash};
+        let concat = Arc::new(DhchapHostConfig {
+            concat: true,
+            ..(*cfg(false)).clone()
+        });
+        let neg = |t_id| {
+            Negotiate {
+                t_id,
+                sc_c: SC_C_NEWTLSPSK,
+                protocols: vec![ProtocolDescriptor::dhchap(&[1, 2, 3], &[0, 1])],
+            }
+            .to_bytes()
+        };
+        let mut x = AuthExchange::new(concat.clone(), HOST, SUB).on_queue(0, false);
+        assert_eq!(x.on_send(&neg(5), &Fixed(7)), SendResult::Accepted);
+        let ch = Challenge::decode(&x.on_receive(4096).message).unwrap();
+        // The null group and SHA-512 are never chosen for concatenation.
+        assert_eq!((ch.hash_id, ch.dh_group), (1, 1));
+        let c2 = vec![0x66; 32];
+        let (reply, ks) = host_reply(&ch, &concat.secret, Some((c2.clone(), 0)));
+        assert_eq!(
+            x.on_send(&reply.to_bytes(), &Fixed(7)),
+            SendResult::Accepted
+        );
+        assert!(x.take_generated().is_none(), "not before Success1");
+        Success1::decode(&x.on_receive(4096).message).unwrap();
+        let got = x.take_generated().expect("generated PSK");
+        let want = GeneratedPsk::generate(PskHash::Sha256, &ks.unwrap(), &ch.cval, &c2).unwrap();
+        assert_eq!(got, want);
+        assert!(x.take_generated().is_none(), "handed out once");
+
+        // No C2: failed, nothing generated.
+        let mut x = AuthExchange::new(concat, HOST, SUB).on_queue(0, false);
+        x.on_send(&neg(6), &Fixed(7));
+        let ch = Challenge::decode(&x.on_receive(4096).message).unwrap();
+        let (reply, _) = host_reply(&ch, &cfg(false).secret, None);
+        assert_eq!(
+            x.on_send(&reply.to_bytes(), &Fixed(7)),
+            SendResult::Failed(FailureReason::Failed)
+        );
+        assert!(x.take_generated().is_none());
+
+        // SC_C on an I/O queue, or without a concat config: mismatch.
+        let mut x = AuthExchange::new(cfg(false), HOST, SUB).on_queue(0, false);
+        assert_eq!(
+            x.on_send(&neg(7), &Fixed(7)),
+            SendResult::Failed(FailureReason::ConcatMismatch)
+        );
+        let io = Arc::new(DhchapHostConfig {
+            concat: true,
+            ..(*cfg(false)).clone()
+        });
+        let mut x = AuthExchange::new(io, HOST, SUB).on_queue(1, false);
+        assert_eq!(
+            x.on_send(&neg(8), &Fixed(7)),
+            SendResult::Failed(FailureReason::ConcatMismatch)
+        );
     }
 
     #[test]

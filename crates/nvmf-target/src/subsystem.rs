@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use nvme_proto::tls_key::ConfiguredPsk;
+use nvme_proto::tls_key::{ConfiguredPsk, GeneratedPsk, PskHash};
+use zeroize::Zeroizing;
 
 use crate::auth::DhchapHostConfig;
 use crate::controller::Controller;
@@ -15,6 +16,23 @@ use crate::sync::{lock, read, write};
 pub(crate) enum SubsysKind {
     Nvm,
     Discovery,
+}
+
+/// The TLS PSK a host's last secure channel concatenation generated, as the TLS listener
+/// needs it: the `NVMe1G..` identity and the derived TLS PSK (zeroized on drop; in memory
+/// only, so a restarted target asks the host to concatenate again).
+pub(crate) struct RetainedPsk {
+    pub identity: String,
+    pub hash: PskHash,
+    pub key: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for RetainedPsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetainedPsk")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +51,9 @@ pub(crate) struct Subsystem {
     pub dhchap: RwLock<BTreeMap<String, Arc<DhchapHostConfig>>>,
     /// TLS PSKs per host NQN: a host listed here must connect over TLS (a TLS listener).
     pub tls_psks: RwLock<BTreeMap<String, Arc<ConfiguredPsk>>>,
+    /// Generated PSKs per host NQN (secure channel concatenation), each replaced by the
+    /// host's next concatenation and dropped when its DH-HMAC-CHAP config changes.
+    pub generated_psks: Mutex<BTreeMap<String, RetainedPsk>>,
     pub namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     /// Bumped on every namespace change; connections cache namespace lookups against it.
     pub ns_generation: AtomicU64,
@@ -57,6 +78,7 @@ impl Subsystem {
             access: RwLock::new(access),
             dhchap: RwLock::new(BTreeMap::new()),
             tls_psks: RwLock::new(BTreeMap::new()),
+            generated_psks: Mutex::new(BTreeMap::new()),
             namespaces: RwLock::new(BTreeMap::new()),
             ns_generation: AtomicU64::new(1),
             controllers: Mutex::new(BTreeMap::new()),
@@ -77,6 +99,37 @@ impl Subsystem {
     /// The configured TLS PSK of `hostnqn`, if it must use TLS.
     pub fn tls_psk_for(&self, hostnqn: &str) -> Option<Arc<ConfiguredPsk>> {
         read(&self.tls_psks).get(hostnqn).cloned()
+    }
+
+    /// Whether `hostnqn` must use secure channel concatenation.
+    pub fn concat_required(&self, hostnqn: &str) -> bool {
+        self.dhchap_for(hostnqn).is_some_and(|c| c.concat)
+    }
+
+    /// Retains the PSK `hostnqn`'s concatenation generated (replacing, and so wiping, the
+    /// previous one).
+    pub fn retain_generated(&self, hostnqn: &str, g: &GeneratedPsk) {
+        let (identity, key) = g.tls_psk(hostnqn, &self.nqn);
+        lock(&self.generated_psks).insert(
+            hostnqn.to_string(),
+            RetainedPsk {
+                identity,
+                hash: g.hash(),
+                key,
+            },
+        );
+    }
+
+    /// The retained TLS PSK of `hostnqn` if `identity` is its identity (the digest in it
+    /// names one generated key; an older one's identity no longer matches).
+    pub fn generated_psk(
+        &self,
+        hostnqn: &str,
+        identity: &[u8],
+    ) -> Option<(PskHash, Zeroizing<Vec<u8>>)> {
+        let m = lock(&self.generated_psks);
+        let r = m.get(hostnqn)?;
+        (r.identity.as_bytes() == identity).then(|| (r.hash, r.key.clone()))
     }
 
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {

@@ -113,6 +113,15 @@ fn auth_exchange_entry() {
     // Bidirectional (controller secret, C2), then Success2.
     let bidi = [1u8, 2, 7, 3, 1, 1, 0, 16, 3, 1, 1, 0, 16, 4];
     assert!(fuzz_auth_exchange(&bidi) > 0);
+    // Secure channel concatenation (config: concat, SC_C NEWTLSPSK): ffdhe2048, a C2 with
+    // S2 = 0; without SC_C, or over TLS, it is a mismatch.
+    let concat = [6u8, 2, 7, 1, 1, 1, 0, 16, 3, 8, 1, 0, 16];
+    assert!(fuzz_auth_exchange(&concat) > 0);
+    for cfg in [2u8, 6 | 16] {
+        let mut bad = concat;
+        bad[0] = cfg;
+        assert_eq!(fuzz_auth_exchange(&bad), 0, "config {cfg}");
+    }
     // Corrupted response, wrong T_ID, bidirectional without a controller secret.
     for f in [2u8, 4, 1] {
         let bad = [0u8, 2, 7, 1, 0, 1, 0, 16, 3, f, 1, 0, 16, 4];

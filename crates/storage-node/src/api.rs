@@ -169,6 +169,11 @@ pub struct HostRequest {
     /// Accepted DH groups, preferred first (default: ffdhe2048..ffdhe8192, null).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhchap_dhgroups: Vec<String>,
+    /// Secure channel concatenation: the host authenticates on a plain-TCP admin queue,
+    /// then connects over TLS (a TLS listener) with the PSK that generated. Needs
+    /// `dhchap_secret`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dhchap_concat: bool,
     /// The host's configured TLS PSK (`NVMeTLSkey-1:..`): the host must then connect over
     /// TLS (a TLS listener).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +205,7 @@ impl HostRequest {
             dhchap_ctrl_secret: None,
             dhchap_hashes: Vec::new(),
             dhchap_dhgroups: Vec::new(),
+            dhchap_concat: false,
             tls_psk: None,
         }
     }

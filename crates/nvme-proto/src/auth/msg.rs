@@ -33,6 +33,12 @@ pub mod msg_id {
 pub const AUTH_ID_DHCHAP: u8 = 0x01;
 /// SC_C: no secure channel concatenation.
 pub const SC_C_NONE: u8 = 0x00;
+/// SC_C: secure channel concatenation on a queue without TLS: the exchange generates a new
+/// TLS PSK, with which the host then reconnects over TLS (Linux NVME_AUTH_SECP_NEWTLSPSK).
+pub const SC_C_NEWTLSPSK: u8 = 0x01;
+/// SC_C: re-authentication on a queue already over TLS with a generated PSK: the exchange
+/// generates the PSK that replaces it for the next connections (NVME_AUTH_SECP_REPLACETLSPSK).
+pub const SC_C_REPLACETLSPSK: u8 = 0x02;
 /// Size of one protocol descriptor in AUTH_Negotiate.
 pub const DESCRIPTOR_BYTES: usize = 64;
 /// Most hash (and most DH group) identifiers one descriptor holds.

@@ -2,16 +2,23 @@
 //! `drivers/nvme/host/auth.c`): after a Connect whose response sets AUTHREQ.ATR, the queue
 //! sends AUTH_Negotiate, fetches the challenge, answers it, fetches Success1 (checking the
 //! controller's response when it was challenged too) and sends Success2.
+//!
+//! With secure channel concatenation (SC_C = NEWTLSPSK, admin queue only) the host offers
+//! only SHA-256/384 and the non-null DH groups, always sends a C2 (S2 stays 0 unless it
+//! authenticates the controller too, as Linux does), and derives the generated PSK
+//! HMAC(KS, C1 || C2) once the controller accepted it.
 
 use blockdev::IoBuf;
 use nvme_proto::auth::crypto::{
     ResponseInput, ctrl_response, effective_challenge, host_response, responses_equal,
 };
 use nvme_proto::auth::dh::PRIVATE_BYTES;
+use nvme_proto::auth::msg::SC_C_NONE;
 use nvme_proto::auth::{
     AuthMessage, AuthReceive, AuthSend, Challenge, DhGroup, DhKeyPair, DhchapSecret, Failure,
     FailureReason, HashId, MAX_MESSAGE_BYTES, Negotiate, ProtocolDescriptor, Reply, Success2,
 };
+use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use rand::RngCore as _;
 use zeroize::Zeroizing;
 
@@ -90,7 +97,8 @@ async fn abort(q: &QueuePair, t_id: u16, reason: FailureReason, err: HostError) 
     err
 }
 
-/// Runs one DH-HMAC-CHAP transaction `t_id` on queue `q` (connected, not yet usable).
+/// Runs one DH-HMAC-CHAP transaction `t_id` on queue `q` (connected, not yet usable) with
+/// secure channel concatenation `sc_c`; returns the generated PSK when `sc_c` asked for one.
 pub(crate) async fn authenticate(
     q: &QueuePair,
     qid: u16,
@@ -98,12 +106,22 @@ pub(crate) async fn authenticate(
     host_nqn: &str,
     subsys_nqn: &str,
     t_id: u16,
-) -> Result<()> {
-    let hash_ids: Vec<u8> = HashId::ALL.iter().map(|h| *h as u8).collect();
-    let dh_ids: Vec<u8> = DhGroup::ALL.iter().map(|g| *g as u8).collect();
+    sc_c: u8,
+) -> Result<Option<GeneratedPsk>> {
+    let concat = sc_c != SC_C_NONE;
+    let hash_ids: Vec<u8> = HashId::ALL
+        .iter()
+        .filter(|h| !concat || PskHash::from_dhchap(**h).is_some())
+        .map(|h| *h as u8)
+        .collect();
+    let dh_ids: Vec<u8> = DhGroup::ALL
+        .iter()
+        .filter(|g| !concat || **g != DhGroup::Null)
+        .map(|g| *g as u8)
+        .collect();
     let neg = Negotiate {
         t_id,
-        sc_c: 0,
+        sc_c,
         protocols: vec![ProtocolDescriptor::dhchap(&hash_ids, &dh_ids)],
     };
     send(q, &neg.to_bytes()).await?;
@@ -112,11 +130,35 @@ pub(crate) async fn authenticate(
         Ok(AuthMessage::Challenge(c)) if c.t_id == t_id => c,
         _ => return Err(unexpected(qid, &got, "DH-HMAC-CHAP_Challenge")),
     };
-    let (reply, c2, session_key, hash) = match answer(&ch, creds, host_nqn, subsys_nqn, t_id) {
-        Ok(x) => x,
-        Err((reason, msg)) => {
-            return Err(abort(q, t_id, reason, auth_error(qid, msg)).await);
+    let (reply, c2, session_key, hash) =
+        match answer(&ch, creds, host_nqn, subsys_nqn, t_id, concat) {
+            Ok(x) => x,
+            Err((reason, msg)) => {
+                return Err(abort(q, t_id, reason, auth_error(qid, msg)).await);
+            }
+        };
+    // HMAC(KS, C1 || C2), kept until the controller accepted the host.
+    let generated = if concat {
+        let (Some(ks), Some(c2), Some(h)) = (
+            session_key.as_ref(),
+            reply.c2.as_ref(),
+            PskHash::from_dhchap(hash),
+        ) else {
+            let err = auth_error(
+                qid,
+                "secure channel concatenation needs a DH group and SHA-256 or SHA-384; the controller chose otherwise",
+            );
+            return Err(abort(q, t_id, FailureReason::ConcatMismatch, err).await);
+        };
+        match GeneratedPsk::generate(h, ks, &ch.cval, c2) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                let err = auth_error(qid, e.to_string());
+                return Err(abort(q, t_id, FailureReason::IncorrectPayload, err).await);
+            }
         }
+    } else {
+        None
     };
     send(q, &reply.to_bytes()).await?;
     let got = receive(q).await?;
@@ -125,7 +167,7 @@ pub(crate) async fn authenticate(
         _ => return Err(unexpected(qid, &got, "DH-HMAC-CHAP_Success1")),
     };
     let Some((c2, s2, ctrl)) = c2 else {
-        return Ok(());
+        return Ok(generated);
     };
     let key = ctrl.transformed(subsys_nqn);
     let e = effective_challenge(hash, session_key.as_deref().map(|v| &v[..]), &c2);
@@ -146,7 +188,8 @@ pub(crate) async fn authenticate(
             return Err(abort(q, t_id, FailureReason::Failed, err).await);
         }
     }
-    send(q, &Success2 { t_id }.to_bytes()).await
+    send(q, &Success2 { t_id }.to_bytes()).await?;
+    Ok(generated)
 }
 
 type Answer = (
@@ -162,6 +205,7 @@ fn answer(
     host_nqn: &str,
     subsys_nqn: &str,
     t_id: u16,
+    concat: bool,
 ) -> std::result::Result<Answer, (FailureReason, String)> {
     let hash = HashId::from_u8(ch.hash_id).ok_or((
         FailureReason::HashUnusable,
@@ -213,11 +257,19 @@ fn answer(
         let s2 = rng.next_u32().max(1);
         (c2, s2, cs.clone())
     });
+    // Concatenation needs a C2 even when the controller is not authenticated (S2 = 0).
+    let c2_bytes = c2.as_ref().map(|c| c.0.to_vec()).or_else(|| {
+        concat.then(|| {
+            let mut c = vec![0u8; hash.len()];
+            rng.fill_bytes(&mut c);
+            c
+        })
+    });
     let reply = Reply {
         t_id,
         seqnum: c2.as_ref().map_or(0, |c| c.1),
         rval: r1.to_vec(),
-        c2: c2.as_ref().map(|c| c.0.to_vec()),
+        c2: c2_bytes,
         dhv,
     };
     Ok((reply, c2, session_key, hash))

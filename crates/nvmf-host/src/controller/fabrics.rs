@@ -18,6 +18,21 @@ pub(crate) async fn connect_queue(
     data: &ConnectData,
     dhchap: Option<&DhchapCredentials>,
 ) -> Result<u16> {
+    connect_queue_sc(q, cmd, data, dhchap, nvme_proto::auth::msg::SC_C_NONE)
+        .await
+        .map(|(cntlid, _)| cntlid)
+}
+
+/// [`connect_queue`] whose authentication asks for secure channel concatenation `sc_c`:
+/// also returns the PSK it generated. A target that asks for no authentication then is
+/// an error (nothing to generate a PSK from).
+pub(crate) async fn connect_queue_sc(
+    q: &QueuePair,
+    cmd: ConnectCommand,
+    data: &ConnectData,
+    dhchap: Option<&DhchapCredentials>,
+    sc_c: u8,
+) -> Result<(u16, Option<nvme_proto::tls_key::GeneratedPsk>)> {
     let mut buf = IoBuf::new_zeroed(ConnectData::BYTES);
     data.encode(&mut buf);
     let done = q
@@ -37,13 +52,14 @@ pub(crate) async fn connect_queue(
         });
     }
     let r = ConnectResponse::from_dw0(done.cqe.dw0);
-    if r.authreq & ConnectResponse::AUTHREQ_ASCR != 0 {
-        return Err(HostError::invalid(
-            format!("Connect to {} queue {}", q.addr(), cmd.qid),
-            "target requires secure channel concatenation (AUTHREQ.ASCR), which this host does not support",
-        ));
+    if r.authreq & ConnectResponse::AUTHREQ_ASCR != 0 && sc_c == nvme_proto::auth::msg::SC_C_NONE {
+        return Err(HostError::Authentication {
+            qid: cmd.qid,
+            reason: "the target requires secure channel concatenation (AUTHREQ.ASCR): connect with concat (a DH-HMAC-CHAP secret and the target's TLS address)".into(),
+        });
     }
-    if r.authreq & ConnectResponse::AUTHREQ_ATR != 0 {
+    let authreq = r.authreq & !ConnectResponse::AUTHREQ_ASCR;
+    if authreq & ConnectResponse::AUTHREQ_ATR != 0 {
         let Some(creds) = dhchap else {
             return Err(HostError::Authentication {
                 qid: cmd.qid,
@@ -51,14 +67,30 @@ pub(crate) async fn connect_queue(
             });
         };
         // One transaction per queue; the queue ID keeps them apart.
-        super::auth::authenticate(q, cmd.qid, creds, &data.hostnqn, &data.subnqn, cmd.qid).await?;
-    } else if r.authreq != 0 {
+        let generated = super::auth::authenticate(
+            q,
+            cmd.qid,
+            creds,
+            &data.hostnqn,
+            &data.subnqn,
+            cmd.qid,
+            sc_c,
+        )
+        .await?;
+        return Ok((r.cntlid, generated));
+    } else if authreq != 0 {
         return Err(HostError::invalid(
             format!("Connect to {} queue {}", q.addr(), cmd.qid),
             format!("target sets unknown AUTHREQ bits {:#x}", r.authreq),
         ));
     }
-    Ok(r.cntlid)
+    if sc_c != nvme_proto::auth::msg::SC_C_NONE {
+        return Err(HostError::Authentication {
+            qid: cmd.qid,
+            reason: "secure channel concatenation asked for, but the target does not ask this host to authenticate (is the host set up for concatenation on the target?)".into(),
+        });
+    }
+    Ok((r.cntlid, None))
 }
 
 /// Whether two statuses have the same type and code (ignoring DNR/More).

@@ -12,6 +12,7 @@
 
 mod admin;
 mod auth;
+mod concat;
 mod enable;
 mod events;
 mod fabrics;
@@ -35,6 +36,7 @@ use tokio::sync::{Notify, watch};
 
 pub use admin::LOG_PAGE_CHUNK_BYTES;
 pub use auth::DhchapCredentials;
+pub use concat::ConcatOptions;
 pub use status::{ControllerState, ControllerStatus, ana_state_name};
 
 use crate::error::{HostError, Result};
@@ -90,6 +92,11 @@ pub struct ConnectOptions {
     /// TLS 1.3 with the PSK derived from this configured PSK (nvme-cli `--tls`): every
     /// queue's TCP connection starts with the handshake.
     pub tls: Option<TlsCredentials>,
+    /// Secure channel concatenation (nvme-cli `--concat`): authenticate with DH-HMAC-CHAP
+    /// on a plain-TCP admin queue to the address given, then connect every queue over TLS
+    /// to `tls_addr` with the PSK that authentication generated; every reconnect does it
+    /// again. Needs `dhchap`; excludes `tls`.
+    pub concat: Option<ConcatOptions>,
 }
 
 /// A host's configured TLS PSK (`NVMeTLSkey-1:..`) and the PSK identity version it offers
@@ -144,6 +151,7 @@ impl Default for ConnectOptions {
             disable_sqflow: false,
             dhchap: None,
             tls: None,
+            concat: None,
         }
     }
 }
@@ -261,12 +269,19 @@ impl Controller {
             .map_err(|e| HostError::Usage(format!("subsystem NQN {subnqn:?}: {e}")))?;
         validate_nqn(&host.hostnqn)
             .map_err(|e| HostError::Usage(format!("host NQN {:?}: {e}", host.hostnqn)))?;
-        let tls = match &opts.tls {
-            Some(c) => Some(c.tls_psk(&host.hostnqn, subnqn)?),
-            None => None,
+        let p = Params {
+            addr,
+            subnqn,
+            host,
+            opts,
+        };
+        let (queue_addr, tls) = match (&opts.tls, &opts.concat) {
+            (_, Some(c)) => (c.tls_addr, Some(concat::generate_tls_psk(&p).await?)),
+            (Some(c), None) => (addr, Some(c.tls_psk(&host.hostnqn, subnqn)?)),
+            (None, None) => (addr, None),
         };
         let admin = QueuePair::detached(
-            addr,
+            queue_addr,
             &QueueOptions {
                 qid: 0,
                 queue_size: ADMIN_QUEUE_SIZE,
@@ -281,12 +296,6 @@ impl Controller {
         // waiting for a reconnect instead of dead.
         let notify = Arc::new(Notify::new());
         admin.supervise(notify.clone());
-        let p = Params {
-            addr,
-            subnqn,
-            host,
-            opts,
-        };
         let want = if subnqn == DISCOVERY_NQN {
             0
         } else {
@@ -308,7 +317,7 @@ impl Controller {
         let mut io = Vec::with_capacity(usize::from(s.io_granted));
         for qid in 1..=s.io_granted {
             let q = QueuePair::detached(
-                addr,
+                queue_addr,
                 &QueueOptions {
                     qid,
                     queue_size: io_queue_size,

@@ -223,6 +223,13 @@ async fn detach_all(inner: &Inner, reason: &str) {
 async fn reconnect(inner: &Inner) -> Result<Session> {
     let p = inner.params();
     let want = inner.io.len() as u16;
+    if p.opts.concat.is_some() {
+        // A fresh generated PSK for the new connections (the target keeps only the last).
+        let psk = super::concat::generate_tls_psk(&p).await?;
+        for q in inner.queues() {
+            q.set_tls(Some(psk.clone()));
+        }
+    }
     let s = session::bring_up_admin(&inner.admin, &p, want).await?;
     if usize::from(s.io_granted) < inner.io.len() {
         return Err(HostError::invalid(

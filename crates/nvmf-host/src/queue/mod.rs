@@ -182,6 +182,9 @@ struct Inner {
     conn: Mutex<Option<Conn>>,
     negotiated: Mutex<Option<Negotiated>>,
     in_capsule_max_bytes: AtomicU32,
+    /// The PSK of the next connection (starts as `opts.tls`; secure channel concatenation
+    /// replaces it before each reconnect).
+    tls: Mutex<Option<tls_psk::Psk>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -235,6 +238,7 @@ impl QueuePair {
                 conn: Mutex::new(None),
                 negotiated: Mutex::new(None),
                 in_capsule_max_bytes: AtomicU32::new(opts.in_capsule_max_bytes),
+                tls: Mutex::new(opts.tls.clone()),
             }),
         })
     }
@@ -248,7 +252,8 @@ impl QueuePair {
         let timeout = Duration::from_millis(opts.connect_timeout_ms.max(1));
         let fail = |reason: String| HostError::Connect { addr, reason };
         let tcp = handshake::connect_tcp(addr, timeout).await.map_err(fail)?;
-        let mut stream = match &opts.tls {
+        let tls = lock(&self.inner.tls).clone();
+        let mut stream = match &tls {
             None => stream::QueueStream::Tcp(tcp),
             Some(psk) => stream::tls_connect(tcp, psk, timeout).await.map_err(fail)?,
         };
@@ -282,6 +287,11 @@ impl QueuePair {
         *lock(&self.inner.negotiated) = Some(negotiated);
         *lock(&self.inner.conn) = Some(Conn { stop, driver });
         Ok(())
+    }
+
+    /// The TLS PSK of the next [`QueuePair::attach`] (None: plain TCP).
+    pub(crate) fn set_tls(&self, psk: Option<tls_psk::Psk>) {
+        *lock(&self.inner.tls) = psk;
     }
 
     /// Lets ordinary commands out on the current connection.

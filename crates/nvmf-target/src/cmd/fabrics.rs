@@ -113,6 +113,18 @@ impl QueueContext {
                 );
                 return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
             }
+            // Secure channel concatenation: only the admin queue authenticates over plain
+            // TCP; I/O queues come over TLS with the PSK that exchange generated.
+            None if cc.qid != 0 && subsys.concat_required(&cd.hostnqn) => {
+                tracing::warn!(
+                    peer = %self.handle.peer,
+                    hostnqn = %cd.hostnqn,
+                    subnqn = %cd.subnqn,
+                    qid = cc.qid,
+                    "Connect refused: this host uses secure channel concatenation, its I/O queues must connect through a TLS listener with the generated PSK"
+                );
+                return Outcome::status(Status::CONNECT_INVALID_HOST.dnr());
+            }
             _ => {}
         }
         let mqes = target.config.mqes;
@@ -148,7 +160,7 @@ impl QueueContext {
             ctrl.spawn_watchdog();
             self.bind(ctrl, 0, cc.sqsize, sqflow_disabled);
             tracing::debug!(cntlid, subsys = %subsys.nqn, host = %cd.hostnqn, "admin queue connected");
-            let authreq = self.require_auth(&subsys, &cd.hostnqn);
+            let authreq = self.require_auth(&subsys, &cd.hostnqn, 0);
             return ConnectResponse { cntlid, authreq }
                 .completion(0)
                 .into_outcome();
@@ -178,21 +190,51 @@ impl QueueContext {
         let cntlid = ctrl.cntlid;
         self.max_icd_bytes = target.config.in_capsule_bytes as usize;
         self.bind(ctrl, cc.qid, cc.sqsize, sqflow_disabled);
-        let authreq = self.require_auth(&subsys, &cd.hostnqn);
+        let authreq = self.require_auth(&subsys, &cd.hostnqn, cc.qid);
         ConnectResponse { cntlid, authreq }
             .completion(0)
             .into_outcome()
     }
 
     /// Sets up DH-HMAC-CHAP for this queue when the host must authenticate; the AUTHREQ
-    /// bits of the Connect response.
-    fn require_auth(&mut self, subsys: &Subsystem, hostnqn: &str) -> u16 {
+    /// bits of the Connect response. A queue over TLS with the PSK this host's secure
+    /// channel concatenation generated needs none: that PSK is the authentication's result.
+    fn require_auth(&mut self, subsys: &Subsystem, hostnqn: &str, qid: u16) -> u16 {
+        let identity = self.handle.tls_identity.get();
         match subsys.dhchap_for(hostnqn) {
+            Some(cfg) if cfg.concat && identity.is_some_and(|id| id.generated) => 0,
             Some(cfg) => {
-                self.auth = Some(Box::new(AuthExchange::new(cfg, hostnqn, &subsys.nqn)));
-                ConnectResponse::AUTHREQ_ATR
+                // ASCR tells a host on a plain admin queue that it must concatenate (a Linux
+                // host without `concat` then stops with "secure concatenation is not
+                // supported" instead of failing the exchange).
+                let ascr = if cfg.concat && qid == 0 && identity.is_none() {
+                    ConnectResponse::AUTHREQ_ASCR
+                } else {
+                    0
+                };
+                self.auth = Some(Box::new(
+                    AuthExchange::new(cfg, hostnqn, &subsys.nqn).on_queue(qid, identity.is_some()),
+                ));
+                ConnectResponse::AUTHREQ_ATR | ascr
             }
             None => 0,
+        }
+    }
+
+    /// Retains the PSK a concatenating exchange on this queue just generated.
+    fn retain_generated(&mut self) {
+        let (Some(auth), Some(q)) = (self.auth.as_mut(), self.queue.as_ref()) else {
+            return;
+        };
+        if let Some(g) = auth.take_generated() {
+            q.ctrl.subsys.retain_generated(&q.ctrl.hostnqn, &g);
+            tracing::info!(
+                host = %q.ctrl.hostnqn,
+                subsys = %q.ctrl.subsys.nqn,
+                cntlid = q.ctrl.cntlid,
+                "secure channel concatenation: host {} authenticated, generated TLS PSK retained for its TLS connections",
+                q.ctrl.hostnqn
+            );
         }
     }
 
@@ -248,6 +290,7 @@ impl QueueContext {
                     let (host, subsys, cntlid, qid) = self.auth_log_ids();
                     tracing::debug!(host = %host, subsys = %subsys, cntlid, qid, hash = %h, dhgroup = %g, "host authenticated");
                 }
+                self.retain_generated();
                 Outcome::ok()
             }
             // The Failure1 goes out with the next Authentication Receive.
@@ -292,6 +335,7 @@ impl QueueContext {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR.dnr());
         };
         let r = auth.on_receive(f.al);
+        self.retain_generated();
         let close_after = r.failure.is_some();
         if let Some(reason) = r.failure {
             self.auth_failed(reason);

@@ -31,6 +31,39 @@ impl TargetPsks {
     }
 }
 
+impl TargetPsks {
+    /// The TLS PSK the host's last secure channel concatenation generated, if `identity`
+    /// names it. A refusal is logged with the host (never the key): the handshake then
+    /// ends with an unknown_psk_identity alert.
+    fn generated(&self, id: &PskIdentity, identity: &[u8]) -> Option<Psk> {
+        let target = self.target.upgrade()?;
+        let subsys = target
+            .subsystem(&id.subnqn)
+            .filter(|s| s.kind == SubsysKind::Nvm);
+        let found = subsys.as_ref().and_then(|s| {
+            if !s.concat_required(&id.hostnqn) {
+                return None;
+            }
+            s.generated_psk(&id.hostnqn, identity)
+        });
+        let Some((hash, key)) = found else {
+            tracing::warn!(
+                host = %id.hostnqn,
+                subsys = %id.subnqn,
+                "TLS handshake refused: host {} offers a generated PSK identity for {} but no such PSK is retained (it must first authenticate with secure channel concatenation on a plain-TCP admin queue)",
+                id.hostnqn,
+                id.subnqn
+            );
+            return None;
+        };
+        let hash = match hash {
+            PskHash::Sha256 => HashAlg::Sha256,
+            PskHash::Sha384 => HashAlg::Sha384,
+        };
+        Psk::new(identity, &key, hash).ok()
+    }
+}
+
 impl PskStore for TargetPsks {
     fn lookup(&self, identity: &[u8]) -> Option<Psk> {
         self.candidates(identity).into_iter().next()
@@ -45,8 +78,7 @@ impl PskStore for TargetPsks {
             return Vec::new();
         };
         if id.generated {
-            // Generated PSKs come from secure channel concatenation, which is not done.
-            return Vec::new();
+            return self.generated(&id, identity).into_iter().collect();
         }
         let Some(configured) = self.configured(&id) else {
             return Vec::new();

@@ -319,6 +319,11 @@ async fn allow_host(
         psk,
     });
     let view = match r.dhchap_secret {
+        None if r.dhchap_concat => {
+            return Err(err(NodeError::BadRequest(
+                "secure channel concatenation needs a DH-HMAC-CHAP host secret".into(),
+            )));
+        }
         None if r.dhchap_ctrl_secret.is_some() => {
             return Err(err(NodeError::BadRequest(
                 "a DH-HMAC-CHAP controller secret needs a host secret".into(),
@@ -332,6 +337,7 @@ async fn allow_host(
                 ctrl_secret: r.dhchap_ctrl_secret,
                 hashes: r.dhchap_hashes,
                 dhgroups: r.dhchap_dhgroups,
+                concat: r.dhchap_concat,
             };
             node.allow_host_dhchap(&nqn, rec).await
         }

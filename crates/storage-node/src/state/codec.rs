@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0      8   magic "FBNODEST"
-//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 to 5 are read)
+//!  8      4   format version, u32 LE (FORMAT_VERSION; 1 to 6 are read)
 //! 12      4   reserved, zero
 //! 16      8   generation, u64 LE (1 for the first save, +1 per save)
 //! 24      4   body length in bytes, u32 LE
@@ -19,7 +19,9 @@ pub const MAGIC: [u8; 8] = *b"FBNODEST";
 /// limits: a version 2 program would drop them silently and destroy them at its next save.
 /// 4 added DH-HMAC-CHAP hosts: a version 3 program would let those hosts in unauthenticated.
 /// 5 added TLS PSK hosts: a version 4 program would let those hosts in over plain TCP.
-pub const FORMAT_VERSION: u32 = 5;
+/// 6 added secure channel concatenation (`concat` of a DH-HMAC-CHAP host): a version 5
+/// program would let those hosts do I/O over plain TCP.
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest version this program reads (every version since 1: a v1 body is a v2 body
 /// whose namespaces are all NVM, a v2 body a v3 body without QoS limits).
 pub const OLDEST_READ_VERSION: u32 = 1;
@@ -150,6 +152,16 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     if version < 5 && state.subsystems.iter().any(|s| !s.tls_psks.is_empty()) {
         return Err(DecodeError::Body(format!(
             "a version {version} state holds TLS PSK hosts"
+        )));
+    }
+    if version < 6
+        && state
+            .subsystems
+            .iter()
+            .any(|s| s.dhchap.iter().any(|d| d.concat))
+    {
+        return Err(DecodeError::Body(format!(
+            "a version {version} state holds secure channel concatenation hosts"
         )));
     }
     Ok(Decoded { generation, state })

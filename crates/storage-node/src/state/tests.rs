@@ -216,6 +216,7 @@ pub(crate) fn sample_state_v4() -> NodeState {
         ctrl_secret: None,
         hashes: vec!["hmac(sha256)".into()],
         dhgroups: vec!["ffdhe2048".into(), "null".into()],
+        concat: false,
     }];
     s
 }
@@ -250,17 +251,13 @@ pub(crate) fn sample_state_v5() -> NodeState {
     s
 }
 
-/// The committed v5 vector (with a TLS PSK host) must decode forever, and the encoder must
-/// keep writing exactly it. Regenerate after a deliberate format change with
-/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v5`.
+/// The committed v5 vector (with a TLS PSK host, written by the version 5 program) must
+/// decode forever; a state without concatenating hosts still encodes to the same body.
 #[test]
 fn fixed_vector_v5() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v5.bin");
-    let encoded = codec::encode(&sample_state_v5(), 9).unwrap();
-    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
-        std::fs::write(&path, &encoded).unwrap();
-    }
+    let encoded = reseal_with_version(codec::encode(&sample_state_v5(), 9).unwrap(), 5);
     let vector = std::fs::read(&path).unwrap();
     assert_eq!(&vector[8..12], &5u32.to_le_bytes(), "a version 5 file");
     let d = codec::decode(&vector).expect("v5 vector decodes");
@@ -271,6 +268,56 @@ fn fixed_vector_v5() {
     assert_eq!(encoded, vector, "encoder drifted");
     let dbg = format!("{:?}", d.state);
     assert!(!dbg.contains("NVMeTLSkey"), "Debug shows no PSK: {dbg}");
+}
+
+/// The v5 sample plus a host that must use secure channel concatenation (the fixed v6
+/// vector).
+pub(crate) fn sample_state_v6() -> NodeState {
+    let mut s = sample_state_v5();
+    s.subsystems[0].dhchap.push(DhchapHostRecord {
+        host_nqn: "nqn.2014-08.org.nvmexpress:uuid:host-b".into(),
+        secret: "DHHC-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:".into(),
+        ctrl_secret: None,
+        hashes: vec![],
+        dhgroups: vec![],
+        concat: true,
+    });
+    s
+}
+
+/// The committed v6 vector (with a concatenating host) must decode forever, and the
+/// encoder must keep writing exactly it. Regenerate after a deliberate format change with
+/// `FERROBAY_WRITE_STATE_VECTOR=1 cargo test -p storage-node fixed_vector_v6`.
+#[test]
+fn fixed_vector_v6() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/node-state-v6.bin");
+    let encoded = codec::encode(&sample_state_v6(), 10).unwrap();
+    if std::env::var_os("FERROBAY_WRITE_STATE_VECTOR").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+    }
+    let vector = std::fs::read(&path).unwrap();
+    assert_eq!(&vector[8..12], &6u32.to_le_bytes(), "a version 6 file");
+    let d = codec::decode(&vector).expect("v6 vector decodes");
+    assert_eq!(d.generation, 10);
+    assert_eq!(d.state, sample_state_v6());
+    let body = std::str::from_utf8(&vector[HEADER_BYTES..]).unwrap();
+    assert!(body.contains("\"concat\": true"), "{body}");
+    assert_eq!(encoded, vector, "encoder drifted");
+}
+
+/// A version 5 file cannot hold concatenating hosts (a v5 program would let them do I/O
+/// over plain TCP).
+#[test]
+fn version_5_with_concat_hosts_is_corrupt() {
+    let bytes = reseal_with_version(codec::encode(&sample_state_v6(), 1).unwrap(), 5);
+    match codec::decode(&bytes) {
+        Err(DecodeError::Body(why)) => assert_eq!(
+            why,
+            "a version 5 state holds secure channel concatenation hosts"
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A version 4 file cannot hold TLS PSK hosts (a v4 program would let them in over plain
@@ -395,12 +442,12 @@ fn every_single_bit_flip_and_truncation_is_refused() {
 
 #[test]
 fn newer_version_is_refused_clearly() {
-    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 6);
+    let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 7);
     let err = codec::decode(&bytes).unwrap_err();
     assert!(err.is_newer());
     assert_eq!(
         err.to_string(),
-        "format version 6 is newer than this program supports (5); upgrade ferrobay"
+        "format version 7 is newer than this program supports (6); upgrade ferrobay"
     );
     let bytes = reseal_with_version(codec::encode(&sample_state(), 1).unwrap(), 0);
     assert_eq!(

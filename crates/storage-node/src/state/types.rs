@@ -140,6 +140,11 @@ pub struct DhchapHostRecord {
     /// default (every FFDHE group, then null).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhgroups: Vec<String>,
+    /// Secure channel concatenation required (format version 6; absent: no): the host
+    /// authenticates on a plain-TCP admin queue, then connects over TLS with the PSK that
+    /// generated (`docs/security.md`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub concat: bool,
 }
 
 impl std::fmt::Debug for DhchapHostRecord {
@@ -153,6 +158,7 @@ impl std::fmt::Debug for DhchapHostRecord {
             )
             .field("hashes", &self.hashes)
             .field("dhgroups", &self.dhgroups)
+            .field("concat", &self.concat)
             .finish()
     }
 }
@@ -187,6 +193,13 @@ impl DhchapHostRecord {
                 .iter()
                 .map(|g| DhGroup::parse(g).ok_or_else(|| format!("unknown DH group {g:?}")))
                 .collect::<Result<_, _>>()?;
+        }
+        cfg.concat = self.concat;
+        if cfg.concat && !cfg.dhgroups.iter().any(|g| *g != DhGroup::Null) {
+            return Err(format!(
+                "host {}: secure channel concatenation needs a DH group other than null",
+                self.host_nqn
+            ));
         }
         Ok(cfg)
     }
