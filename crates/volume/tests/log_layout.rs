@@ -634,7 +634,9 @@ async fn random_overwrites_at_80_percent_full_make_steady_progress() {
 /// rebuild included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebuild_of_a_log_volume_writes_only_the_segments_in_use() {
-    const MEMBER: u64 = 8 * MIB;
+    // Members large enough that the 1 MiB written stays under a quarter of the segments
+    // even when group commit sends it in small batches (29 segments seen under load).
+    const MEMBER: u64 = 16 * MIB;
     const LOG_SU: u64 = 64 << 10;
     let m = ram_members(4, MEMBER);
     let mut cfg = config(LevelSpec::Raid5, LOG_SU, MIB);
