@@ -111,12 +111,16 @@ impl PskHash {
         }
     }
 
-    fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
-        let alg = match self {
+    /// The TLS stack's hash of this PSK hash (what a `tls_psk::Psk` is bound to).
+    pub fn tls_alg(self) -> tls_psk::HashAlg {
+        match self {
             Self::Sha256 => tls_psk::HashAlg::Sha256,
             Self::Sha384 => tls_psk::HashAlg::Sha384,
-        };
-        alg.hmac(key, parts)
+        }
+    }
+
+    fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
+        self.tls_alg().hmac(key, parts)
     }
 
     /// The PSK digest Base64(HMAC(input PSK, NQNh " " NQNc " NVMe-over-Fabrics")) of a version

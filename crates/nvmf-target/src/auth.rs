@@ -79,6 +79,15 @@ impl DhchapHostConfig {
             concat: false,
         }
     }
+
+    /// What no exchange could satisfy: concatenation with the null group alone (it leaves
+    /// no session key to generate a PSK from).
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.concat && !self.dhgroups.iter().any(|g| *g != DhGroup::Null) {
+            return Err("secure channel concatenation needs a DH group other than null");
+        }
+        Ok(())
+    }
 }
 
 /// The randomness of challenges, sequence numbers and DH exponents (a seam: the fuzz
@@ -161,7 +170,6 @@ pub struct AuthExchange {
     /// The generated PSK of a concatenating exchange: computed once the host's response
     /// checked out, handed out only when the exchange succeeded.
     generated: Option<GeneratedPsk>,
-    generated_ready: bool,
 }
 
 impl std::fmt::Debug for AuthExchange {
@@ -195,7 +203,6 @@ impl AuthExchange {
             over_tls: false,
             sc_c: SC_C_NONE,
             generated: None,
-            generated_ready: false,
         }
     }
 
@@ -208,10 +215,10 @@ impl AuthExchange {
 
     /// The PSK a successful concatenating exchange generated (once).
     pub fn take_generated(&mut self) -> Option<GeneratedPsk> {
-        if !self.generated_ready {
+        // Done and authenticated: the exchange succeeded (a host's Failure2 ends it Done too).
+        if self.step != Step::Done || !self.authenticated {
             return None;
         }
-        self.generated_ready = false;
         self.generated.take()
     }
 
@@ -242,7 +249,6 @@ impl AuthExchange {
         self.session_key = None;
         self.c2 = None;
         self.generated = None;
-        self.generated_ready = false;
         SendResult::Failed(r)
     }
 
@@ -297,7 +303,6 @@ impl AuthExchange {
     fn finish(&mut self) {
         self.step = Step::Done;
         self.authenticated = true;
-        self.generated_ready = self.generated.is_some();
         self.keypair = None;
         self.session_key = None;
         self.c2 = None;
@@ -311,7 +316,6 @@ impl AuthExchange {
         self.session_key = None;
         self.c2 = None;
         self.generated = None;
-        self.generated_ready = false;
         self.sc_c = n.sc_c;
         if !self.concat_fits(n.sc_c) {
             return self.fail(FailureReason::ConcatMismatch);

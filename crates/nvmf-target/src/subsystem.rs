@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use nvme_proto::tls_key::{ConfiguredPsk, GeneratedPsk, PskHash};
-use zeroize::Zeroizing;
+use nvme_proto::tls_key::{ConfiguredPsk, GeneratedPsk};
 
 use crate::auth::DhchapHostConfig;
 use crate::controller::Controller;
@@ -16,23 +15,6 @@ use crate::sync::{lock, read, write};
 pub(crate) enum SubsysKind {
     Nvm,
     Discovery,
-}
-
-/// The TLS PSK a host's last secure channel concatenation generated, as the TLS listener
-/// needs it: the `NVMe1G..` identity and the derived TLS PSK (zeroized on drop; in memory
-/// only, so a restarted target asks the host to concatenate again).
-pub(crate) struct RetainedPsk {
-    pub identity: String,
-    pub hash: PskHash,
-    pub key: Zeroizing<Vec<u8>>,
-}
-
-impl std::fmt::Debug for RetainedPsk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RetainedPsk")
-            .field("identity", &self.identity)
-            .finish_non_exhaustive()
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -51,9 +33,11 @@ pub(crate) struct Subsystem {
     pub dhchap: RwLock<BTreeMap<String, Arc<DhchapHostConfig>>>,
     /// TLS PSKs per host NQN: a host listed here must connect over TLS (a TLS listener).
     pub tls_psks: RwLock<BTreeMap<String, Arc<ConfiguredPsk>>>,
-    /// Generated PSKs per host NQN (secure channel concatenation), each replaced by the
-    /// host's next concatenation and dropped when its DH-HMAC-CHAP config changes.
-    pub generated_psks: Mutex<BTreeMap<String, RetainedPsk>>,
+    /// The TLS PSK (`NVMe1G..` identity, derived key zeroized on drop) of each host's last
+    /// secure channel concatenation, as the TLS listener needs it: replaced by the host's
+    /// next concatenation, dropped when its DH-HMAC-CHAP config changes, in memory only
+    /// (a restarted target asks the host to concatenate again).
+    pub generated_psks: Mutex<BTreeMap<String, tls_psk::Psk>>,
     pub namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     /// Bumped on every namespace change; connections cache namespace lookups against it.
     pub ns_generation: AtomicU64,
@@ -110,26 +94,25 @@ impl Subsystem {
     /// previous one).
     pub fn retain_generated(&self, hostnqn: &str, g: &GeneratedPsk) {
         let (identity, key) = g.tls_psk(hostnqn, &self.nqn);
-        lock(&self.generated_psks).insert(
-            hostnqn.to_string(),
-            RetainedPsk {
-                identity,
-                hash: g.hash(),
-                key,
-            },
-        );
+        // Cannot fail: the identity is never empty, the key as long as the hash.
+        if let Ok(psk) = tls_psk::Psk::new(identity, &key, g.hash().tls_alg()) {
+            lock(&self.generated_psks).insert(hostnqn.to_string(), psk);
+        }
+    }
+
+    /// Forgets the PSK `hostnqn`'s concatenation generated (its DH-HMAC-CHAP config
+    /// changed: a key generated under the old one is not kept).
+    pub fn forget_generated(&self, hostnqn: &str) {
+        lock(&self.generated_psks).remove(hostnqn);
     }
 
     /// The retained TLS PSK of `hostnqn` if `identity` is its identity (the digest in it
     /// names one generated key; an older one's identity no longer matches).
-    pub fn generated_psk(
-        &self,
-        hostnqn: &str,
-        identity: &[u8],
-    ) -> Option<(PskHash, Zeroizing<Vec<u8>>)> {
-        let m = lock(&self.generated_psks);
-        let r = m.get(hostnqn)?;
-        (r.identity.as_bytes() == identity).then(|| (r.hash, r.key.clone()))
+    pub fn generated_psk(&self, hostnqn: &str, identity: &[u8]) -> Option<tls_psk::Psk> {
+        lock(&self.generated_psks)
+            .get(hostnqn)
+            .filter(|p| p.identity() == identity)
+            .cloned()
     }
 
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {

@@ -7,7 +7,6 @@
 
 use nvme_proto::auth::msg::SC_C_NEWTLSPSK;
 use nvme_proto::fabrics::{CNTLID_DYNAMIC, ConnectCommand};
-use nvme_proto::tls_key::PskHash;
 
 use super::session::Params;
 use super::{ADMIN_QUEUE_SIZE, fabrics};
@@ -82,10 +81,6 @@ pub(crate) async fn generate_tls_psk(p: &Params<'_>) -> Result<tls_psk::Psk> {
         });
     };
     let (identity, key) = generated.tls_psk(&p.host.hostnqn, p.subnqn);
-    let hash = match generated.hash() {
-        PskHash::Sha256 => tls_psk::HashAlg::Sha256,
-        PskHash::Sha384 => tls_psk::HashAlg::Sha384,
-    };
-    tls_psk::Psk::new(identity, &key, hash)
+    tls_psk::Psk::new(identity, &key, generated.hash().tls_alg())
         .map_err(|e| HostError::Usage(format!("generated TLS PSK: {e}")))
 }

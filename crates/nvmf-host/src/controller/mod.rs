@@ -121,11 +121,7 @@ impl TlsCredentials {
             .psk
             .tls_psk(self.identity_version, hostnqn, subnqn)
             .map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))?;
-        let hash = match self.psk.hash() {
-            nvme_proto::tls_key::PskHash::Sha256 => tls_psk::HashAlg::Sha256,
-            nvme_proto::tls_key::PskHash::Sha384 => tls_psk::HashAlg::Sha384,
-        };
-        tls_psk::Psk::new(identity, &key, hash)
+        tls_psk::Psk::new(identity, &key, self.psk.hash().tls_alg())
             .map_err(|e| HostError::Usage(format!("TLS PSK: {e}")))
     }
 }

@@ -129,19 +129,11 @@ impl Target {
             .subsystem(nqn)
             .filter(|s| s.kind == SubsysKind::Nvm)
             .ok_or_else(|| TargetError::NoSuchSubsystem(nqn.to_string()))?;
-        if let Some(c) = &cfg
-            && c.concat
-            && !c
-                .dhgroups
-                .iter()
-                .any(|g| *g != nvme_proto::auth::DhGroup::Null)
-        {
-            return Err(TargetError::InvalidConfig(
-                "secure channel concatenation needs a DH group other than null",
-            ));
+        if let Some(c) = &cfg {
+            c.check().map_err(TargetError::InvalidConfig)?;
         }
         // A new secret or policy: a PSK generated under the old one is not kept.
-        crate::sync::lock(&s.generated_psks).remove(hostnqn);
+        s.forget_generated(hostnqn);
         {
             let mut m = write(&s.dhchap);
             match cfg {

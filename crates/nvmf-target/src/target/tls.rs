@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 
 use nvme_proto::fabrics::DISCOVERY_NQN;
-use nvme_proto::tls_key::{ConfiguredPsk, Derivation, PskHash, PskIdentity};
-use tls_psk::{HashAlg, Psk, PskStore, ServerConfig};
+use nvme_proto::tls_key::{ConfiguredPsk, Derivation, PskIdentity};
+use tls_psk::{Psk, PskStore, ServerConfig};
 
 use crate::subsystem::SubsysKind;
 use crate::sync::read;
@@ -46,7 +46,7 @@ impl TargetPsks {
             }
             s.generated_psk(&id.hostnqn, identity)
         });
-        let Some((hash, key)) = found else {
+        let Some(psk) = found else {
             tracing::warn!(
                 host = %id.hostnqn,
                 subsys = %id.subnqn,
@@ -56,11 +56,7 @@ impl TargetPsks {
             );
             return None;
         };
-        let hash = match hash {
-            PskHash::Sha256 => HashAlg::Sha256,
-            PskHash::Sha384 => HashAlg::Sha384,
-        };
-        Psk::new(identity, &key, hash).ok()
+        Some(psk)
     }
 }
 
@@ -86,10 +82,7 @@ impl PskStore for TargetPsks {
         if configured.hash() != id.hash {
             return Vec::new();
         }
-        let hash = match id.hash {
-            PskHash::Sha256 => HashAlg::Sha256,
-            PskHash::Sha384 => HashAlg::Sha384,
-        };
+        let hash = id.hash.tls_alg();
         let mut out = Vec::new();
         for derivation in Derivation::ALL {
             let Ok((derived, key)) =

@@ -195,12 +195,8 @@ impl DhchapHostRecord {
                 .collect::<Result<_, _>>()?;
         }
         cfg.concat = self.concat;
-        if cfg.concat && !cfg.dhgroups.iter().any(|g| *g != DhGroup::Null) {
-            return Err(format!(
-                "host {}: secure channel concatenation needs a DH group other than null",
-                self.host_nqn
-            ));
-        }
+        cfg.check()
+            .map_err(|e| format!("host {}: {e}", self.host_nqn))?;
         Ok(cfg)
     }
 }
