@@ -241,21 +241,28 @@ impl ServerTls {
     pub fn reload(&self) -> Result<(), TlsError> {
         let r = &self.inner;
         let before = stamps(&r.cert_path, &r.key_path);
-        let acceptor = match acceptor(&r.cert_path, &r.key_path) {
-            Ok(a) => a,
-            Err(e) => {
-                // The caller logs it; the look at changed files need not again.
-                *r.failed.lock().unwrap_or_else(|p| p.into_inner()) = before;
-                return Err(e);
+        // On failure the caller logs it; the look at changed files need not again.
+        self.load(
+            &mut r.failed.lock().unwrap_or_else(|p| p.into_inner()),
+            before,
+        )
+    }
+
+    /// Loads both files (as they were at `stamps`) and makes them the certificate of new
+    /// connections, or records `stamps` in `failed` and keeps the old one.
+    fn load(&self, failed: &mut Option<Stamps>, stamps: Option<Stamps>) -> Result<(), TlsError> {
+        let r = &self.inner;
+        match acceptor(&r.cert_path, &r.key_path) {
+            Ok(acceptor) => {
+                *r.current.write().unwrap_or_else(|p| p.into_inner()) = Loaded { acceptor, stamps };
+                *failed = None;
+                Ok(())
             }
-        };
-        let mut cur = r.current.write().unwrap_or_else(|p| p.into_inner());
-        *cur = Loaded {
-            acceptor,
-            stamps: before,
-        };
-        *r.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        Ok(())
+            Err(e) => {
+                *failed = stamps;
+                Err(e)
+            }
+        }
     }
 
     /// Reloads if the files changed since they were loaded (or last failed to load).
@@ -284,20 +291,12 @@ impl ServerTls {
         if *failed == Some(now) {
             return;
         }
-        match acceptor(&r.cert_path, &r.key_path) {
-            Ok(a) => {
-                *r.current.write().unwrap_or_else(|p| p.into_inner()) = Loaded {
-                    acceptor: a,
-                    stamps: Some(now),
-                };
-                *failed = None;
-                tracing::info!(
-                    cert = %r.cert_path.display(),
-                    "TLS certificate reloaded: new connections get the renewed one"
-                );
-            }
+        match self.load(&mut failed, Some(now)) {
+            Ok(()) => tracing::info!(
+                cert = %r.cert_path.display(),
+                "TLS certificate reloaded: new connections get the renewed one"
+            ),
             Err(e) => {
-                *failed = Some(now);
                 tracing::warn!("TLS certificate not reloaded, the loaded one stays in use: {e}");
             }
         }
