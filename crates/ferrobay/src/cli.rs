@@ -95,15 +95,11 @@ pub struct GenCertArgs {
 
 fn gen_cert(a: GenCertArgs) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let dir = &a.out_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let (ca, ca_key, cert, key) = (
-        dir.join("ca.pem"),
-        dir.join("ca-key.pem"),
-        dir.join("cert.pem"),
-        dir.join("key.pem"),
-    );
-    for p in [&cert, &key] {
+    use httpapi::cert_dir::{CertDir, CertDirError};
+    std::fs::create_dir_all(&a.out_dir)
+        .with_context(|| format!("create {}", a.out_dir.display()))?;
+    let files = CertDir::new(&a.out_dir);
+    for p in [&files.cert, &files.key] {
         if p.exists() && !a.force {
             return Err(crate::cluster::usage(format!(
                 "{} exists (--force replaces it)",
@@ -111,68 +107,28 @@ fn gen_cert(a: GenCertArgs) -> anyhow::Result<ExitCode> {
             )));
         }
     }
-    let reuse = match (ca.exists(), ca_key.exists()) {
-        (true, true) => Some((
-            std::fs::read_to_string(&ca).with_context(|| format!("read {}", ca.display()))?,
-            std::fs::read_to_string(&ca_key)
-                .with_context(|| format!("read {}", ca_key.display()))?,
-        )),
-        (false, false) => None,
-        _ => {
-            return Err(crate::cluster::usage(format!(
-                "{} has one of ca.pem and ca-key.pem but not the other",
-                dir.display()
-            )));
+    let reused = match files.issue(&a.names, a.days, a.ca_days, 0o644) {
+        Ok(reused) => reused,
+        Err(e @ CertDirError::HalfCa(_)) => return Err(crate::cluster::usage(e.to_string())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("certificate for {}", a.names.join(", ")));
         }
     };
-    let g = httpapi::tls::generate(
-        &a.names,
-        a.days,
-        a.ca_days,
-        reuse.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
-    )
-    .with_context(|| format!("certificate for {}", a.names.join(", ")))?;
-    if reuse.is_none() {
-        write_file(&ca_key, &g.ca_key_pem, true)?;
-        write_file(&ca, &g.ca_cert_pem, false)?;
-    }
-    write_file(&key, &g.key_pem, true)?;
-    write_file(&cert, &g.cert_pem, false)?;
-    let ca_note = if reuse.is_some() {
-        " (existing CA)"
-    } else {
-        ""
-    };
-    println!("CA:          {}{ca_note}", ca.display());
-    println!("certificate: {} for {}", cert.display(), a.names.join(", "));
-    println!("key:         {} (0600)", key.display());
+    let ca_note = if reused { " (existing CA)" } else { "" };
+    println!("CA:          {}{ca_note}", files.ca_cert.display());
+    println!(
+        "certificate: {} for {}",
+        files.cert.display(),
+        a.names.join(", ")
+    );
+    println!("key:         {} (0600)", files.key.display());
     println!(
         "serve with --tls-cert {} --tls-key {}; clients take --ca-cert {}",
-        cert.display(),
-        key.display(),
-        ca.display()
+        files.cert.display(),
+        files.key.display(),
+        files.ca_cert.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes `text` to `path` through a temporary file; a `secret` is 0600 from the start.
-fn write_file(path: &std::path::Path, text: &str, secret: bool) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("pem.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(if secret { 0o600 } else { 0o644 })
-        .open(&tmp)
-        .with_context(|| format!("create {}", tmp.display()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
-    Ok(())
 }
 
 #[derive(Args, Debug)]

@@ -13,9 +13,12 @@
 //! - [`openapi`]: the `bearer` security scheme and serving the generated documents;
 //! - [`probe`]: the public paths (`/metrics`, `/healthz`, the OpenAPI document);
 //! - [`tls`]: HTTPS (rustls, X.509): [`tls::ServerTls`] from PEM files, the trust of clients
-//!   ([`tls::ClientTls`]), and [`tls::generate`] for a self-signed CA and server certificate.
+//!   ([`tls::ClientTls`]), and [`tls::generate`] for a self-signed CA and server certificate;
+//! - [`cert_dir`]: [`cert_dir::CertDir`], a CA and a server certificate kept in one
+//!   directory, renewed under the same CA (`ferrobay gen-cert`, `ferrobay up --tls`).
 
 pub mod auth;
+pub mod cert_dir;
 pub mod client;
 pub mod error;
 pub mod extract;

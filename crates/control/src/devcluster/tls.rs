@@ -114,24 +114,17 @@ pub fn prepare(
     // Only the owner may list or open the keys.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(|e| data_err(&dir, e.to_string()))?;
+    let certs = httpapi::cert_dir::CertDir::new(&dir);
     let f = DevTlsFiles {
-        ca_cert: dir.join("ca.pem"),
-        cert: dir.join("cert.pem"),
-        key: dir.join("key.pem"),
+        ca_cert: certs.ca_cert.clone(),
+        cert: certs.cert.clone(),
+        key: certs.key.clone(),
         host_psk: dir.join("host.psk"),
         processor_psk: dir.join("processor.psk"),
         host_nqn: host_nqn(&dir, wanted_host_nqn)?,
         dir,
     };
-    let ca_key = f.dir.join("ca-key.pem");
     if !(f.cert.exists() && f.key.exists() && f.ca_cert.exists()) {
-        let reuse = match (
-            std::fs::read_to_string(&f.ca_cert),
-            std::fs::read_to_string(&ca_key),
-        ) {
-            (Ok(c), Ok(k)) => Some((c, k)),
-            _ => None,
-        };
         let mut names = vec![addr.to_string(), "localhost".to_string()];
         for lo in ["127.0.0.1", "::1"] {
             if !names.iter().any(|n| n == lo) {
@@ -142,19 +135,10 @@ pub fn prepare(
             // Every address: clients on this machine use loopback or localhost.
             names.retain(|n| n != &addr.to_string());
         }
-        let g = httpapi::tls::generate(
-            &names,
-            CERT_DAYS,
-            CA_DAYS,
-            reuse.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
-        )
-        .map_err(|e| data_err(&f.dir, format!("make the certificate: {e}")))?;
-        if reuse.is_none() {
-            write_private(&ca_key, g.ca_key_pem.as_bytes())?;
-            write_private(&f.ca_cert, g.ca_cert_pem.as_bytes())?;
-        }
-        write_private(&f.key, g.key_pem.as_bytes())?;
-        write_private(&f.cert, g.cert_pem.as_bytes())?;
+        // Every file of the directory is the owner's only, certificates too.
+        certs
+            .issue(&names, CERT_DAYS, CA_DAYS, 0o600)
+            .map_err(|e| data_err(&f.dir, format!("make the certificate: {e}")))?;
     }
     load_or_create_psk(&f.host_psk)?;
     load_or_create_psk(&f.processor_psk)?;
