@@ -11,10 +11,8 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use blockdev::IoBuf;
-use common::{NodeProcess, scratch_dir};
+use common::{NodeProcess, round_trip, scratch_dir};
 use nvme_proto::auth::DhchapSecret;
 use nvmf_host::{
     ConcatOptions, ConnectOptions, Controller, DhchapCredentials, HostError, HostIdentity,
@@ -53,40 +51,11 @@ fn identity() -> HostIdentity {
     }
 }
 
-async fn round_trip(ctrl: &Controller, seed: u8) {
-    let ns = ctrl.namespace(1).await.expect("namespace 1");
-    let want: Vec<u8> = (0..262_144u32)
-        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
-        .collect();
-    ns.write_at(0, IoBuf::from_slice(&want), false)
-        .await
-        .expect("write");
-    let got = ns
-        .read_at(0, IoBuf::new_zeroed(want.len()))
-        .await
-        .expect("read");
-    assert!(got[..] == want[..], "data read back over TLS differs");
-}
-
-fn start(data: &std::path::Path) -> (NodeProcess, SocketAddr, SocketAddr) {
-    let node = NodeProcess::start_with(
-        "n1",
-        data,
-        &["d0=ram:64M".to_string()],
-        (0, 0, 0),
-        &["--tls-listen", "127.0.0.1:0"],
-        &[],
-    );
-    let plain: SocketAddr = node.endpoints.nvme_tcp[0].parse().unwrap();
-    let tls: SocketAddr = node.endpoints.nvme_tcp[1].parse().unwrap();
-    (node, plain, tls)
-}
-
 #[test]
 fn a_storage_node_requires_secure_channel_concatenation() {
     let dir = scratch_dir("concat-node");
     let data = dir.path().join("n1");
-    let (mut node, plain, tls) = start(&data);
+    let (mut node, plain, tls) = NodeProcess::start_with_tls_listener("n1", &data);
     let nqn = "nqn.2026-01.io.ferrobay:n1:d0";
     let key = gen_key();
     let key_file = dir.path().join("host.key");
@@ -111,7 +80,7 @@ fn a_storage_node_requires_secure_channel_concatenation() {
             .await
             .expect("concatenation connects");
         assert!(ctrl.admin().addr() == tls, "the admin queue runs over TLS");
-        round_trip(&ctrl, 1).await;
+        round_trip(&ctrl, 262_144, 1).await;
         ctrl.disconnect().await;
 
         let wrong = gen_key();
@@ -130,29 +99,19 @@ fn a_storage_node_requires_secure_channel_concatenation() {
             "no concatenation: {e}"
         );
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let log = node.log();
-        if log.contains("generated TLS PSK retained")
+    let log = node.wait_for_log("concatenation lines", |log| {
+        log.contains("generated TLS PSK retained")
             && log.contains(&format!(
                 "DH-HMAC-CHAP authentication of host {HOST} failed"
             ))
-        {
-            let b64 = key.split(':').nth(2).unwrap();
-            assert!(!log.contains(b64), "a secret reached the log");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no concatenation lines in the node log:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
+    let b64 = key.split(':').nth(2).unwrap();
+    assert!(!log.contains(b64), "a secret reached the log");
 
     // After a restart the requirement is still there (the generated PSK is not: the host
     // concatenates again).
     node.stop();
-    let (_node, plain, tls) = start(&data);
+    let (_node, plain, tls) = NodeProcess::start_with_tls_listener("n1", &data);
     rt.block_on(async {
         let e = Controller::connect(plain, nqn, &identity(), &opts(&key, None))
             .await
@@ -165,7 +124,7 @@ fn a_storage_node_requires_secure_channel_concatenation() {
         let ctrl = Controller::connect(plain, nqn, &identity(), &opts(&key, Some(tls)))
             .await
             .expect("concatenation connects after a restart");
-        round_trip(&ctrl, 2).await;
+        round_trip(&ctrl, 262_144, 2).await;
         ctrl.disconnect().await;
     });
 }

@@ -9,11 +9,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use blockdev::IoBuf;
-use common::{NodeProcess, scratch_dir};
+use common::{NodeProcess, round_trip, scratch_dir};
 use nvme_proto::tls_key::ConfiguredPsk;
 use nvmf_host::{ConnectOptions, Controller, HostError, HostIdentity, TlsCredentials};
 
@@ -50,40 +46,11 @@ fn identity(nqn: &str, b: u8) -> HostIdentity {
     }
 }
 
-async fn round_trip(ctrl: &Controller, seed: u8) {
-    let ns = ctrl.namespace(1).await.expect("namespace 1");
-    let want: Vec<u8> = (0..262_144u32)
-        .map(|i| (i as u8).wrapping_mul(7) ^ seed)
-        .collect();
-    ns.write_at(0, IoBuf::from_slice(&want), false)
-        .await
-        .expect("write");
-    let got = ns
-        .read_at(0, IoBuf::new_zeroed(want.len()))
-        .await
-        .expect("read");
-    assert!(got[..] == want[..], "data read back over TLS differs");
-}
-
-fn start(data: &std::path::Path) -> (NodeProcess, SocketAddr, SocketAddr) {
-    let node = NodeProcess::start_with(
-        "n1",
-        data,
-        &["d0=ram:64M".to_string()],
-        (0, 0, 0),
-        &["--tls-listen", "127.0.0.1:0"],
-        &[],
-    );
-    let plain: SocketAddr = node.endpoints.nvme_tcp[0].parse().unwrap();
-    let tls: SocketAddr = node.endpoints.nvme_tcp[1].parse().unwrap();
-    (node, plain, tls)
-}
-
 #[test]
 fn a_storage_node_requires_tls_with_the_configured_psk() {
     let dir = scratch_dir("tls-node");
     let data = dir.path().join("n1");
-    let (mut node, plain, tls) = start(&data);
+    let (mut node, plain, tls) = NodeProcess::start_with_tls_listener("n1", &data);
     let nqn = "nqn.2026-01.io.ferrobay:n1:d0";
     let key = gen_key("1");
     let key_file = dir.path().join("host.psk");
@@ -112,12 +79,12 @@ fn a_storage_node_requires_tls_with_the_configured_psk() {
         let other = Controller::connect(plain, nqn, &identity(OTHER, 0xee), &opts(None))
             .await
             .expect("other host");
-        round_trip(&other, 1).await;
+        round_trip(&other, 262_144, 1).await;
 
         let ctrl = Controller::connect(tls, nqn, &identity(HOST, 0x71), &opts(Some(&key)))
             .await
             .expect("TLS connects");
-        round_trip(&ctrl, 2).await;
+        round_trip(&ctrl, 262_144, 2).await;
         ctrl.disconnect().await;
 
         let wrong = gen_key("1");
@@ -142,33 +109,22 @@ fn a_storage_node_requires_tls_with_the_configured_psk() {
             .unwrap_err();
         assert!(!e.to_string().is_empty());
 
-        round_trip(&other, 3).await;
+        round_trip(&other, 262_144, 3).await;
         other.disconnect().await;
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let log = node.log();
-        if log.contains("TLS handshake refused")
-            && log.contains("must connect through a TLS listener")
-        {
-            let b64 = key.split(':').nth(2).unwrap();
-            assert!(!log.contains(b64), "a PSK reached the log");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no refusal lines in the node log:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let log = node.wait_for_log("refusal lines", |log| {
+        log.contains("TLS handshake refused") && log.contains("must connect through a TLS listener")
+    });
+    let b64 = key.split(':').nth(2).unwrap();
+    assert!(!log.contains(b64), "a PSK reached the log");
 
     node.stop();
-    let (_node, _plain, tls) = start(&data);
+    let (_node, _plain, tls) = NodeProcess::start_with_tls_listener("n1", &data);
     rt.block_on(async {
         let ctrl = Controller::connect(tls, nqn, &identity(HOST, 0x71), &opts(Some(&key)))
             .await
             .expect("the PSK connects after a restart");
-        round_trip(&ctrl, 4).await;
+        round_trip(&ctrl, 262_144, 4).await;
         ctrl.disconnect().await;
     });
 }

@@ -155,6 +155,42 @@ impl NodeProcess {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// A node `name` on one 64 MiB RAM drive with a plain and a TLS NVMe/TCP listener
+    /// (`--tls-listen`): the node and those two addresses.
+    pub fn start_with_tls_listener(
+        name: &str,
+        data: &Path,
+    ) -> (NodeProcess, std::net::SocketAddr, std::net::SocketAddr) {
+        let node = NodeProcess::start_with(
+            name,
+            data,
+            &["d0=ram:64M".to_string()],
+            (0, 0, 0),
+            &["--tls-listen", "127.0.0.1:0"],
+            &[],
+        );
+        let plain = node.endpoints.nvme_tcp[0].parse().expect("plain listener");
+        let tls = node.endpoints.nvme_tcp[1].parse().expect("TLS listener");
+        (node, plain, tls)
+    }
+
+    /// The node's log once `done` holds for it (within 5 s; else the test fails, showing
+    /// the log and `what` was awaited).
+    pub fn wait_for_log(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.log();
+            if done(&log) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} in the node log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGKILL, as a power cut would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -180,6 +216,23 @@ impl Drop for NodeProcess {
 }
 
 /// A scratch directory on a filesystem that supports O_DIRECT (under the target dir).
+/// Writes `len_bytes` of a pattern of `seed` at byte 0 of namespace 1 and checks they
+/// read back.
+pub async fn round_trip(ctrl: &nvmf_host::Controller, len_bytes: usize, seed: u8) {
+    let ns = ctrl.namespace(1).await.expect("namespace 1");
+    let want: Vec<u8> = (0..len_bytes)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect();
+    ns.write_at(0, blockdev::IoBuf::from_slice(&want), false)
+        .await
+        .expect("write");
+    let got = ns
+        .read_at(0, blockdev::IoBuf::new_zeroed(want.len()))
+        .await
+        .expect("read");
+    assert!(got[..] == want[..], "data read back differs");
+}
+
 pub fn scratch_dir(name: &str) -> tempfile::TempDir {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&base).expect("target tmpdir");
