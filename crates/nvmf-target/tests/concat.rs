@@ -11,8 +11,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use blockdev::IoBuf;
-use common::{Client, Event, HOSTNQN, SUBNQN, start_target};
+use common::{Client, Event, HOSTNQN, OTHER_HOST, SUBNQN, host, round_trip, start_target};
 use nvme_proto::Status;
 use nvme_proto::auth::msg::{SC_C_NEWTLSPSK, SC_C_NONE, SC_C_REPLACETLSPSK};
 use nvme_proto::auth::{
@@ -22,26 +21,13 @@ use nvme_proto::auth::{
 use nvme_proto::fabrics::ConnectResponse;
 use nvme_proto::tls_key::{GeneratedPsk, PskHash};
 use nvmf_host::{
-    ConcatOptions, ConnectOptions, Controller, DhchapCredentials, HostError, HostIdentity,
-    QueueOptions, QueuePair,
+    ConcatOptions, ConnectOptions, Controller, DhchapCredentials, HostError, QueueOptions,
+    QueuePair,
 };
-use nvmf_target::{DhchapHostConfig, ListenerOptions, TargetConfig};
-
-const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
+use nvmf_target::{DhchapHostConfig, TargetConfig};
 
 fn secret(b: u8) -> DhchapSecret {
     DhchapSecret::new(1, &[b; 32]).unwrap()
-}
-
-fn host(nqn: &str) -> HostIdentity {
-    HostIdentity {
-        hostnqn: nqn.to_string(),
-        hostid: if nqn == HOSTNQN {
-            [0x11; 16]
-        } else {
-            [0x99; 16]
-        },
-    }
 }
 
 fn concat_config(hashes: &[HashId]) -> DhchapHostConfig {
@@ -64,39 +50,10 @@ fn opts(s: DhchapSecret, tls_addr: SocketAddr) -> ConnectOptions {
     }
 }
 
-async fn tls_listener(t: &common::TestTarget) -> SocketAddr {
-    t.target
-        .listen_with(
-            "127.0.0.1:0".parse().unwrap(),
-            ListenerOptions {
-                tls: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap()
-        .local_addr()
-}
-
-async fn round_trip(ctrl: &Controller, seed: u8) {
-    let ns = ctrl.namespace(1).await.unwrap();
-    let want: Vec<u8> = (0..(256u32 << 10))
-        .map(|i| (i as u8).wrapping_mul(29) ^ seed)
-        .collect();
-    ns.write_at(4096, IoBuf::from_slice(&want), false)
-        .await
-        .unwrap();
-    let got = ns
-        .read_at(4096, IoBuf::new_zeroed(want.len()))
-        .await
-        .unwrap();
-    assert!(got[..] == want[..], "data read back over TLS differs");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concatenation_connects_over_tls_moves_data_and_reconnects() {
     let t = start_target(TargetConfig::default()).await;
-    let tls_addr = tls_listener(&t).await;
+    let tls_addr = t.tls_listener().await;
     for (i, hash) in [HashId::Sha256, HashId::Sha384].into_iter().enumerate() {
         t.target
             .set_host_dhchap(SUBNQN, HOSTNQN, Some(concat_config(&[hash])))
@@ -112,7 +69,7 @@ async fn concatenation_connects_over_tls_moves_data_and_reconnects() {
         // Every queue runs over the TLS listener.
         assert!(ctrl.admin().addr() == tls_addr);
         assert!(ctrl.io_queues().iter().all(|q| q.addr() == tls_addr));
-        round_trip(&ctrl, i as u8).await;
+        round_trip(&ctrl, 4096, 256 << 10, i as u8).await;
         // A reset reconnects: a new concatenation, a new generated PSK, TLS again.
         let generation = ctrl.status().generation;
         ctrl.reset("test: reconnect with a fresh generated PSK");
@@ -123,15 +80,36 @@ async fn concatenation_connects_over_tls_moves_data_and_reconnects() {
         })
         .await
         .expect("the controller reconnects");
-        round_trip(&ctrl, 0x80 | i as u8).await;
+        round_trip(&ctrl, 4096, 256 << 10, 0x80 | i as u8).await;
         ctrl.disconnect().await;
     }
+}
+
+/// How an admin queue to `tls_addr` offering the TLS PSK of `generated` for `hostnqn`
+/// fails (it must).
+async fn connect_with_generated(
+    tls_addr: SocketAddr,
+    generated: &GeneratedPsk,
+    hostnqn: &str,
+) -> HostError {
+    let (identity, key) = generated.tls_psk(hostnqn, SUBNQN);
+    let psk = tls_psk::Psk::new(identity, &key, generated.hash().tls_alg()).unwrap();
+    QueuePair::connect(
+        tls_addr,
+        &QueueOptions {
+            connect_timeout_ms: 5000,
+            tls: Some(psk),
+            ..QueueOptions::admin(Default::default())
+        },
+    )
+    .await
+    .unwrap_err()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals() {
     let t = start_target(TargetConfig::default()).await;
-    let tls_addr = tls_listener(&t).await;
+    let tls_addr = t.tls_listener().await;
     t.target
         .set_host_dhchap(SUBNQN, HOSTNQN, Some(concat_config(&HashId::ALL)))
         .unwrap();
@@ -145,18 +123,7 @@ async fn refusals() {
     // A generated-PSK identity the target never generated: the handshake ends with an
     // alert. (This host has never concatenated, the key is made up.)
     let fake = GeneratedPsk::generate(PskHash::Sha256, &[7; 256], &[1; 32], &[2; 32]).unwrap();
-    let (identity, key) = fake.tls_psk(OTHER_HOST, SUBNQN);
-    let psk = tls_psk::Psk::new(identity, &key, tls_psk::HashAlg::Sha256).unwrap();
-    let e = QueuePair::connect(
-        tls_addr,
-        &QueueOptions {
-            connect_timeout_ms: 5000,
-            tls: Some(psk),
-            ..QueueOptions::admin(Default::default())
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = connect_with_generated(tls_addr, &fake, OTHER_HOST).await;
     assert!(matches!(e, HostError::Connect { .. }), "{e}");
 
     // The right secret works, and then a plain-TCP I/O queue of that controller is
@@ -171,21 +138,10 @@ async fn refusals() {
         .await;
     assert_eq!(r.status, Status::CONNECT_INVALID_HOST.dnr());
     // A generated identity of this host with a key it does not hold: refused too.
-    let (identity, key) = fake.tls_psk(HOSTNQN, SUBNQN);
-    let psk = tls_psk::Psk::new(identity, &key, tls_psk::HashAlg::Sha256).unwrap();
-    let e = QueuePair::connect(
-        tls_addr,
-        &QueueOptions {
-            connect_timeout_ms: 5000,
-            tls: Some(psk),
-            ..QueueOptions::admin(Default::default())
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = connect_with_generated(tls_addr, &fake, HOSTNQN).await;
     assert!(matches!(e, HostError::Connect { .. }), "{e}");
     // The concatenated controller kept working through all of it.
-    round_trip(&ctrl, 9).await;
+    round_trip(&ctrl, 4096, 256 << 10, 9).await;
     ctrl.disconnect().await;
 
     // Our initiator without concatenation: the Connect response's ASCR stops it.

@@ -7,8 +7,7 @@
 
 mod common;
 
-use blockdev::IoBuf;
-use common::{Client, Event, HOSTNQN, SUBNQN, start_target};
+use common::{Client, Event, HOSTNQN, OTHER_HOST, SUBNQN, host, round_trip, start_target};
 use nvme_proto::Status;
 use nvme_proto::auth::{
     AuthReceive, AuthSend, DhGroup, DhchapSecret, Failure, FailureReason, HashId, Negotiate,
@@ -16,10 +15,8 @@ use nvme_proto::auth::{
 };
 use nvme_proto::fabrics::ConnectResponse;
 use nvme_proto::identify::IdentifyCommand;
-use nvmf_host::{ConnectOptions, Controller, DhchapCredentials, HostError, HostIdentity};
+use nvmf_host::{ConnectOptions, Controller, DhchapCredentials, HostError};
 use nvmf_target::{DhchapHostConfig, TargetConfig};
-
-const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
 
 fn secret(b: u8) -> DhchapSecret {
     DhchapSecret::new(1, &[b; 32]).unwrap()
@@ -27,17 +24,6 @@ fn secret(b: u8) -> DhchapSecret {
 
 fn ctrl_secret(b: u8) -> DhchapSecret {
     DhchapSecret::new(2, &[b; 48]).unwrap()
-}
-
-fn host(nqn: &str) -> HostIdentity {
-    HostIdentity {
-        hostnqn: nqn.to_string(),
-        hostid: if nqn == HOSTNQN {
-            [0x11; 16]
-        } else {
-            [0x99; 16]
-        },
-    }
 }
 
 fn opts(creds: Option<DhchapCredentials>) -> ConnectOptions {
@@ -49,18 +35,6 @@ fn opts(creds: Option<DhchapCredentials>) -> ConnectOptions {
         dhchap: creds,
         ..ConnectOptions::default()
     }
-}
-
-async fn round_trip(ctrl: &Controller, seed: u8) {
-    let ns = ctrl.namespace(1).await.unwrap();
-    let want: Vec<u8> = (0..65536u32)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect();
-    ns.write_at(4096, IoBuf::from_slice(&want), false)
-        .await
-        .unwrap();
-    let got = ns.read_at(4096, IoBuf::new_zeroed(65536)).await.unwrap();
-    assert_eq!(&got[..], &want[..], "data read back differs");
 }
 
 fn config(groups: &[DhGroup], hashes: &[HashId], ctrl: Option<DhchapSecret>) -> DhchapHostConfig {
@@ -92,7 +66,7 @@ async fn the_right_secret_connects_and_does_io_with_each_hash_and_group() {
         )
         .await
         .unwrap_or_else(|e| panic!("{g}/{h}: {e}"));
-        round_trip(&ctrl, i as u8).await;
+        round_trip(&ctrl, 4096, 65536, i as u8).await;
         ctrl.disconnect().await;
     }
 }
@@ -118,7 +92,7 @@ async fn bidirectional_authentication_checks_the_controller_too() {
     let ctrl = Controller::connect(t.addr, SUBNQN, &host(HOSTNQN), &opts(Some(good)))
         .await
         .unwrap();
-    round_trip(&ctrl, 7).await;
+    round_trip(&ctrl, 4096, 65536, 7).await;
     ctrl.disconnect().await;
 
     // A host expecting another controller secret refuses this controller.
@@ -149,7 +123,7 @@ async fn a_wrong_or_missing_secret_is_refused_and_other_hosts_keep_working() {
     let other = Controller::connect(t.addr, SUBNQN, &host(OTHER_HOST), &opts(None))
         .await
         .unwrap();
-    round_trip(&other, 1).await;
+    round_trip(&other, 4096, 65536, 1).await;
 
     let e = Controller::connect(
         t.addr,
@@ -169,7 +143,7 @@ async fn a_wrong_or_missing_secret_is_refused_and_other_hosts_keep_working() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("no host secret"), "{e}");
-    round_trip(&other, 2).await;
+    round_trip(&other, 4096, 65536, 2).await;
 
     // The right secret still works after the failures.
     let ctrl = Controller::connect(
@@ -180,7 +154,7 @@ async fn a_wrong_or_missing_secret_is_refused_and_other_hosts_keep_working() {
     )
     .await
     .unwrap();
-    round_trip(&ctrl, 3).await;
+    round_trip(&ctrl, 4096, 65536, 3).await;
     ctrl.disconnect().await;
     other.disconnect().await;
 }
@@ -332,6 +306,6 @@ async fn bad_messages_get_failure1_and_the_connection_ends_cleanly() {
     )
     .await
     .unwrap();
-    round_trip(&ctrl, 9).await;
+    round_trip(&ctrl, 4096, 65536, 9).await;
     ctrl.disconnect().await;
 }

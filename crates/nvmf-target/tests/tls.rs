@@ -9,27 +9,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
-use blockdev::IoBuf;
-use common::{HOSTNQN, SUBNQN, start_target};
+use common::{HOSTNQN, OTHER_HOST, SUBNQN, host, round_trip, start_target};
 use nvme_proto::log::discovery::{sectype, treq};
 use nvme_proto::tls_key::ConfiguredPsk;
-use nvmf_host::{ConnectOptions, Controller, HostError, HostIdentity, TlsCredentials};
-use nvmf_target::{ListenerOptions, TargetConfig};
-
-const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
-
-fn host(nqn: &str) -> HostIdentity {
-    HostIdentity {
-        hostnqn: nqn.to_string(),
-        hostid: if nqn == HOSTNQN {
-            [0x11; 16]
-        } else {
-            [0x99; 16]
-        },
-    }
-}
+use nvmf_host::{ConnectOptions, Controller, HostError, TlsCredentials};
+use nvmf_target::TargetConfig;
 
 fn key(hmac: u8, b: u8) -> ConfiguredPsk {
     let len = if hmac == 2 { 48 } else { 32 };
@@ -47,36 +31,6 @@ fn opts(tls: Option<TlsCredentials>) -> ConnectOptions {
     }
 }
 
-async fn round_trip(ctrl: &Controller, seed: u8) {
-    let ns = ctrl.namespace(1).await.unwrap();
-    let want: Vec<u8> = (0..(1u32 << 20))
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect();
-    ns.write_at(8192, IoBuf::from_slice(&want), false)
-        .await
-        .unwrap();
-    let got = ns
-        .read_at(8192, IoBuf::new_zeroed(want.len()))
-        .await
-        .unwrap();
-    assert!(got[..] == want[..], "data read back over TLS differs");
-}
-
-async fn tls_listener(t: &common::TestTarget) -> SocketAddr {
-    let l = t
-        .target
-        .listen_with(
-            "127.0.0.1:0".parse().unwrap(),
-            ListenerOptions {
-                tls: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    l.local_addr()
-}
-
 fn connect_reason(e: &HostError) -> String {
     match e {
         HostError::Connect { reason, .. } => reason.clone(),
@@ -87,7 +41,7 @@ fn connect_reason(e: &HostError) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_psk_connects_and_moves_data() {
     let t = start_target(TargetConfig::default()).await;
-    let addr = tls_listener(&t).await;
+    let addr = t.tls_listener().await;
     for (hmac, version) in [(1u8, 0u8), (1, 1), (2, 0), (2, 1), (0, 0)] {
         let psk = key(hmac, 0x40 + hmac);
         t.target
@@ -100,7 +54,7 @@ async fn configured_psk_connects_and_moves_data() {
         let ctrl = Controller::connect(addr, SUBNQN, &host(HOSTNQN), &opts(Some(creds)))
             .await
             .unwrap();
-        round_trip(&ctrl, hmac ^ version).await;
+        round_trip(&ctrl, 8192, 1 << 20, hmac ^ version).await;
         ctrl.disconnect().await;
     }
 }
@@ -108,7 +62,7 @@ async fn configured_psk_connects_and_moves_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_clear_and_others_keep_being_served() {
     let t = start_target(TargetConfig::default()).await;
-    let tls_addr = tls_listener(&t).await;
+    let tls_addr = t.tls_listener().await;
     let plain_addr = t.addr;
     let good = TlsCredentials::new(key(1, 7));
     t.target
@@ -159,11 +113,11 @@ async fn refusals_are_clear_and_others_keep_being_served() {
 
     // Everyone else is still served: the steady TLS host, and a host without TLS
     // requirements over the plain listener.
-    round_trip(&steady, 3).await;
+    round_trip(&steady, 8192, 1 << 20, 3).await;
     let other = Controller::connect(plain_addr, SUBNQN, &host(OTHER_HOST), &opts(None))
         .await
         .unwrap();
-    round_trip(&other, 4).await;
+    round_trip(&other, 8192, 1 << 20, 4).await;
     other.disconnect().await;
     steady.disconnect().await;
 }
@@ -171,7 +125,7 @@ async fn refusals_are_clear_and_others_keep_being_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_entries_mark_tls_listeners() {
     let t = start_target(TargetConfig::default()).await;
-    let tls_addr = tls_listener(&t).await;
+    let tls_addr = t.tls_listener().await;
     let entries = nvmf_host::discover(t.addr, &host(HOSTNQN)).await.unwrap();
     let for_port = |port: u16| {
         entries

@@ -24,11 +24,61 @@ pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-44
 pub const HOSTID: [u8; 16] = [0x11; 16];
 pub const DEV_BYTES: u64 = 64 << 20;
 
+/// A second host of the tests that configure hosts one by one.
+pub const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-2222-3333-4444-555555555555";
+
+/// The identity of `nqn` for nvmf-host (HOSTID for HOSTNQN).
+pub fn host(nqn: &str) -> nvmf_host::HostIdentity {
+    nvmf_host::HostIdentity {
+        hostnqn: nqn.to_string(),
+        hostid: if nqn == HOSTNQN { HOSTID } else { [0x99; 16] },
+    }
+}
+
+/// Writes `len_bytes` of a pattern of `seed` at `offset_bytes` of namespace 1 through
+/// `ctrl` and checks they read back.
+pub async fn round_trip(
+    ctrl: &nvmf_host::Controller,
+    offset_bytes: u64,
+    len_bytes: usize,
+    seed: u8,
+) {
+    let ns = ctrl.namespace(1).await.expect("namespace 1");
+    let want: Vec<u8> = (0..len_bytes)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect();
+    ns.write_at(offset_bytes, blockdev::IoBuf::from_slice(&want), false)
+        .await
+        .expect("write");
+    let got = ns
+        .read_at(offset_bytes, blockdev::IoBuf::new_zeroed(want.len()))
+        .await
+        .expect("read");
+    assert!(got[..] == want[..], "data read back differs");
+}
+
 pub struct TestTarget {
     pub target: Target,
     pub addr: SocketAddr,
     pub dev: Arc<blockdev::RamDevice>,
     pub listener: nvmf_target::ListenerHandle,
+}
+
+impl TestTarget {
+    /// A listener on 127.0.0.1 (OS-chosen port) that requires TLS.
+    pub async fn tls_listener(&self) -> SocketAddr {
+        self.target
+            .listen_with(
+                "127.0.0.1:0".parse().expect("address"),
+                nvmf_target::ListenerOptions {
+                    tls: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("TLS listener")
+            .local_addr()
+    }
 }
 
 /// A target with one subsystem, one 64 MiB RAM namespace (512-byte blocks), listening on
