@@ -5,7 +5,6 @@
 //! A token is 64 lower-case hex characters (32 random bytes) when generated; one given by
 //! an operator is 16 to 256 visible ASCII characters. Token files are written 0600.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use axum::Router;
@@ -88,23 +87,12 @@ impl Token {
 
     /// Writes the token to `path` (created 0600, replaced atomically).
     pub fn write(&self, path: &Path) -> Result<(), TokenError> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let file_err = |e: std::io::Error| TokenError::File {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(file_err)?;
-        f.write_all(format!("{}\n", self.0).as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(file_err)?;
-        std::fs::rename(&tmp, path).map_err(file_err)
+        crate::files::write_replacing(path, format!("{}\n", self.0).as_bytes(), 0o600).map_err(
+            |e| TokenError::File {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            },
+        )
     }
 
     /// The token in `path`, or a new one written there (0600) if the file does not exist.

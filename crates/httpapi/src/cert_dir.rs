@@ -3,8 +3,6 @@
 //! --tls` keeps). A new certificate is signed by the CA already there, so clients keep
 //! trusting the same `ca.pem` across renewals.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::tls::{TlsError, generate};
@@ -86,23 +84,9 @@ fn read(path: &Path) -> Result<String, CertDirError> {
     })
 }
 
-/// Writes `text` to `path` through a temporary file created with `mode` (a key is never
-/// readable by others, not even for a moment), synced, then renamed.
 fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), CertDirError> {
-    let io = |p: &Path, e: std::io::Error| CertDirError::Io {
-        path: p.to_path_buf(),
+    crate::files::write_replacing(path, text.as_bytes(), mode).map_err(|e| CertDirError::Io {
+        path: path.to_path_buf(),
         reason: e.to_string(),
-    };
-    let tmp = path.with_extension("pem.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(|e| io(&tmp, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+    })
 }

@@ -22,6 +22,7 @@ pub mod cert_dir;
 pub mod client;
 pub mod error;
 pub mod extract;
+mod files;
 pub mod metrics;
 pub mod openapi;
 pub mod probe;
