@@ -76,6 +76,35 @@ pub struct BenchArgs {
     /// this machine).
     #[arg(long)]
     pub hostnqn: Option<String>,
+    /// nvme+tcp targets: connect over TLS with the configured PSK in FILE
+    /// (`NVMeTLSkey-1:..`, as `nvme connect --tls`); the address must be a TLS listener.
+    #[arg(long, value_name = "FILE")]
+    pub tls_psk: Option<std::path::PathBuf>,
+    /// nvme+tcp targets: authenticate with the DH-HMAC-CHAP host secret in FILE
+    /// (`DHHC-1:..`, as `nvme connect --dhchap-secret`).
+    #[arg(long, value_name = "FILE")]
+    pub dhchap_secret: Option<std::path::PathBuf>,
+}
+
+/// How nvme+tcp targets are connected: Linux's defaults plus the host's secrets.
+fn connect_options(a: &BenchArgs) -> anyhow::Result<ConnectOptions> {
+    let tls = match &a.tls_psk {
+        Some(p) => Some(nvmf_host::TlsCredentials::new(
+            crate::processor_cmd::read_tls_psk_file(p)?,
+        )),
+        None => None,
+    };
+    let dhchap = match &a.dhchap_secret {
+        Some(p) => Some(nvmf_host::DhchapCredentials::new(
+            crate::processor_cmd::read_secret_file(p, "--dhchap-secret")?,
+        )),
+        None => None,
+    };
+    Ok(ConnectOptions {
+        tls,
+        dhchap,
+        ..ConnectOptions::default()
+    })
 }
 
 /// A run time: humantime's forms (`500ms`, `10s`, `1.5s`, `2m`, `1h 30m`), or a plain
@@ -130,9 +159,10 @@ async fn open_target(
     target: &str,
     engine: blockdev::IoEngine,
     hostnqn: Option<&str>,
+    connect: &ConnectOptions,
 ) -> anyhow::Result<Arc<dyn BlockDevice>> {
     if target.starts_with("nvme+tcp://") {
-        return crate::discover_cmd::open_remote(target, hostnqn).await;
+        return crate::discover_cmd::open_remote(target, hostnqn, connect).await;
     }
     let spec = blockdev::parse_drive_spec(target)?;
     blockdev::open_drive(&spec, engine)
@@ -194,11 +224,7 @@ async fn run_kv(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let url = NvmeTcpUrl::parse(&a.target)?;
     let host = crate::discover_cmd::host_identity(a.hostnqn.as_deref())?;
     let ns = url
-        .open_kv(
-            &host,
-            &ConnectOptions::default(),
-            MultipathOptions::default(),
-        )
+        .open_kv(&host, &connect_options(a)?, MultipathOptions::default())
         .await
         .with_context(|| format!("open {}", a.target))?;
     let ns = Arc::new(ns);
@@ -227,7 +253,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             (v.clone(), Some(v))
         }
         None => (
-            open_target(&a.target, engine, a.hostnqn.as_deref()).await?,
+            open_target(
+                &a.target,
+                engine,
+                a.hostnqn.as_deref(),
+                &connect_options(&a)?,
+            )
+            .await?,
             None,
         ),
     };

@@ -84,10 +84,14 @@ pub async fn run(a: DiscoverArgs) -> anyhow::Result<ExitCode> {
 
 /// Opens `nvme+tcp://ADDR:PORT[,ADDR:PORT...]/SUBNQN[/NSID][?digest=hd,dd&queues=N...]` as
 /// a block device: several addresses make a multipath namespace.
-pub async fn open_remote(url: &str, hostnqn: Option<&str>) -> anyhow::Result<Arc<dyn BlockDevice>> {
+pub async fn open_remote(
+    url: &str,
+    hostnqn: Option<&str>,
+    opts: &ConnectOptions,
+) -> anyhow::Result<Arc<dyn BlockDevice>> {
     let u = NvmeTcpUrl::parse(url)?;
     let host = host_identity(hostnqn)?;
-    u.open_device(&host, &ConnectOptions::default())
+    u.open_device(&host, opts)
         .await
         .with_context(|| format!("open {url}"))
 }

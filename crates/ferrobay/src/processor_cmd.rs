@@ -90,7 +90,10 @@ pub struct RunArgs {
 /// Reads a DH-HMAC-CHAP secret file; errors name the file and the option, never the
 /// secret (a `DHHC-1:..` string where a file is expected is refused: it would show in
 /// the process list).
-fn read_secret_file(path: &Path, option: &str) -> anyhow::Result<nvme_proto::auth::DhchapSecret> {
+pub(crate) fn read_secret_file(
+    path: &Path,
+    option: &str,
+) -> anyhow::Result<nvme_proto::auth::DhchapSecret> {
     if path.to_string_lossy().starts_with("DHHC-1:") {
         return Err(cluster::usage(format!(
             "{option} takes a FILE holding the secret, not the secret itself \
@@ -106,7 +109,7 @@ fn read_secret_file(path: &Path, option: &str) -> anyhow::Result<nvme_proto::aut
 /// Reads a configured TLS PSK file (`--tls-psk`); errors name the file, never the key (a
 /// `NVMeTLSkey-1:..` string where a file is expected is refused: it would show in the
 /// process list).
-fn read_tls_psk_file(path: &Path) -> anyhow::Result<nvme_proto::tls_key::ConfiguredPsk> {
+pub(crate) fn read_tls_psk_file(path: &Path) -> anyhow::Result<nvme_proto::tls_key::ConfiguredPsk> {
     if path.to_string_lossy().starts_with("NVMeTLSkey-1:") {
         return Err(cluster::usage(
             "--tls-psk takes a FILE holding the key, not the key itself \

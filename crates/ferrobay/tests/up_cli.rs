@@ -477,6 +477,40 @@ fn up_tls_is_secure_end_to_end() {
         }
     });
 
+    // The same host from the CLI: `ferrobay bench --tls-psk FILE` with the printed key
+    // file writes and verifies over TLS; without the key it gets nowhere.
+    let url = format!("nvme+tcp://{}:{}/{}/1", c.addr, c.port, c.nqn);
+    let bench = |extra: &[&str]| {
+        Command::new(ferrobay_bin())
+            .args([
+                "bench",
+                "--target",
+                &url,
+                "--hostnqn",
+                TLS_HOST,
+                "--rw",
+                "randwrite",
+            ])
+            .args(["--size", "1M", "--verify", "--json"])
+            .args(extra)
+            .output()
+            .expect("run ferrobay bench")
+    };
+    let run = bench(&["--tls-psk", file]);
+    assert!(run.status.success(), "{run:?}");
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).expect("bench JSON");
+    assert_eq!(report["errors"], 0, "{report:#}");
+    assert_eq!(report["verify"]["blocks_failed"], 0, "{report:#}");
+    assert!(
+        report["verify"]["blocks_checked"].as_u64() > Some(0),
+        "{report:#}"
+    );
+    let without = bench(&[]);
+    assert!(
+        !without.status.success(),
+        "no key, yet connected: {without:?}"
+    );
+
     // The API: HTTPS with the printed CA; plain HTTP is refused.
     let ca = tls_dir.join("ca.pem");
     assert!(
