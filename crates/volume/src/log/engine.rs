@@ -37,6 +37,14 @@ pub const FLUSH_WINDOW: u64 = 32;
 pub const REPLAY_MISS_LIMIT: usize = FLUSH_WINDOW as usize + MAX_INFLIGHT + 2;
 /// Free segments only garbage collection may take (host writes wait below it).
 pub const GC_RESERVE: usize = 6;
+/// Group commit: after a segment write acknowledged N host records, the next seal waits
+/// (at most this long) for N records to gather, since those writers usually come straight
+/// back; sealing at once would send a nearly empty segment and leave the next one to
+/// carry the rest (batches of 1 and 31 at queue depth 32, not 32).
+pub const GATHER_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+/// After a gather that ran out of time with fewer than half of the writers back (they do
+/// not come straight back: not worth waiting for), this many seals go without gathering.
+const GATHER_BACKOFF_SEALS: u32 = 16;
 
 /// Completion of one segment: `None` until written and applied.
 pub type Ticket = watch::Sender<Option<std::result::Result<(), String>>>;
@@ -51,6 +59,8 @@ pub(super) struct Open {
     /// Holds a host write or trim (garbage collection's moves alone wait for the
     /// collector's own seal, so its destinations go out full).
     pub host: bool,
+    /// Host records (writes, trims) in it.
+    pub host_records: usize,
 }
 
 impl Open {
@@ -63,6 +73,7 @@ impl Open {
             fua: false,
             gc: false,
             host: false,
+            host_records: 0,
         }
     }
 }
@@ -96,6 +107,16 @@ pub(super) struct State {
     pub segs_since_ckpt: u64,
     /// Set when a segment write failed: the log takes no more writes.
     pub failed: Option<String>,
+    /// Group commit waits for this many host records before it seals (0: seal at once).
+    pub gather_for: usize,
+    /// Bumped when a gather starts (its timer ends that gather only).
+    pub gather_gen: u64,
+    /// Seals left without gathering (after a gather ran out of time).
+    pub gather_backoff: u32,
+    /// The collector or a checkpoint asked for a seal that could not go (the pipeline
+    /// was full, say): the next completion sends the open segment. Nothing else would
+    /// when it holds moves alone, and host writers may all be waiting for that space.
+    pub gc_seal_owed: bool,
 }
 
 /// Counters for status and benchmarks.
@@ -194,6 +215,10 @@ impl LogEngine {
                 chain,
                 segs_since_ckpt: 0,
                 failed: None,
+                gather_for: 0,
+                gather_gen: 0,
+                gather_backoff: 0,
+                gc_seal_owed: false,
             }),
             progress: watch::channel(0).0,
             block_locks: StripeLocks::new(),
@@ -246,12 +271,14 @@ impl LogEngine {
     }
 
     /// Appends `item`, sealing and waiting for space as needed. Returns the ticket of the
-    /// segment that holds it.
+    /// segment that holds it. `more`: the same request appends more items right after
+    /// this one (the group commit waits for its last).
     pub(super) async fn append(
         self: &Arc<Self>,
         item: Item<'_>,
         fua: bool,
         gc: bool,
+        more: bool,
     ) -> Result<Arc<Ticket>> {
         loop {
             let mut rx = self.progress.subscribe();
@@ -323,11 +350,19 @@ impl LogEngine {
                         open.fua |= fua;
                         open.gc |= gc;
                         open.host |= !gc;
+                        if !gc {
+                            open.host_records += 1;
+                        }
                         let ticket = open.ticket.clone();
-                        // Group commit: go now if nothing is being written (not for the
+                        // Group commit: go now if nothing is being written and the
+                        // writers the last segment acknowledged are back (not for the
                         // collector's moves: a destination sealed after each victim would
                         // be the next round's sparse victim).
-                        let job = if st.inflight == 0 && !gc {
+                        let job = if st.inflight == 0
+                            && !gc
+                            && !more
+                            && st.open.host_records >= st.gather_for
+                        {
                             self.seal(&mut st, false)
                         } else {
                             None
@@ -362,6 +397,16 @@ impl LogEngine {
     /// round budgeted: a seal for host writes leaves them even when the open segment
     /// holds moves too (else host writes would eat the room a round needs to gain).
     fn seal(&self, st: &mut State, by_gc: bool) -> Option<SealJob> {
+        let job = self.try_seal(st, by_gc);
+        if job.is_some() {
+            st.gc_seal_owed = false;
+        } else if by_gc && !st.open.records.is_empty() {
+            st.gc_seal_owed = true;
+        }
+        job
+    }
+
+    fn try_seal(&self, st: &mut State, by_gc: bool) -> Option<SealJob> {
         if st.open.records.is_empty() || st.ckpt_blocking || st.inflight >= MAX_INFLIGHT {
             return None;
         }
@@ -380,6 +425,7 @@ impl LogEngine {
             return None;
         }
         let seg = st.space.free.pop_front()?;
+        st.gather_for = 0;
         st.space.seg_state[seg as usize] = super::state::SegState::Writing;
         if let Some(head) = &mut st.ckpt_head {
             head.push(seg);
@@ -451,8 +497,10 @@ impl LogEngine {
     /// A segment write ended: apply every segment that can be applied in order, notify
     /// their writers, and send out what gathered meanwhile.
     fn complete(self: &Arc<Self>, seq: u64, r: std::result::Result<(), String>) {
+        let mut gather = None;
         let job = {
             let mut st = self.st();
+            let mut acked_host_records = 0;
             st.inflight -= 1;
             if let Some(f) = st.flights.get_mut(&seq) {
                 f.result = Some(r);
@@ -463,6 +511,11 @@ impl LogEngine {
                 }
                 let (seq, f) = entry.remove_entry();
                 let result = f.result.unwrap_or(Ok(()));
+                acked_host_records += f
+                    .records
+                    .iter()
+                    .filter(|r| !matches!(r, Record::Move { .. }))
+                    .count();
                 match &result {
                     Ok(()) => {
                         st.space.apply(f.seg, &f.records);
@@ -480,11 +533,26 @@ impl LogEngine {
                 f.ticket.send_replace(Some(result));
             }
             // Group commit: what gathered goes out once the pipeline is empty (a full
-            // segment went out already, from `append`); moves alone wait for the
-            // collector's seal at the end of its round.
-            if st.inflight == 0 && st.open.host {
-                self.seal(&mut st, false)
+            // segment went out already, from `append`), or, when the writers just
+            // acknowledged are not all back yet, once they are (`append`) or after
+            // `GATHER_WAIT`; moves alone wait for the collector's seal at the end of
+            // its round (owed, if it could not go then).
+            if st.gc_seal_owed {
+                self.seal(&mut st, true)
+            } else if st.inflight > 0 {
+                None
+            } else if acked_host_records == 0 || st.gather_backoff > 0 {
+                st.gather_backoff = st.gather_backoff.saturating_sub(1);
+                if st.open.host {
+                    self.seal(&mut st, false)
+                } else {
+                    None
+                }
             } else {
+                // Those just acknowledged and those already waiting go out together.
+                st.gather_for = st.open.host_records + acked_host_records;
+                st.gather_gen += 1;
+                gather = Some(st.gather_gen);
                 None
             }
         };
@@ -492,7 +560,39 @@ impl LogEngine {
         if let Some(job) = job {
             self.spawn_write(job);
         }
+        if let Some(generation) = gather {
+            self.spawn_gather_timer(generation);
+        }
         self.gc_kick.notify_one();
+    }
+
+    /// Ends a group-commit gather that is still waiting after `GATHER_WAIT`: what
+    /// gathered goes out (and the next seals do not wait if most writers stayed away).
+    fn spawn_gather_timer(self: &Arc<Self>, generation: u64) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(GATHER_WAIT).await;
+            let job = {
+                let mut st = me.st();
+                if st.gather_for == 0 || st.gather_gen != generation {
+                    // Sealed meanwhile: the writers came back.
+                    None
+                } else {
+                    if st.open.host_records < st.gather_for / 2 {
+                        st.gather_backoff = GATHER_BACKOFF_SEALS;
+                    }
+                    st.gather_for = 0;
+                    if st.inflight == 0 && st.open.host {
+                        me.seal(&mut st, false)
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(job) = job {
+                me.spawn_write(job);
+            }
+        });
     }
 
     async fn wait(t: &Ticket) -> Result<()> {
@@ -602,6 +702,7 @@ impl LogEngine {
         lba: u64,
         raw: &[u8],
         fua: bool,
+        more: bool,
     ) -> Result<Arc<Ticket>> {
         let align = self.geo.align_bytes as usize;
         let (codec, packed) = compress::compress(self.params.compression, raw, align);
@@ -618,6 +719,7 @@ impl LogEngine {
             },
             fua,
             false,
+            more,
         )
         .await
     }
@@ -643,7 +745,7 @@ impl LogEngine {
             let (s, e) = (offset_bytes.max(bstart), end.min(bend));
             let src = &buf[(s - offset_bytes) as usize..(e - offset_bytes) as usize];
             let t = if s == bstart && e == bend {
-                self.append_block(b, src, fua).await?
+                self.append_block(b, src, fua, b != last).await?
             } else {
                 // Part of a block: read-modify-write under the block's lock.
                 let mut block = self
@@ -651,7 +753,7 @@ impl LogEngine {
                     .await?
                     .unwrap_or_else(|| vec![0u8; bs as usize]);
                 block[(s - bstart) as usize..(e - bstart) as usize].copy_from_slice(src);
-                self.append_block(b, &block, fua).await?
+                self.append_block(b, &block, fua, b != last).await?
             };
             Self::push_ticket(&mut tickets, t);
         }
@@ -689,7 +791,7 @@ impl LogEngine {
             }
             if let Some(mut block) = self.read_block(b).await? {
                 block[(s - bstart) as usize..(e - bstart) as usize].fill(0);
-                let t = self.append_block(b, &block, false).await?;
+                let t = self.append_block(b, &block, false, false).await?;
                 Self::push_ticket(&mut tickets, t);
             }
         }
@@ -712,8 +814,11 @@ impl LogEngine {
             }
             runs
         };
-        for (lba, count) in runs {
-            let t = self.append(Item::Trim { lba, count }, false, false).await?;
+        let n = runs.len();
+        for (i, (lba, count)) in runs.into_iter().enumerate() {
+            let t = self
+                .append(Item::Trim { lba, count }, false, false, i + 1 < n)
+                .await?;
             Self::push_ticket(&mut tickets, t);
         }
         Self::wait_all(&tickets).await

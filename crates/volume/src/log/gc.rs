@@ -224,6 +224,7 @@ impl LogEngine {
                     },
                     false,
                     true,
+                    false,
                 )
                 .await?;
             *moved += u64::from(loc.len);

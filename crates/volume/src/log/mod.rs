@@ -17,6 +17,8 @@ mod engine;
 pub mod format;
 mod gc;
 mod params;
+#[cfg(test)]
+mod seal_tests;
 mod state;
 
 use std::sync::atomic::Ordering;
