@@ -71,6 +71,23 @@ pub async fn set_host_tls(
     Ok(())
 }
 
+/// The host NQNs of volume `name` that must use secure channel concatenation (a subset
+/// of [`auth_hosts`]).
+pub async fn concat_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
+    volume_exists(store, name).await?;
+    let rec = get_json::<VolumeAuthRecord, _>(store, &volume_auth_key(name)?).await?;
+    Ok(rec
+        .map(|r| {
+            r.value
+                .hosts
+                .into_iter()
+                .filter(|h| h.concat)
+                .map(|h| h.host_nqn)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 /// The host NQNs that must authenticate to volume `name` (no secrets).
 pub async fn auth_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
     volume_exists(store, name).await?;

@@ -368,10 +368,12 @@ fn host_request(host_nqn: &str, d: &DhchapArgs) -> anyhow::Result<storage_node::
 }
 
 /// The DH-HMAC-CHAP record `--dhchap-secret` (required) and its companions give for
-/// `host_nqn` (`ferrobay volume auth set`); checked here, errors never show a secret.
+/// `host_nqn` (`ferrobay volume auth set`; `concat`: secure channel concatenation);
+/// checked here, errors never show a secret.
 pub fn dhchap_record(
     host_nqn: &str,
     d: &DhchapArgs,
+    concat: bool,
 ) -> anyhow::Result<storage_node::state::DhchapHostRecord> {
     let r = host_request(host_nqn, d)?;
     let secret = r
@@ -383,7 +385,7 @@ pub fn dhchap_record(
         ctrl_secret: r.dhchap_ctrl_secret,
         hashes: r.dhchap_hashes,
         dhgroups: r.dhchap_dhgroups,
-        concat: false,
+        concat,
     })
 }
 

@@ -295,6 +295,7 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
             host_nqn,
             dhchap,
             tls_psk,
+            concat,
         } => {
             if dhchap.dhchap_secret.is_none() && tls_psk.is_none() {
                 return Err(usage("give --dhchap-secret FILE, --tls-psk FILE or both"));
@@ -307,10 +308,11 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
             let dhchap = dhchap
                 .dhchap_secret
                 .is_some()
-                .then(|| crate::node_cmd::dhchap_record(&host_nqn, &dhchap))
+                .then(|| crate::node_cmd::dhchap_record(&host_nqn, &dhchap, concat))
                 .transpose()?;
             if let Some(rec) = dhchap {
                 let both = rec.ctrl_secret.is_some();
+                let concat = rec.concat;
                 control::volume_auth::set_host(store, &name, rec)
                     .await
                     .with_context(|| {
@@ -324,6 +326,13 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
                         ""
                     }
                 );
+                if concat {
+                    println!(
+                        "volume {name}: host {host_nqn} must use secure channel concatenation: \
+                         authenticate on a plain listener, then TLS (a --tls-listen listener) \
+                         with the generated PSK"
+                    );
+                }
             }
             if let Some(rec) = tls {
                 control::volume_auth::set_host_tls(store, &name, rec)
@@ -345,11 +354,17 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
         }
         VolumeAuthCommand::List { name, json } => {
             let hosts = control::volume_auth::auth_hosts(store, &name).await?;
+            let concat = control::volume_auth::concat_hosts(store, &name).await?;
             let tls = control::volume_auth::tls_hosts(store, &name).await?;
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({ "volume": name, "dhchap_hosts": hosts, "tls_hosts": tls })
+                    serde_json::json!({
+                        "volume": name,
+                        "dhchap_hosts": hosts,
+                        "concat_hosts": concat,
+                        "tls_hosts": tls,
+                    })
                 );
             } else if hosts.is_empty() && tls.is_empty() {
                 println!("volume {name}: no host must authenticate");
@@ -362,6 +377,9 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
                     let mut how = Vec::new();
                     if hosts.contains(h) {
                         how.push("dh-hmac-chap");
+                    }
+                    if concat.contains(h) {
+                        how.push("concat");
                     }
                     if tls.contains(h) {
                         how.push("tls");

@@ -209,6 +209,12 @@ pub enum VolumeAuthCommand {
         /// `NVMeTLSkey-1:..` line (`ferrobay gen-tls-key > FILE`).
         #[arg(long, value_name = "FILE")]
         tls_psk: Option<std::path::PathBuf>,
+        /// The host must use secure channel concatenation (`nvme connect --concat`): it
+        /// authenticates with its DH-HMAC-CHAP secret on a plain-TCP admin queue of a
+        /// processor node, then connects over TLS (that node's `--tls-listen` listener)
+        /// with the PSK that generated; no configured PSK is needed.
+        #[arg(long, requires = "dhchap_secret")]
+        concat: bool,
     },
     /// No longer require HOST_NQN to authenticate to the volume, nor to use TLS.
     Remove { name: String, host_nqn: String },

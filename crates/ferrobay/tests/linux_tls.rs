@@ -6,7 +6,9 @@
 //! check-tls-key --insert` puts the derived TLS PSKs there under the identity the node
 //! derives (version 0 and 1); `nvme connect --tls` with a SHA-256 key and either identity
 //! connects and its data reads back with O_DIRECT; the host without TLS and a wrong key
-//! are refused, the node logging one line for the wrong key and never a key; a SHA-384
+//! are refused, the node logging one line for the wrong key and never a key; `nvme
+//! connect-all` through the node's discovery controller picks the TLS listener's entry
+//! (TREQ required, TSAS TLS 1.3) and connects with TLS unasked; a SHA-384
 //! key is refused the way tlshd 1.0.0 gets it wrong (its binder is SHA-256, docs/security.md)
 //! or, with a fixed tlshd, connects.
 
@@ -149,6 +151,9 @@ fn linux_host_connects_over_tls_to_a_storage_node() {
         "w_wrong_key_refused",
         "a_again_connect",
         "a_again_io",
+        "host_loopback",
+        "connect_all_tls",
+        "connect_all_io",
     ] {
         assert!(
             run.passed(want).is_some(),
@@ -170,8 +175,13 @@ fn linux_host_connects_over_tls_to_a_storage_node() {
     }
     // One TLS handshake per queue (admin and I/O) of each connection, all by tlshd.
     let mut queues = 0;
-    for case in ["a", "c", "a_again"] {
-        let r = run.passed(&format!("{case}_connect")).unwrap();
+    for case in [
+        "a_connect",
+        "c_connect",
+        "a_again_connect",
+        "connect_all_tls",
+    ] {
+        let r = run.passed(case).unwrap();
         queues += r
             .get("queues")
             .and_then(|q| q.parse::<u32>().ok())
@@ -185,7 +195,7 @@ fn linux_host_connects_over_tls_to_a_storage_node() {
     }
 
     let ok: u32 = run.result("tls_handshakes_ok").unwrap().parse().unwrap();
-    assert!(queues >= 6, "admin + I/O queues of 3 connections: {queues}");
+    assert!(queues >= 8, "admin + I/O queues of 4 connections: {queues}");
     assert_eq!(
         ok,
         queues,

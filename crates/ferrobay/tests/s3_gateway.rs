@@ -455,6 +455,63 @@ fn aws_cli_over_https() {
     assert!(ls.contains("obj.bin"), "{ls}");
 }
 
+/// `ferrobay up --tls`: the aws CLI line it prints (`--ca-bundle DATA_DIR/tls/ca.pem`,
+/// HTTPS endpoint) works as printed: a bucket, an object up and back byte for byte,
+/// multipart included; without the CA the CLI refuses the certificate.
+#[test]
+fn aws_cli_against_ferrobay_up_tls() {
+    if let Err(why) = aws_ready() {
+        return skip_or_fail(&why);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("data");
+    let tls_port = testkit::net::free_port().expect("port").to_string();
+    let (mut up, e) = start_up_with(
+        &data_dir,
+        up_ports(),
+        dir.path().join("up.log"),
+        &["--tls", "--tls-port", &tls_port],
+    );
+    assert!(e.url.starts_with("https://"), "{}", up.log());
+    let ca = data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("tls/ca.pem");
+    let ca = ca.to_str().expect("utf-8 path");
+    let printed = up
+        .stdout
+        .iter()
+        .find(|l| l.contains("aws --endpoint-url https://"))
+        .unwrap_or_else(|| panic!("no aws line:\n{}", up.log()))
+        .clone();
+    assert!(printed.contains(&format!("--ca-bundle {ca}")), "{printed}");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    // Above the CLI's 8 MiB multipart threshold.
+    let data = pattern(9 << 20, 5);
+    std::fs::write(work.join("obj.bin"), &data).expect("write");
+    let tls = |args: &[&str]| {
+        let mut all = vec!["--ca-bundle", ca];
+        all.extend_from_slice(args);
+        aws_ok(&e, &all, &work)
+    };
+    tls(&["s3", "mb", "s3://up-tls"]);
+    tls(&["s3", "cp", "obj.bin", "s3://up-tls/obj.bin"]);
+    tls(&["s3", "cp", "s3://up-tls/obj.bin", "back.bin"]);
+    assert_eq!(
+        std::fs::read(work.join("back.bin")).expect("read"),
+        data,
+        "bytes through aws s3 cp over HTTPS"
+    );
+    let untrusted = aws(&e, &["s3", "ls", "s3://up-tls"], &work);
+    assert!(!untrusted.status.success(), "aws trusted an unknown CA");
+    let err = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(err.contains("SSL") || err.contains("certificate"), "{err}");
+    tls(&["s3", "rm", "s3://up-tls/obj.bin"]);
+    tls(&["s3", "rb", "s3://up-tls"]);
+    assert!(up.interrupt().success(), "{}", up.log());
+}
+
 #[test]
 fn two_gateways_share_a_postgresql_index() {
     if let Err(why) = aws_ready() {
@@ -600,7 +657,16 @@ fn bad_command_lines_get_one_line_reasons() {
 /// `ferrobay up` on `data_dir` (NVMe/TCP and S3 ports given), ready; the S3 endpoint
 /// and key pair it printed.
 fn start_up(data_dir: &Path, ports: (u16, u16), log: PathBuf) -> (common::up::Up, Endpoint) {
-    let mut up = common::up::Up::start_ports(data_dir, ports.0, ports.1, log, &[]);
+    start_up_with(data_dir, ports, log, &[])
+}
+
+fn start_up_with(
+    data_dir: &Path,
+    ports: (u16, u16),
+    log: PathBuf,
+    extra: &[&str],
+) -> (common::up::Up, Endpoint) {
+    let mut up = common::up::Up::start_ports(data_dir, ports.0, ports.1, log, extra);
     up.wait_connect_line();
     let s3 = up.s3();
     assert_eq!(s3.region, "us-east-1");

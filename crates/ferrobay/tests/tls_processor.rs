@@ -7,7 +7,11 @@
 //! Ferrobay's initiator writes and reads back through the owner's TLS listener; the same
 //! host in plain TCP, and with a wrong key, is refused (the processor node logs why, never
 //! a key) while other hosts keep working; after `kill -9` of the owner the other processor
-//! node takes over with the requirement in force and serves the data over TLS.
+//! node takes over with the requirement in force and serves the data over TLS. A host set
+//! with `volume auth set VOL HOSTNQN --dhchap-secret FILE --concat` must use secure channel
+//! concatenation: it authenticates on a processor node's plain listener and reaches the
+//! volume over its TLS listener with the generated PSK, on the owner and after the
+//! takeover; without concatenation it is refused.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -20,12 +24,16 @@ use std::time::{Duration, Instant};
 use blockdev::IoBuf;
 use common::cluster::{Daemon, node_run_args, processor_run_args, wait_owner};
 use common::{ferrobay_bin, ferrobay_stdout, scratch_dir};
+use nvme_proto::auth::DhchapSecret;
 use nvme_proto::tls_key::ConfiguredPsk;
-use nvmf_host::{ConnectOptions, Controller, HostIdentity, TlsCredentials};
+use nvmf_host::{
+    ConcatOptions, ConnectOptions, Controller, DhchapCredentials, HostIdentity, TlsCredentials,
+};
 use serde_json::Value;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-0000000071b6";
 const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-00000000eeef";
+const CONCAT_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d0c0b0a-0000-4000-8000-0000000c0ca7";
 const NQN: &str = "nqn.2026-01.io.ferrobay:vol:vol1";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const LEASE_TTL_MS: &str = "2000";
@@ -59,6 +67,48 @@ fn opts(tls: Option<&str>) -> ConnectOptions {
         tls: tls.map(|k| TlsCredentials::new(ConfiguredPsk::parse(k).unwrap())),
         ..ConnectOptions::default()
     }
+}
+
+/// DH-HMAC-CHAP with `secret`, concatenating onto `tls_addr` if given.
+fn concat_opts(secret: &str, tls_addr: Option<SocketAddr>) -> ConnectOptions {
+    ConnectOptions {
+        dhchap: Some(DhchapCredentials::new(DhchapSecret::parse(secret).unwrap())),
+        concat: tls_addr.map(|tls_addr| ConcatOptions { tls_addr }),
+        ..opts(None)
+    }
+}
+
+/// Concatenates `host` through `plain` onto `tls` until it works (the record applies at
+/// the processor node's next poll).
+async fn concat_within(
+    plain: SocketAddr,
+    tls: SocketAddr,
+    host: &HostIdentity,
+    secret: &str,
+) -> Controller {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match Controller::connect(plain, NQN, host, &concat_opts(secret, Some(tls))).await {
+            Ok(c) => {
+                assert!(c.admin().addr() == tls, "the admin queue runs over TLS");
+                return c;
+            }
+            Err(e) if Instant::now() > deadline => panic!("concatenate via {plain}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Without concatenation the processor node insists on it.
+async fn refused_without_concat(plain: SocketAddr, host: &HostIdentity, secret: &str) {
+    let e = Controller::connect(plain, NQN, host, &concat_opts(secret, None))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("requires secure channel concatenation"),
+        "no concatenation: {e}"
+    );
 }
 
 fn identity(nqn: &str, b: u8) -> HostIdentity {
@@ -259,6 +309,31 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         [HOST, "tls"],
         "{list}"
     );
+    let dh_key = ferrobay_stdout(&["gen-dhchap-key", "--hmac", "1"])
+        .trim()
+        .to_string();
+    let dh_file = dir.path().join("concat.key");
+    std::fs::write(&dh_file, format!("{dh_key}\n")).unwrap();
+    let out = ferrobay_stdout(&[
+        "volume",
+        "auth",
+        "set",
+        "vol1",
+        CONCAT_HOST,
+        "--dhchap-secret",
+        dh_file.to_str().unwrap(),
+        "--concat",
+        "--meta",
+        &meta_url,
+    ]);
+    assert!(out.contains("secure channel concatenation"), "{out}");
+    let list = ferrobay_stdout(&["volume", "auth", "list", "vol1", "--meta", &meta_url]);
+    assert_eq!(
+        list.split_whitespace().collect::<Vec<_>>(),
+        [HOST, "tls", CONCAT_HOST, "dh-hmac-chap,concat"],
+        "{list}"
+    );
+    let concat_host = identity(CONCAT_HOST, 0xca);
 
     let host = identity(HOST, 0x71);
     rt.block_on(async {
@@ -286,6 +361,12 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
             e.to_string().contains("does not accept this host's PSK"),
             "{e}"
         );
+        // Concatenation: authenticated on the plain listener, I/O over TLS.
+        let cc = concat_within(plain_addrs[0], tls_addrs[0], &concat_host, &dh_key).await;
+        write_at(&cc, 2 << 20, 3).await;
+        check_at(&cc, 2 << 20, 3, "concatenated through p1").await;
+        cc.disconnect().await;
+        refused_without_concat(plain_addrs[0], &concat_host, &dh_key).await;
         // The node keeps serving: the TLS host and the other one.
         check_at(&ctrl, 0, 1, "after the refusals").await;
         check_at(&other, 1 << 20, 9, "other host").await;
@@ -303,7 +384,7 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
     );
     assert!(l.contains(HOST), "the refusal names the host:\n{l}");
     let all = logs();
-    for k in [&member_key, &host_key] {
+    for k in [&member_key, &host_key, &dh_key] {
         let b64 = k.split(':').nth(2).unwrap();
         assert!(!all.contains(b64), "a PSK reached a log");
     }
@@ -327,6 +408,16 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         let ctrl = connect_within(tls_addrs[1], &host, Some(&host_key)).await;
         check_at(&ctrl, 0, 1, "through p2 after the takeover").await;
         ctrl.disconnect().await;
+        let cc = concat_within(plain_addrs[1], tls_addrs[1], &concat_host, &dh_key).await;
+        check_at(
+            &cc,
+            2 << 20,
+            3,
+            "concatenated through p2 after the takeover",
+        )
+        .await;
+        cc.disconnect().await;
+        refused_without_concat(plain_addrs[1], &concat_host, &dh_key).await;
     });
     let l = std::fs::read_to_string(&procs[1].log).unwrap_or_default();
     assert!(

@@ -85,6 +85,31 @@ else
 fi
 # 7. A still works after the refusals.
 tls_io a_again "$HOST_A"
+# 8. nvme connect-all through the node's discovery controller on the plain port: the
+#    TLS listener's entry (TREQ required, TSAS TLS 1.3) makes nvme-cli connect with
+#    TLS by itself, no --tls given. The node publishes 127.0.0.1: reach the host's.
+if check host_loopback host_loopback_routed; then
+    t=$(now)
+    out=$(nvme connect-all -t tcp -a 127.0.0.1 -s "$PLAIN_PORT" \
+        --hostnqn="$HOST_A" --hostid="${HOST_A##*:}" 2>&1); rc=$?
+    info "connect-all rc=$rc: $(echo "$out" | tr '\n' ' ')"
+    if dev=$(nvme_ns_dev "$NQN" 30); then
+        ctrl=$(nvme_ctrl_dev "$NQN")
+        sys=/sys/class/nvme/${ctrl#/dev/}
+        key=$(cat "$sys/tls_key" 2>/dev/null)
+        if [ -n "$key" ] && grep -q "trsvcid=$TLS_PORT" "$sys/address"; then
+            pass connect_all_tls dev="$dev" secs="$(since "$t")" tls_key="$key" \
+                queues="$(cat "$sys/queue_count" 2>/dev/null)"
+        else
+            fail connect_all_tls address="$(cat "$sys/address" 2>&1 | tr ' ,' '__')" tls_key="$key"
+        fi
+        check connect_all_io io_verify "$dev" 1048576 1048576 connect_all
+        nvme disconnect -n "$NQN" >/dev/null
+    else
+        fail connect_all_tls
+        dmesg_tail 20 'nvme|tls'
+    fi
+fi
 dmesg_tail 12 'nvme|tls'
 result "tls_handshakes_ok=$(grep -c 'was successful' /tmp/tlshd.log)" \
        "tls_handshakes_failed=$(grep -c 'failed' /tmp/tlshd.log)"
