@@ -1,8 +1,7 @@
 //! Cipher suites (RFC 8446 appendix B.4) and the per-direction AEAD traffic keys
 //! (section 5.3 nonces, section 7.3 key derivation).
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes128Gcm, Aes256Gcm, Nonce};
+use ring::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use zeroize::Zeroizing;
 
 use crate::hash::{HashAlg, hkdf_expand_label};
@@ -59,14 +58,11 @@ impl CipherSuite {
 /// The AEAD tag length of both suites.
 pub(crate) const TAG_LEN: usize = 16;
 
-enum Aead {
-    A128(Box<Aes128Gcm>),
-    A256(Box<Aes256Gcm>),
-}
-
 /// One direction's record protection: key, static IV and the record sequence number.
 pub(crate) struct TrafficKeys {
-    aead: Aead,
+    /// ring's AES-GCM (AES-NI/PCLMULQDQ or VAES assembly where the CPU has them, detected
+    /// at run time; constant-time fallbacks otherwise).
+    aead: LessSafeKey,
     iv: Zeroizing<[u8; 12]>,
     seq: u64,
 }
@@ -79,16 +75,14 @@ impl TrafficKeys {
         let iv_bytes = hkdf_expand_label(alg, secret, b"iv", b"", 12);
         let mut iv = Zeroizing::new([0u8; 12]);
         iv.copy_from_slice(&iv_bytes);
-        // The key lengths are the suites' own: new_from_slice cannot fail.
-        let aead = match suite {
-            CipherSuite::Aes128GcmSha256 => match Aes128Gcm::new_from_slice(&key) {
-                Ok(c) => Aead::A128(Box::new(c)),
-                Err(_) => unreachable!("AES-128 key is 16 bytes"),
-            },
-            CipherSuite::Aes256GcmSha384 => match Aes256Gcm::new_from_slice(&key) {
-                Ok(c) => Aead::A256(Box::new(c)),
-                Err(_) => unreachable!("AES-256 key is 32 bytes"),
-            },
+        let alg = match suite {
+            CipherSuite::Aes128GcmSha256 => &AES_128_GCM,
+            CipherSuite::Aes256GcmSha384 => &AES_256_GCM,
+        };
+        // The key lengths are the suites' own (key_len above): UnboundKey::new cannot fail.
+        let aead = match UnboundKey::new(alg, &key) {
+            Ok(k) => LessSafeKey::new(k),
+            Err(_) => unreachable!("the suite's key length is the algorithm's"),
         };
         Self { aead, iv, seq: 0 }
     }
@@ -107,30 +101,27 @@ impl TrafficKeys {
 
     /// Encrypts `buf` in place (appending the tag) and advances the sequence number.
     pub fn seal(&mut self, aad: &[u8], buf: &mut Vec<u8>) {
-        let nonce = self.nonce();
-        let nonce = Nonce::from_slice(&nonce);
-        let r = match &self.aead {
-            Aead::A128(c) => c.encrypt_in_place(nonce, aad, buf),
-            Aead::A256(c) => c.encrypt_in_place(nonce, aad, buf),
-        };
-        // Encryption into a Vec only fails on allocation.
-        if r.is_err() {
-            unreachable!("AES-GCM encryption into a Vec cannot fail");
+        let nonce = Nonce::assume_unique_for_key(self.nonce());
+        // Sealing fails only for inputs beyond AES-GCM's 64 GiB bound; records are 16 KiB.
+        if self
+            .aead
+            .seal_in_place_append_tag(nonce, Aad::from(aad), buf)
+            .is_err()
+        {
+            unreachable!("AES-GCM sealing of a record cannot fail");
         }
         self.seq += 1;
     }
 
     /// Decrypts `buf` in place (dropping the tag); false if authentication fails.
     pub fn open(&mut self, aad: &[u8], buf: &mut Vec<u8>) -> bool {
-        let nonce = self.nonce();
-        let nonce = Nonce::from_slice(&nonce);
-        let r = match &self.aead {
-            Aead::A128(c) => c.decrypt_in_place(nonce, aad, buf),
-            Aead::A256(c) => c.decrypt_in_place(nonce, aad, buf),
+        let nonce = Nonce::assume_unique_for_key(self.nonce());
+        let plain_len = match self.aead.open_in_place(nonce, Aad::from(aad), buf) {
+            Ok(plain) => plain.len(),
+            Err(_) => return false,
         };
-        if r.is_ok() {
-            self.seq += 1;
-        }
-        r.is_ok()
+        buf.truncate(plain_len);
+        self.seq += 1;
+        true
     }
 }
