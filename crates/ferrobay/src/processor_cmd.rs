@@ -82,6 +82,13 @@ pub struct RunArgs {
     /// other members in plain TCP. Read once, never logged.
     #[arg(long, value_name = "FILE")]
     pub tls_psk: Option<PathBuf>,
+    /// Secure channel concatenation towards the members: authenticate with
+    /// --dhchap-secret on a storage node's plain listener, then reach the member over that
+    /// node's TLS listener with the PSK the authentication generated (the storage node:
+    /// `node host allow NQN HOSTNQN --dhchap-secret FILE --concat` and `--tls-listen`).
+    /// No configured PSK is needed.
+    #[arg(long, requires = "dhchap_secret", conflicts_with = "tls_psk")]
+    pub concat: bool,
     /// HTTPS for the API (and the dashboard on it).
     #[command(flatten)]
     pub tls: cluster::ServerTlsArgs,
@@ -198,6 +205,13 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
             host = %control::records::processor_hostnqn(&a.name),
             bidirectional = a.dhchap_ctrl_secret.is_some(),
             "DH-HMAC-CHAP secret loaded for members that require this host to authenticate"
+        );
+    }
+    cfg.member_concat = a.concat;
+    if a.concat {
+        tracing::info!(
+            host = %control::records::processor_hostnqn(&a.name),
+            "secure channel concatenation towards members on storage nodes with TLS listeners"
         );
     }
     if let Some(p) = &a.tls_psk {

@@ -433,3 +433,123 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         );
     }
 }
+
+/// `processor run --dhchap-secret FILE --concat` towards storage nodes that require it of
+/// the processor node (`node host allow ... --dhchap-secret FILE --concat`, `--tls-listen`):
+/// every member is reached by secure channel concatenation (authenticated on the node's
+/// plain listener, queues over its TLS listener with the generated PSK), and a host's data
+/// goes through the volume and back.
+#[test]
+fn a_processor_node_concatenates_towards_its_members() {
+    let dir = scratch_dir("concat-members");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let etcd = rt
+        .block_on(meta::testing::EtcdServer::start())
+        .expect("etcd server");
+    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let secret = ferrobay_stdout(&["gen-dhchap-key", "--hmac", "1"])
+        .trim()
+        .to_string();
+    let secret_file = dir.path().join("p1.key");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    let p1_host = "nqn.2026-01.io.ferrobay:processor:p1";
+
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let d = dir.path().join(name);
+        let mut args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), "d0=ram:64M", &d);
+        args.extend(["--tls-listen".to_string(), "127.0.0.1:0".to_string()]);
+        let mut n = spawn(name, &d, &args);
+        wait_json(&mut n, &d.join("endpoints.json"));
+        let data = d.display().to_string();
+        let subsys = format!("nqn.2026-01.io.ferrobay:{name}:d0");
+        ferrobay_stdout(&[
+            "node",
+            "host",
+            "allow",
+            "--data-dir",
+            &data,
+            &subsys,
+            p1_host,
+            "--dhchap-secret",
+            secret_file.to_str().unwrap(),
+            "--concat",
+        ]);
+        ferrobay_stdout(&[
+            "node",
+            "host",
+            "allow-any",
+            "--data-dir",
+            &data,
+            &subsys,
+            "on",
+        ]);
+        nodes.push(n);
+    }
+    let d = dir.path().join("p1");
+    let ep = d.join("endpoints.json");
+    let mut args = processor_run_args("p1", &meta_url, LEASE_TTL_MS, &ep);
+    args.extend(["--dhchap-secret", secret_file.to_str().unwrap(), "--concat"].map(String::from));
+    let mut p1 = spawn("p1", &d, &args);
+    let e = wait_json(&mut p1, &ep);
+    let plain: SocketAddr = e["nvme"][0].as_str().unwrap().parse().unwrap();
+    let logs = || {
+        nodes
+            .iter()
+            .chain(std::iter::once(&p1))
+            .map(|d| {
+                format!(
+                    "--- {} ---\n{}",
+                    d.name,
+                    std::fs::read_to_string(&d.log).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    ferrobay_stdout(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid1",
+        "--size",
+        "16M",
+        "--storage-nodes",
+        "n1,n2",
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        &meta_url,
+    ]);
+    let bin = Path::new(ferrobay_bin());
+    wait_owner(bin, &meta_url, "vol1", "p1", None, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    rt.block_on(async {
+        let ctrl = connect_within(plain, &identity(OTHER, 0xee), None).await;
+        write_at(&ctrl, 0, 4).await;
+        check_at(&ctrl, 0, 4, "through concatenated members").await;
+        ctrl.disconnect().await;
+    });
+    // Both storage nodes retained a generated PSK for p1 and refused nothing.
+    for n in &nodes {
+        let l = std::fs::read_to_string(&n.log).unwrap_or_default();
+        assert!(
+            l.contains("generated TLS PSK retained") && l.contains(p1_host),
+            "{}: no concatenation by p1:\n{}",
+            n.name,
+            logs()
+        );
+        let refused: Vec<&str> = l
+            .lines()
+            .filter(|x| x.contains(p1_host) && (x.contains("failed") || x.contains("refused")))
+            .collect();
+        assert!(refused.is_empty(), "{}: p1 refused: {refused:#?}", n.name);
+    }
+    let b64 = secret.split(':').nth(2).unwrap();
+    assert!(!logs().contains(b64), "a secret reached a log");
+}

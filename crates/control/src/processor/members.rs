@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use blockdev::{BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
 use meta::schema::{NODES, list_json};
-use nvmf_host::{ConnectOptions, NvmeTcpUrl, RemoteNamespace};
+use nvmf_host::{ConcatOptions, ConnectOptions, NvmeTcpUrl, RemoteNamespace};
 use tokio::sync::watch;
 
 use super::Ctx;
@@ -142,14 +142,16 @@ impl BlockDevice for MemberDevice {
 }
 
 /// Connects to a member URL with this node's identity and member options, over TLS when
-/// [`tls_route`] finds the member's TLS listeners.
+/// [`tls_route`] finds the member's TLS listeners: with the configured PSK, or, with
+/// `member_concat`, with the PSK that authentication on the URL's plain listener generates.
 pub(crate) async fn open_member(
     ctx: &Ctx,
     url: &str,
 ) -> Result<Arc<RemoteNamespace>, ProcessorError> {
     let mut parsed = NvmeTcpUrl::parse(url)?;
     let mut opts = ctx.cfg.member_connect.clone();
-    if opts.tls.is_some() {
+    let concat = ctx.cfg.member_concat && opts.dhchap.is_some();
+    if concat || opts.tls.is_some() {
         let nodes = match list_json::<NodeRecord, _>(ctx.store.as_ref(), NODES).await {
             Ok(l) => l.items.into_iter().map(|(_, v)| v.value).collect(),
             Err(e) => {
@@ -157,9 +159,14 @@ pub(crate) async fn open_member(
                 Vec::new()
             }
         };
-        match tls_route(&parsed, &nodes) {
-            Some(addrs) => set_paths(&mut parsed, &addrs),
-            None => {
+        match (tls_route(&parsed, &nodes), concat) {
+            (Some(addrs), true) => {
+                // The exchange runs on the URL's plain listener; the queues go over TLS.
+                opts.tls = None;
+                opts.concat = Some(ConcatOptions { tls_addr: addrs[0] });
+            }
+            (Some(addrs), false) => set_paths(&mut parsed, &addrs),
+            (None, _) => {
                 tracing::debug!(node = %ctx.name, url, "processor: no TLS listener known for the member: plain TCP");
                 opts.tls = None;
             }

@@ -84,6 +84,10 @@ pub struct ProcessorConfig {
     pub lease_ttl_ms: u64,
     /// How the node connects to members (see [`member_connect_defaults`]).
     pub member_connect: ConnectOptions,
+    /// Secure channel concatenation towards the members (needs `member_connect.dhchap`):
+    /// authenticate on a storage node's plain listener, then reach the member over its
+    /// TLS listener (from the node record) with the PSK that generated.
+    pub member_concat: bool,
     /// Runtime knobs of assembled volumes.
     pub engine: volume::EngineOptions,
     /// How long a node that is neither the handoff target nor the preferred owner waits
@@ -128,6 +132,7 @@ impl ProcessorConfig {
             api_tls: None,
             lease_ttl_ms: 4000,
             member_connect: member_connect_defaults(),
+            member_concat: false,
             engine,
             standby_grace_ms: 1000,
             poll_ms: 200,
