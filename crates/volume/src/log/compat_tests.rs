@@ -10,29 +10,10 @@ use std::sync::Arc;
 use blockdev::{BlockDevice, IoBuf, RamDevice, WriteFlags};
 use rand::{Rng, SeedableRng};
 
+use super::Compression;
 use super::format::{ROOT_BYTES, ROOT_MAGIC, Root};
-use super::{Compression, LogConfig};
-use crate::{EngineOptions, LevelSpec, ManualClock, Throttle, Volume, VolumeConfig};
-
-const MIB: u64 = 1 << 20;
-const BS: usize = 4096;
-
-fn config() -> VolumeConfig {
-    let mut c = VolumeConfig {
-        stripe_unit_bytes: 16 << 10,
-        region_bytes: MIB,
-        journal_bytes: 256 << 10,
-        options: EngineOptions {
-            throttle: Throttle::Unlimited,
-            auto_rebuild: false,
-            clock: Arc::new(ManualClock::new()),
-            ..EngineOptions::default()
-        },
-        ..VolumeConfig::new(LevelSpec::Raid5)
-    };
-    c.log = Some(LogConfig::new(Compression::Lz4));
-    c
-}
+use super::test_support::{BS, MIB, config};
+use crate::Volume;
 
 /// Half text (compresses), half noise (stored raw).
 fn block(seed: u64) -> Vec<u8> {
@@ -112,7 +93,7 @@ async fn a_volume_with_format_1_roots_opens_and_reads_back() {
     let devs: Vec<Arc<dyn BlockDevice>> = (0..4)
         .map(|i| Arc::new(RamDevice::new(format!("m{i}"), 16 * MIB)) as _)
         .collect();
-    let vol = Volume::create("old", config(), devs.clone(), vec![])
+    let vol = Volume::create("old", config(Compression::Lz4), devs.clone(), vec![])
         .await
         .unwrap();
     // No checkpoint but the ones this test writes.

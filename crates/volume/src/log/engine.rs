@@ -56,14 +56,18 @@ pub(super) struct Open {
     pub ticket: Arc<Ticket>,
     pub fua: bool,
     pub gc: bool,
-    /// Holds a host write or trim (garbage collection's moves alone wait for the
-    /// collector's own seal, so its destinations go out full).
-    pub host: bool,
-    /// Host records (writes, trims) in it.
+    /// Host records (writes, trims) in it. With none, it holds garbage collection's
+    /// moves alone, which wait for the collector's own seal (so its destinations go out
+    /// full).
     pub host_records: usize,
 }
 
 impl Open {
+    /// Holds a host write or trim.
+    pub fn has_host(&self) -> bool {
+        self.host_records > 0
+    }
+
     fn new(segment_bytes: u64) -> Open {
         Open {
             data: IoBuf::new_zeroed(segment_bytes as usize),
@@ -72,7 +76,6 @@ impl Open {
             ticket: Arc::new(watch::channel(None).0),
             fua: false,
             gc: false,
-            host: false,
             host_records: 0,
         }
     }
@@ -81,6 +84,8 @@ impl Open {
 pub(super) struct Flight {
     pub seg: u32,
     records: Vec<Record>,
+    /// Host records among them (what group commit waits to see again).
+    host_records: usize,
     ticket: Arc<Ticket>,
     result: Option<std::result::Result<(), String>>,
 }
@@ -349,7 +354,6 @@ impl LogEngine {
                         open.records.push(rec);
                         open.fua |= fua;
                         open.gc |= gc;
-                        open.host |= !gc;
                         if !gc {
                             open.host_records += 1;
                         }
@@ -446,6 +450,7 @@ impl LogEngine {
             Flight {
                 seg,
                 records: open.records,
+                host_records: open.host_records,
                 ticket: open.ticket,
                 result: None,
             },
@@ -511,11 +516,7 @@ impl LogEngine {
                 }
                 let (seq, f) = entry.remove_entry();
                 let result = f.result.unwrap_or(Ok(()));
-                acked_host_records += f
-                    .records
-                    .iter()
-                    .filter(|r| !matches!(r, Record::Move { .. }))
-                    .count();
+                acked_host_records += f.host_records;
                 match &result {
                     Ok(()) => {
                         st.space.apply(f.seg, &f.records);
@@ -543,7 +544,7 @@ impl LogEngine {
                 None
             } else if acked_host_records == 0 || st.gather_backoff > 0 {
                 st.gather_backoff = st.gather_backoff.saturating_sub(1);
-                if st.open.host {
+                if st.open.has_host() {
                     self.seal(&mut st, false)
                 } else {
                     None
@@ -582,7 +583,7 @@ impl LogEngine {
                         st.gather_backoff = GATHER_BACKOFF_SEALS;
                     }
                     st.gather_for = 0;
-                    if st.inflight == 0 && st.open.host {
+                    if st.inflight == 0 && st.open.has_host() {
                         me.seal(&mut st, false)
                     } else {
                         None

@@ -20,6 +20,8 @@ mod params;
 #[cfg(test)]
 mod seal_tests;
 mod state;
+#[cfg(test)]
+mod test_support;
 
 use std::sync::atomic::Ordering;
 

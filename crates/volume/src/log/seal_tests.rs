@@ -13,31 +13,13 @@ use blockdev::{
 };
 use rand::{Rng, SeedableRng};
 
+use super::Compression;
 use super::engine::{Item, MAX_INFLIGHT};
-use super::{Compression, LogConfig};
-use crate::{EngineOptions, LevelSpec, ManualClock, Throttle, Volume, VolumeConfig};
+use super::test_support::{BS, MIB, config};
+use crate::Volume;
 
-const MIB: u64 = 1 << 20;
-const BS: usize = 4096;
 /// Long enough that appending a few segments of moves (memory copies) ends first.
 const WRITE_DELAY: Duration = Duration::from_millis(700);
-
-fn config() -> VolumeConfig {
-    let mut c = VolumeConfig {
-        stripe_unit_bytes: 16 << 10,
-        region_bytes: MIB,
-        journal_bytes: 256 << 10,
-        options: EngineOptions {
-            throttle: Throttle::Unlimited,
-            auto_rebuild: false,
-            clock: Arc::new(ManualClock::new()),
-            ..EngineOptions::default()
-        },
-        ..VolumeConfig::new(LevelSpec::Raid5)
-    };
-    c.log = Some(LogConfig::new(Compression::Off));
-    c
-}
 
 fn block(seed: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
@@ -57,7 +39,7 @@ async fn a_collector_seal_refused_by_a_full_pipeline_goes_out_with_the_next_comp
         .collect();
     let handles: Vec<FaultHandle> = faulty.iter().map(|d| d.handle()).collect();
     let devs: Vec<Arc<dyn BlockDevice>> = faulty.iter().map(|d| d.clone() as _).collect();
-    let vol = Volume::create("owed", config(), devs, vec![])
+    let vol = Volume::create("owed", config(Compression::Off), devs, vec![])
         .await
         .unwrap();
     // Only this test moves blocks and checkpoints.
@@ -132,7 +114,7 @@ async fn a_collector_seal_refused_by_a_full_pipeline_goes_out_with_the_next_comp
             st.inflight, MAX_INFLIGHT,
             "the moves did not fill the pipeline within the write delay"
         );
-        assert!(!st.open.host && !st.open.records.is_empty());
+        assert!(!st.open.has_host() && !st.open.records.is_empty());
     }
     log.kick_seal(true);
     assert!(log.st().gc_seal_owed, "the seal should have been refused");
