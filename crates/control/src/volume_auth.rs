@@ -35,13 +35,17 @@ pub struct VolumeAuthRecord {
     pub tls_hosts: Vec<TlsPskHostRecord>,
 }
 
-/// The host NQNs that must connect to volume `name` over TLS (no keys).
-pub async fn tls_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
+/// Volume `name`'s authentication record (empty if it has none); the volume must exist.
+async fn record(store: &dyn MetaStore, name: &str) -> Result<VolumeAuthRecord, ControlError> {
     volume_exists(store, name).await?;
     let rec = get_json::<VolumeAuthRecord, _>(store, &volume_auth_key(name)?).await?;
-    Ok(rec
-        .map(|r| r.value.tls_hosts.into_iter().map(|h| h.host_nqn).collect())
-        .unwrap_or_default())
+    Ok(rec.map(|r| r.value).unwrap_or_default())
+}
+
+/// The host NQNs that must connect to volume `name` over TLS (no keys).
+pub async fn tls_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
+    let rec = record(store, name).await?;
+    Ok(rec.tls_hosts.into_iter().map(|h| h.host_nqn).collect())
 }
 
 /// Requires `host.host_nqn` to connect to volume `name` over TLS with the PSKs derived from
@@ -74,27 +78,19 @@ pub async fn set_host_tls(
 /// The host NQNs of volume `name` that must use secure channel concatenation (a subset
 /// of [`auth_hosts`]).
 pub async fn concat_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
-    volume_exists(store, name).await?;
-    let rec = get_json::<VolumeAuthRecord, _>(store, &volume_auth_key(name)?).await?;
+    let rec = record(store, name).await?;
     Ok(rec
-        .map(|r| {
-            r.value
-                .hosts
-                .into_iter()
-                .filter(|h| h.concat)
-                .map(|h| h.host_nqn)
-                .collect()
-        })
-        .unwrap_or_default())
+        .hosts
+        .into_iter()
+        .filter(|h| h.concat)
+        .map(|h| h.host_nqn)
+        .collect())
 }
 
 /// The host NQNs that must authenticate to volume `name` (no secrets).
 pub async fn auth_hosts(store: &dyn MetaStore, name: &str) -> Result<Vec<String>, ControlError> {
-    volume_exists(store, name).await?;
-    let rec = get_json::<VolumeAuthRecord, _>(store, &volume_auth_key(name)?).await?;
-    Ok(rec
-        .map(|r| r.value.hosts.into_iter().map(|h| h.host_nqn).collect())
-        .unwrap_or_default())
+    let rec = record(store, name).await?;
+    Ok(rec.hosts.into_iter().map(|h| h.host_nqn).collect())
 }
 
 /// Requires `host.host_nqn` to authenticate to volume `name` with `host`'s secrets

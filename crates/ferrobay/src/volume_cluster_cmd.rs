@@ -312,7 +312,6 @@ async fn auth(backend: &Backend, cmd: VolumeAuthCommand) -> anyhow::Result<()> {
                 .transpose()?;
             if let Some(rec) = dhchap {
                 let both = rec.ctrl_secret.is_some();
-                let concat = rec.concat;
                 control::volume_auth::set_host(store, &name, rec)
                     .await
                     .with_context(|| {
