@@ -18,7 +18,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use blockdev::IoBuf;
@@ -170,9 +170,8 @@ fn wait_log(log: &dyn Fn() -> String, want: &[&str]) -> String {
     }
 }
 
-#[test]
-fn processor_nodes_use_tls_towards_members_and_hosts() {
-    let dir = scratch_dir("tls-processor");
+/// A runtime, an etcd server on it and its `etcd://` URL.
+fn runtime_and_etcd() -> (tokio::runtime::Runtime, meta::testing::EtcdServer, String) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -182,38 +181,29 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         .block_on(meta::testing::EtcdServer::start())
         .expect("etcd server");
     let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
-    let member_psk = dir.path().join("processor.psk");
-    let member_key = key_file(&member_psk);
-    let host_psk = dir.path().join("host.psk");
-    let host_key = key_file(&host_psk);
+    (rt, etcd, meta_url)
+}
 
-    // Storage nodes: a TLS listener each; the processor nodes' host NQNs must use it.
+/// Storage nodes n1 and n2 with a plain and a TLS listener each and drive d0 (`drive`);
+/// `allow(data_dir, subsystem)` sets up the hosts they require, and any other host (the
+/// CLI provisioning the volume) may connect in plain TCP as before.
+fn start_tls_storage_nodes(
+    dir: &Path,
+    meta_url: &str,
+    drive: &str,
+    allow: impl Fn(&str, &str),
+) -> Vec<Daemon> {
     let mut nodes = Vec::new();
     for name in ["n1", "n2"] {
-        let d = dir.path().join(name);
-        let drive = "d0=ram:128M";
-        let mut args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), drive, &d);
+        let d = dir.join(name);
+        let mut args = node_run_args(name, meta_url, Some(LEASE_TTL_MS), drive, &d);
         args.extend(["--tls-listen".to_string(), "127.0.0.1:0".to_string()]);
         let mut n = spawn(name, &d, &args);
         let e = wait_json(&mut n, &d.join("endpoints.json"));
         assert_eq!(e["nvme_tcp"].as_array().unwrap().len(), 2, "{e}");
         let data = d.display().to_string();
         let subsys = format!("nqn.2026-01.io.ferrobay:{name}:d0");
-        for p in ["p1", "p2"] {
-            let hostnqn = format!("nqn.2026-01.io.ferrobay:processor:{p}");
-            ferrobay_stdout(&[
-                "node",
-                "host",
-                "allow",
-                "--data-dir",
-                &data,
-                &subsys,
-                &hostnqn,
-                "--tls-psk",
-                member_psk.to_str().unwrap(),
-            ]);
-        }
-        // Any other host (the CLI provisioning the volume) in plain TCP as before.
+        allow(&data, &subsys);
         ferrobay_stdout(&[
             "node",
             "host",
@@ -225,6 +215,75 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         ]);
         nodes.push(n);
     }
+    nodes
+}
+
+/// `node host allow --data-dir DATA SUBSYS HOST EXTRA..`.
+fn allow_host(data: &str, subsys: &str, host: &str, extra: &[&str]) {
+    let mut args = vec!["node", "host", "allow", "--data-dir", data, subsys, host];
+    args.extend_from_slice(extra);
+    ferrobay_stdout(&args);
+}
+
+/// The daemons' names and log files (read later, when some may be gone).
+fn log_files<'a>(daemons: impl Iterator<Item = &'a Daemon>) -> Vec<(String, PathBuf)> {
+    daemons.map(|d| (d.name.clone(), d.log.clone())).collect()
+}
+
+/// Every log of `files`, each under its daemon's name.
+fn read_logs(files: &[(String, PathBuf)]) -> String {
+    files
+        .iter()
+        .map(|(n, p)| {
+            format!(
+                "--- {n} ---\n{}",
+                std::fs::read_to_string(p).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `volume create vol1 --level raid1` of `size` on n1 and n2, preferred owner p1.
+fn create_raid1(meta_url: &str, size: &str) -> String {
+    ferrobay_stdout(&[
+        "volume",
+        "create",
+        "vol1",
+        "--level",
+        "raid1",
+        "--size",
+        size,
+        "--storage-nodes",
+        "n1,n2",
+        "--preferred-owner",
+        "p1",
+        "--meta",
+        meta_url,
+    ])
+}
+
+#[test]
+fn processor_nodes_use_tls_towards_members_and_hosts() {
+    let dir = scratch_dir("tls-processor");
+    let (rt, _etcd, meta_url) = runtime_and_etcd();
+    let member_psk = dir.path().join("processor.psk");
+    let member_key = key_file(&member_psk);
+    let host_psk = dir.path().join("host.psk");
+    let host_key = key_file(&host_psk);
+
+    // Storage nodes: a TLS listener each; the processor nodes' host NQNs must use it.
+    let nodes = start_tls_storage_nodes(dir.path(), &meta_url, "d0=ram:128M", |data, subsys| {
+        for p in ["p1", "p2"] {
+            let hostnqn = format!("nqn.2026-01.io.ferrobay:processor:{p}");
+            allow_host(
+                data,
+                subsys,
+                &hostnqn,
+                &["--tls-psk", member_psk.to_str().unwrap()],
+            );
+        }
+    });
     let mut procs = Vec::new();
     let mut plain_addrs: Vec<SocketAddr> = Vec::new();
     let mut tls_addrs: Vec<SocketAddr> = Vec::new();
@@ -247,38 +306,9 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
         tls_addrs.push(e["nvme_tls"][0].as_str().unwrap().parse().unwrap());
         procs.push(p);
     }
-    let log_files: Vec<(String, std::path::PathBuf)> = nodes
-        .iter()
-        .chain(procs.iter())
-        .map(|d| (d.name.clone(), d.log.clone()))
-        .collect();
-    let logs = || {
-        log_files
-            .iter()
-            .map(|(n, p)| {
-                format!(
-                    "--- {n} ---\n{}",
-                    std::fs::read_to_string(p).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let out = ferrobay_stdout(&[
-        "volume",
-        "create",
-        "vol1",
-        "--level",
-        "raid1",
-        "--size",
-        "32M",
-        "--storage-nodes",
-        "n1,n2",
-        "--preferred-owner",
-        "p1",
-        "--meta",
-        &meta_url,
-    ]);
+    let files = log_files(nodes.iter().chain(procs.iter()));
+    let logs = || read_logs(&files);
+    let out = create_raid1(&meta_url, "32M");
     assert!(out.contains(NQN), "{out}");
     let bin = Path::new(ferrobay_bin());
     let view = wait_owner(bin, &meta_url, "vol1", "p1", None, Duration::from_secs(30))
@@ -442,15 +472,7 @@ fn processor_nodes_use_tls_towards_members_and_hosts() {
 #[test]
 fn a_processor_node_concatenates_towards_its_members() {
     let dir = scratch_dir("concat-members");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let etcd = rt
-        .block_on(meta::testing::EtcdServer::start())
-        .expect("etcd server");
-    let meta_url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let (rt, _etcd, meta_url) = runtime_and_etcd();
     let secret = ferrobay_stdout(&["gen-dhchap-key", "--hmac", "1"])
         .trim()
         .to_string();
@@ -458,38 +480,15 @@ fn a_processor_node_concatenates_towards_its_members() {
     std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
     let p1_host = "nqn.2026-01.io.ferrobay:processor:p1";
 
-    let mut nodes = Vec::new();
-    for name in ["n1", "n2"] {
-        let d = dir.path().join(name);
-        let mut args = node_run_args(name, &meta_url, Some(LEASE_TTL_MS), "d0=ram:64M", &d);
-        args.extend(["--tls-listen".to_string(), "127.0.0.1:0".to_string()]);
-        let mut n = spawn(name, &d, &args);
-        wait_json(&mut n, &d.join("endpoints.json"));
-        let data = d.display().to_string();
-        let subsys = format!("nqn.2026-01.io.ferrobay:{name}:d0");
-        ferrobay_stdout(&[
-            "node",
-            "host",
-            "allow",
-            "--data-dir",
-            &data,
-            &subsys,
+    let secret_arg = secret_file.to_str().unwrap();
+    let nodes = start_tls_storage_nodes(dir.path(), &meta_url, "d0=ram:64M", |data, subsys| {
+        allow_host(
+            data,
+            subsys,
             p1_host,
-            "--dhchap-secret",
-            secret_file.to_str().unwrap(),
-            "--concat",
-        ]);
-        ferrobay_stdout(&[
-            "node",
-            "host",
-            "allow-any",
-            "--data-dir",
-            &data,
-            &subsys,
-            "on",
-        ]);
-        nodes.push(n);
-    }
+            &["--dhchap-secret", secret_arg, "--concat"],
+        );
+    });
     let d = dir.path().join("p1");
     let ep = d.join("endpoints.json");
     let mut args = processor_run_args("p1", &meta_url, LEASE_TTL_MS, &ep);
@@ -497,35 +496,9 @@ fn a_processor_node_concatenates_towards_its_members() {
     let mut p1 = spawn("p1", &d, &args);
     let e = wait_json(&mut p1, &ep);
     let plain: SocketAddr = e["nvme"][0].as_str().unwrap().parse().unwrap();
-    let logs = || {
-        nodes
-            .iter()
-            .chain(std::iter::once(&p1))
-            .map(|d| {
-                format!(
-                    "--- {} ---\n{}",
-                    d.name,
-                    std::fs::read_to_string(&d.log).unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    ferrobay_stdout(&[
-        "volume",
-        "create",
-        "vol1",
-        "--level",
-        "raid1",
-        "--size",
-        "16M",
-        "--storage-nodes",
-        "n1,n2",
-        "--preferred-owner",
-        "p1",
-        "--meta",
-        &meta_url,
-    ]);
+    let files = log_files(nodes.iter().chain(std::iter::once(&p1)));
+    let logs = || read_logs(&files);
+    create_raid1(&meta_url, "16M");
     let bin = Path::new(ferrobay_bin());
     wait_owner(bin, &meta_url, "vol1", "p1", None, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}\n{}", logs()));

@@ -323,6 +323,32 @@ proptest! {
     }
 }
 
+/// `writers` tasks at once, each writing `writes` 4 KiB blocks one after another: write
+/// `i` of writer `t` is `block(t, i)` = (block number, its bytes).
+async fn write_concurrently(
+    vol: &Arc<Volume>,
+    writers: u64,
+    writes: u64,
+    block: impl Fn(u64, u64) -> (u64, Vec<u8>) + Copy + Send + 'static,
+) {
+    let tasks: Vec<_> = (0..writers)
+        .map(|t| {
+            let vol = vol.clone();
+            tokio::spawn(async move {
+                for i in 0..writes {
+                    let (b, data) = block(t, i);
+                    vol.write(b * 4096, IoBuf::from_slice(&data), WriteFlags::default())
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 /// Many writers at once fill whole segments (group commit) and the result still matches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_fill_segments() {
@@ -338,25 +364,13 @@ async fn concurrent_writers_fill_segments() {
         .unwrap(),
     );
     let blocks = 256u64;
-    let tasks: Vec<_> = (0..32u64)
-        .map(|t| {
-            let vol = vol.clone();
-            tokio::spawn(async move {
-                for i in 0..64u64 {
-                    let b = (t * 64 + i) % blocks;
-                    // Each writer owns blocks b with b % 32 == t.
-                    let b = b - b % 32 + t;
-                    let data = content(0, b * 1000 + i, 4096);
-                    vol.write(b * 4096, IoBuf::from_slice(&data), WriteFlags::default())
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    write_concurrently(&vol, 32, 64, move |t, i| {
+        let b = (t * 64 + i) % blocks;
+        // Each writer owns blocks b with b % 32 == t.
+        let b = b - b % 32 + t;
+        (b, content(0, b * 1000 + i, 4096))
+    })
+    .await;
     let st = vol.status().log.unwrap();
     assert!(
         st.segments_written < 32 * 64 / 2,
@@ -723,23 +737,11 @@ async fn writers_at_queue_depth_32_share_segments_of_about_32_blocks() {
     );
     let rounds = 200u64;
     let before = vol.status().log.unwrap().segments_written;
-    let tasks: Vec<_> = (0..32u64)
-        .map(|t| {
-            let vol = vol.clone();
-            tokio::spawn(async move {
-                for i in 0..rounds {
-                    let b = (i * 32 + t) % 1024;
-                    let data = content(1, b * 7 + i, 4096);
-                    vol.write(b * 4096, IoBuf::from_slice(&data), WriteFlags::default())
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    write_concurrently(&vol, 32, rounds, |t, i| {
+        let b = (i * 32 + t) % 1024;
+        (b, content(1, b * 7 + i, 4096))
+    })
+    .await;
     let st = vol.status().log.unwrap();
     assert_eq!(st.gc_segments, 0, "{st:?}");
     let segs = st.segments_written - before;
