@@ -16,7 +16,7 @@ use std::time::Instant;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use serde_json::{Value, json};
 use tls_psk::{ClientConfig, HashAlg, Psk, PskTable, ServerConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -84,8 +84,35 @@ fn mib_per_s(bytes: usize, start: Instant) -> f64 {
     bytes as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Reads until `bytes` arrived (or EOF); returns how many did.
+async fn drain<S: AsyncRead + Unpin>(mut s: S, bytes: usize) -> Result<usize, Error> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0usize;
+    while got < bytes {
+        let n = s.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
+}
+
+/// Writes `bytes` in 1 MiB chunks and flushes.
+async fn push<S: AsyncWrite + Unpin>(mut s: S, bytes: usize) -> Result<(), Error> {
+    let chunk = vec![0xa5u8; 1 << 20];
+    let mut sent = 0;
+    while sent < bytes {
+        s.write_all(&chunk).await?;
+        sent += chunk.len();
+    }
+    s.flush().await?;
+    Ok(())
+}
+
 /// MiB/s of `bytes` written by a client and read by a server over loopback: TLS with a
-/// PSK of `hash` (its suite), or plain TCP.
+/// PSK of `hash` (its suite), or plain TCP. Timed on the server from the end of its
+/// handshake to the last byte.
 async fn stream(bytes: usize, tls: Option<HashAlg>) -> Result<f64, Error> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -94,67 +121,31 @@ async fn stream(bytes: usize, tls: Option<HashAlg>) -> Result<f64, Error> {
     let server = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await?;
         tcp.set_nodelay(true)?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut got = 0usize;
-        let start;
-        match server_psk {
+        let (got, start) = match server_psk {
             Some(p) => {
                 let mut table = PskTable::new();
                 table.insert(p);
                 let cfg = Arc::new(ServerConfig::new(Arc::new(table)));
-                let mut s = tls_psk::accept(tcp, cfg).await?;
-                start = Instant::now();
-                while got < bytes {
-                    let n = s.read(&mut buf).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    got += n;
-                }
+                let s = tls_psk::accept(tcp, cfg).await?;
+                let start = Instant::now();
+                (drain(s, bytes).await?, start)
             }
             None => {
-                let mut s = tcp;
-                start = Instant::now();
-                while got < bytes {
-                    let n = s.read(&mut buf).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    got += n;
-                }
+                let start = Instant::now();
+                (drain(tcp, bytes).await?, start)
             }
-        }
+        };
         Ok::<_, Error>((got, start))
     });
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
-    let chunk = vec![0xa5u8; 1 << 20];
     match psk {
-        Some(p) => {
-            let mut c = tls_psk::connect(tcp, ClientConfig::new(p)).await?;
-            let mut sent = 0;
-            while sent < bytes {
-                c.write_all(&chunk).await?;
-                sent += chunk.len();
-            }
-            c.flush().await?;
-            let (got, start) = server.await??;
-            assert_eq!(got, bytes, "bytes received");
-            Ok(mib_per_s(got, start))
-        }
-        None => {
-            let mut c = tcp;
-            let mut sent = 0;
-            while sent < bytes {
-                c.write_all(&chunk).await?;
-                sent += chunk.len();
-            }
-            c.flush().await?;
-            let (got, start) = server.await??;
-            assert_eq!(got, bytes, "bytes received");
-            Ok(mib_per_s(got, start))
-        }
+        Some(p) => push(tls_psk::connect(tcp, ClientConfig::new(p)).await?, bytes).await?,
+        None => push(tcp, bytes).await?,
     }
+    let (got, start) = server.await??;
+    assert_eq!(got, bytes, "bytes received");
+    Ok(mib_per_s(got, start))
 }
 
 fn main() -> Result<(), Error> {
