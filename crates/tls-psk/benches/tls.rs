@@ -148,6 +148,34 @@ async fn stream(bytes: usize, tls: Option<HashAlg>) -> Result<f64, Error> {
     Ok(mib_per_s(got, start))
 }
 
+/// What the AES-GCM paths can use on this CPU (both libraries choose at run time): a run
+/// on an AVX2-only machine says so instead of looking like one with AVX-512/VAES.
+#[cfg(target_arch = "x86_64")]
+fn aes_gcm_cpu_features() -> Vec<&'static str> {
+    [
+        ("aes", std::arch::is_x86_feature_detected!("aes")),
+        (
+            "pclmulqdq",
+            std::arch::is_x86_feature_detected!("pclmulqdq"),
+        ),
+        ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+        ("vaes", std::arch::is_x86_feature_detected!("vaes")),
+        (
+            "vpclmulqdq",
+            std::arch::is_x86_feature_detected!("vpclmulqdq"),
+        ),
+        ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+    ]
+    .into_iter()
+    .filter_map(|(name, has)| has.then_some(name))
+    .collect()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn aes_gcm_cpu_features() -> Vec<&'static str> {
+    Vec::new()
+}
+
 fn main() -> Result<(), Error> {
     let rounds = env_u64("TLS_BENCH_ROUNDS", 5).max(1) as usize;
     let mib = env_u64("TLS_BENCH_MIB", 256).max(1) as usize;
@@ -208,6 +236,11 @@ fn main() -> Result<(), Error> {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_default();
+    let cpu_features = aes_gcm_cpu_features();
+    eprintln!(
+        "cpu: {cpu}; AES-GCM-relevant features: {}",
+        cpu_features.join(" ")
+    );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let report: Value = json!({
         "bench": "tls",
@@ -215,6 +248,7 @@ fn main() -> Result<(), Error> {
         "stream_bytes": mib << 20,
         "rounds": rounds,
         "cpu": cpu,
+        "cpu_features": cpu_features,
         "load_after": load.trim(),
         "results": results,
         "ratios": ratios,
