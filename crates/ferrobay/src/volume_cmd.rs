@@ -399,7 +399,26 @@ async fn follow_copy(
     }
 }
 
+/// `r`, after stopping `vol` cleanly if it is an error: a refused or failed operation
+/// (nothing to rebuild, say) leaves the volume as clean as it found it (dropping it would
+/// leave it "not cleanly stopped", to be resynced at the next assembly).
+async fn stop_if_failed<T>(vol: &Volume, r: anyhow::Result<T>) -> anyhow::Result<T> {
+    if r.is_err()
+        && let Err(e) = vol.stop().await
+    {
+        tracing::warn!("volume not stopped cleanly after the error: {e}");
+    }
+    r
+}
+
+/// Runs the rebuild with progress; if it is refused or fails, the volume is stopped
+/// cleanly first.
 async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
+    let r = rebuild_with_progress(vol).await;
+    stop_if_failed(vol, r).await
+}
+
+async fn rebuild_with_progress(vol: &Volume) -> anyhow::Result<()> {
     let mut rx = vol.start_rebuild().await?;
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let b = indicatif::ProgressBar::new(1);
@@ -694,7 +713,7 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let (_, vol) = assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            let report = vol.scrub().await?;
+            let report = stop_if_failed(&vol, vol.scrub().await.map_err(Into::into)).await?;
             vol.stop().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -147,6 +147,11 @@ fn raid5_lifecycle_keeps_data() {
     );
     assert!(ok, "{out}");
     assert_eq!(field(&out, "State"), "healthy, clean", "{out}");
+    // A refused command leaves the volume as it found it: clean, not to be resynced.
+    let (ok, out) = ferrobay(&reg, &["volume", "rebuild", "v"]);
+    assert!(!ok && out.contains("nothing to rebuild"), "{out}");
+    let (_, st) = ferrobay(&reg, &["volume", "status", "v"]);
+    assert_eq!(field(&st, "State"), "healthy, clean", "{st}");
 
     let bench = |extra: &[&str]| {
         let mut args = vec![
