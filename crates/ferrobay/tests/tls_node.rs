@@ -100,7 +100,8 @@ fn a_storage_node_requires_tls_with_the_configured_psk() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e, HostError::Connect { .. }),
+            matches!(e, HostError::Connect { .. })
+                && e.to_string().contains("this listener requires TLS"),
             "plain NVMe/TCP on the TLS listener: {e}"
         );
 

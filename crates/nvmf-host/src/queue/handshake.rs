@@ -110,7 +110,7 @@ pub(crate) async fn exchange_ic(
 
 async fn read_icresp(stream: &mut QueueStream) -> Result<IcResp, String> {
     let mut buf = [0u8; IC_BYTES];
-    read_exact(stream, &mut buf[..CH_BYTES], "ICResp").await?;
+    read_first_header(stream, &mut buf[..CH_BYTES]).await?;
     let mut chb = [0u8; CH_BYTES];
     chb.copy_from_slice(&buf[..CH_BYTES]);
     let ch = CommonHeader::decode(&chb);
@@ -140,6 +140,35 @@ async fn read_icresp(stream: &mut QueueStream) -> Result<IcResp, String> {
         Ok(_) => Err("ICResp decoded as another PDU type".into()),
         Err(e) => Err(format!("bad ICResp: {}", e.reason)),
     }
+}
+
+/// A TLS alert record (content type 21, legacy version 3.x): what a TLS listener sends a
+/// plain ICReq (a 7-byte record, shorter than a PDU header).
+fn is_tls_alert(b: &[u8]) -> bool {
+    b.len() >= 3 && b[0] == 21 && b[1] == 3
+}
+
+/// The ICResp's common header; a TLS alert instead (a TLS listener reached in plain
+/// NVMe/TCP) is named as such.
+async fn read_first_header(stream: &mut QueueStream, buf: &mut [u8]) -> Result<(), String> {
+    let mut got = 0;
+    while got < buf.len() {
+        match stream.read(&mut buf[got..]).await {
+            Ok(0) if is_tls_alert(&buf[..got]) => {
+                return Err(
+                    "the target answered with a TLS alert: this listener requires \
+                     TLS (give the host's TLS PSK: ConnectOptions.tls, --tls-psk FILE)"
+                        .into(),
+                );
+            }
+            Ok(0) => {
+                return Err("target closed the connection before sending a whole ICResp".into());
+            }
+            Ok(n) => got += n,
+            Err(e) => return Err(format!("reading ICResp: {e}")),
+        }
+    }
+    Ok(())
 }
 
 async fn read_exact(stream: &mut QueueStream, buf: &mut [u8], what: &str) -> Result<(), String> {
