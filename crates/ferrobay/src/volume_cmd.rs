@@ -399,9 +399,11 @@ async fn follow_copy(
     }
 }
 
-/// `r`, after stopping `vol` cleanly if it is an error: a refused or failed operation
-/// (nothing to rebuild, say) leaves the volume as clean as it found it (dropping it would
-/// leave it "not cleanly stopped", to be resynced at the next assembly).
+/// `r`, the result of a command on the assembled `vol`, after stopping `vol` cleanly if it
+/// is an error: a refused or failed command (nothing to rebuild, an unknown member, a
+/// device that does not open) leaves the volume as clean as it found it (dropping it
+/// would leave it "not cleanly stopped", to be resynced at the next assembly). Stopping
+/// twice is harmless, so a command that stopped the volume before failing is covered too.
 async fn stop_if_failed<T>(vol: &Volume, r: anyhow::Result<T>) -> anyhow::Result<T> {
     if r.is_err()
         && let Err(e) = vol.stop().await
@@ -411,14 +413,7 @@ async fn stop_if_failed<T>(vol: &Volume, r: anyhow::Result<T>) -> anyhow::Result
     r
 }
 
-/// Runs the rebuild with progress; if it is refused or fails, the volume is stopped
-/// cleanly first.
 async fn follow_rebuild(vol: &Volume) -> anyhow::Result<()> {
-    let r = rebuild_with_progress(vol).await;
-    stop_if_failed(vol, r).await
-}
-
-async fn rebuild_with_progress(vol: &Volume) -> anyhow::Result<()> {
     let mut rx = vol.start_rebuild().await?;
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let b = indicatif::ProgressBar::new(1);
@@ -602,15 +597,19 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         }
         VolumeCommand::FailMember { name, member } => {
             let (entry, vol) = assemble(&reg, &name, engine, command_options(None)?).await?;
-            let i =
-                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
-            vol.fail_member(i)
-                .await
-                .with_context(|| format!("fail member {i} of {name}"))?;
-            eprintln!(
-                "member {i} of {name} failed: it stays out until `volume re-add {name} {i}` or `volume replace-member`"
-            );
-            stop_and_report(&reg, &name, engine, &vol, false).await?;
+            let r = async {
+                let i = volume::registry::resolve_member(&entry, &vol.status(), &member, engine)
+                    .await?;
+                vol.fail_member(i)
+                    .await
+                    .with_context(|| format!("fail member {i} of {name}"))?;
+                eprintln!(
+                    "member {i} of {name} failed: it stays out until `volume re-add {name} {i}` or `volume replace-member`"
+                );
+                stop_and_report(&reg, &name, engine, &vol, false).await
+            }
+            .await;
+            stop_if_failed(&vol, r).await?;
         }
         VolumeCommand::ReAdd {
             name,
@@ -619,19 +618,23 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         } => {
             let (mut entry, vol) =
                 assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            let st = vol.status();
-            let i = volume::registry::resolve_member(&entry, &st, &member, engine).await?;
-            let (spec, dev) =
-                volume::registry::member_device(&entry, &st, i, &member, engine).await?;
-            vol.re_add_member(i, dev)
-                .await
-                .with_context(|| format!("re-add member {i} of {name}"))?;
-            if entry.members.get(i) != Some(&spec) && i < entry.members.len() {
-                entry.members[i] = spec;
-                reg.save(&entry, true)?;
+            let r = async {
+                let st = vol.status();
+                let i = volume::registry::resolve_member(&entry, &st, &member, engine).await?;
+                let (spec, dev) =
+                    volume::registry::member_device(&entry, &st, i, &member, engine).await?;
+                vol.re_add_member(i, dev)
+                    .await
+                    .with_context(|| format!("re-add member {i} of {name}"))?;
+                if entry.members.get(i) != Some(&spec) && i < entry.members.len() {
+                    entry.members[i] = spec;
+                    reg.save(&entry, true)?;
+                }
+                follow_rebuild(&vol).await?;
+                stop_and_report(&reg, &name, engine, &vol, false).await
             }
-            follow_rebuild(&vol).await?;
-            stop_and_report(&reg, &name, engine, &vol, false).await?;
+            .await;
+            stop_if_failed(&vol, r).await?;
         }
         VolumeCommand::ReplaceMember {
             name,
@@ -641,20 +644,24 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         } => {
             let (mut entry, vol) =
                 assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            let i =
-                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
-            let dev = open_devices(std::slice::from_ref(&device), engine)
-                .await?
-                .remove(0);
-            vol.replace_member(i, dev)
-                .await
-                .with_context(|| format!("replace member {i} of {name}"))?;
-            if let Some(slot) = entry.members.get_mut(i) {
-                *slot = device;
+            let r = async {
+                let i = volume::registry::resolve_member(&entry, &vol.status(), &member, engine)
+                    .await?;
+                let dev = open_devices(std::slice::from_ref(&device), engine)
+                    .await?
+                    .remove(0);
+                vol.replace_member(i, dev)
+                    .await
+                    .with_context(|| format!("replace member {i} of {name}"))?;
+                if let Some(slot) = entry.members.get_mut(i) {
+                    *slot = device;
+                }
+                reg.save(&entry, true)?;
+                follow_rebuild(&vol).await?;
+                stop_and_report(&reg, &name, engine, &vol, false).await
             }
-            reg.save(&entry, true)?;
-            follow_rebuild(&vol).await?;
-            stop_and_report(&reg, &name, engine, &vol, false).await?;
+            .await;
+            stop_if_failed(&vol, r).await?;
         }
         VolumeCommand::CopyMember {
             name,
@@ -664,48 +671,56 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
         } => {
             let (mut entry, vol) =
                 assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            let i =
-                volume::registry::resolve_member(&entry, &vol.status(), &member, engine).await?;
-            let (rx, new_spec) = match &device {
-                Some(d) => {
-                    let dev = open_devices(std::slice::from_ref(d), engine)
-                        .await?
-                        .remove(0);
-                    (vol.copy_member(i, dev).await, d.clone())
+            let r = async {
+                let i = volume::registry::resolve_member(&entry, &vol.status(), &member, engine)
+                    .await?;
+                let (rx, new_spec) = match &device {
+                    Some(d) => {
+                        let dev = open_devices(std::slice::from_ref(d), engine)
+                            .await?
+                            .remove(0);
+                        (vol.copy_member(i, dev).await, d.clone())
+                    }
+                    None => {
+                        // The volume's spares come in the registry's order: the first free
+                        // one is the one the copy takes.
+                        let j = vol
+                            .status()
+                            .spares
+                            .iter()
+                            .position(|s| s.state == volume::MemberState::Spare);
+                        let spec = j
+                            .and_then(|j| entry.spares.get(j).cloned())
+                            .unwrap_or_default();
+                        (vol.copy_member_onto_spare(i).await, spec)
+                    }
+                };
+                let rx = rx.with_context(|| format!("copy member {i} of {name}"))?;
+                follow_copy(&vol, rx).await?;
+                let done = vol.wait_copy().await;
+                if done
+                    .as_ref()
+                    .is_some_and(|p| p.phase == volume::TaskPhase::Done)
+                {
+                    entry.spares.retain(|s| *s != new_spec);
+                    if let Some(slot) = entry.members.get_mut(i) {
+                        *slot = new_spec;
+                    }
+                    reg.save(&entry, true)?;
                 }
-                None => {
-                    // The volume's spares come in the registry's order: the first free
-                    // one is the one the copy takes.
-                    let j = vol
-                        .status()
-                        .spares
-                        .iter()
-                        .position(|s| s.state == volume::MemberState::Spare);
-                    let spec = j
-                        .and_then(|j| entry.spares.get(j).cloned())
-                        .unwrap_or_default();
-                    (vol.copy_member_onto_spare(i).await, spec)
-                }
-            };
-            let rx = rx.with_context(|| format!("copy member {i} of {name}"))?;
-            follow_copy(&vol, rx).await?;
-            let done = vol.wait_copy().await;
-            if done
-                .as_ref()
-                .is_some_and(|p| p.phase == volume::TaskPhase::Done)
-            {
-                entry.spares.retain(|s| *s != new_spec);
-                if let Some(slot) = entry.members.get_mut(i) {
-                    *slot = new_spec;
-                }
-                reg.save(&entry, true)?;
+                stop_and_report(&reg, &name, engine, &vol, false).await
             }
-            stop_and_report(&reg, &name, engine, &vol, false).await?;
+            .await;
+            stop_if_failed(&vol, r).await?;
         }
         VolumeCommand::Rebuild { name, throttle } => {
             let (_, vol) = assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            follow_rebuild(&vol).await?;
-            stop_and_report(&reg, &name, engine, &vol, false).await?;
+            let r = async {
+                follow_rebuild(&vol).await?;
+                stop_and_report(&reg, &name, engine, &vol, false).await
+            }
+            .await;
+            stop_if_failed(&vol, r).await?;
         }
         VolumeCommand::Scrub {
             name,
@@ -713,8 +728,13 @@ pub async fn run(a: VolumeArgs) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let (_, vol) = assemble(&reg, &name, engine, command_options(Some(&throttle))?).await?;
-            let report = stop_if_failed(&vol, vol.scrub().await.map_err(Into::into)).await?;
-            vol.stop().await?;
+            let r = async {
+                let report = vol.scrub().await?;
+                vol.stop().await?;
+                anyhow::Ok(report)
+            }
+            .await;
+            let report = stop_if_failed(&vol, r).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

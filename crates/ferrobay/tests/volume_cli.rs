@@ -606,6 +606,9 @@ fn fail_member_sticks_until_re_add() {
         "{}",
         r.stderr
     );
+    // ... and leaves the volume as it found it: clean, nothing to resync.
+    let st = run(&reg, &["volume", "status", "v"]).stdout;
+    assert_eq!(field(&st, "State"), "healthy, clean", "{st}");
 }
 
 /// `volume copy-member` (mdadm --replace): a member is copied onto the spare while it
