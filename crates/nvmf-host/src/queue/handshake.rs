@@ -142,8 +142,13 @@ async fn read_icresp(stream: &mut QueueStream) -> Result<IcResp, String> {
     }
 }
 
-/// A TLS alert record (content type 21, legacy version 3.x): what a TLS listener sends a
-/// plain ICReq (a 7-byte record, shorter than a PDU header).
+/// Bytes of a TLS alert record (5-byte record header, 2-byte alert): what a TLS listener
+/// sends a plain ICReq. Shorter than a PDU header, so it is read first and looked at.
+const TLS_ALERT_BYTES: usize = 7;
+const _: () = assert!(TLS_ALERT_BYTES < CH_BYTES);
+
+/// A TLS alert record (content type 21, legacy version 3.x). No ICResp starts so: its
+/// first byte is the PDU type 01h.
 fn is_tls_alert(b: &[u8]) -> bool {
     b.len() >= 3 && b[0] == 21 && b[1] == 3
 }
@@ -151,24 +156,16 @@ fn is_tls_alert(b: &[u8]) -> bool {
 /// The ICResp's common header; a TLS alert instead (a TLS listener reached in plain
 /// NVMe/TCP) is named as such.
 async fn read_first_header(stream: &mut QueueStream, buf: &mut [u8]) -> Result<(), String> {
-    let mut got = 0;
-    while got < buf.len() {
-        match stream.read(&mut buf[got..]).await {
-            Ok(0) if is_tls_alert(&buf[..got]) => {
-                return Err(
-                    "the target answered with a TLS alert: this listener requires \
-                     TLS (give the host's TLS PSK: ConnectOptions.tls, --tls-psk FILE)"
-                        .into(),
-                );
-            }
-            Ok(0) => {
-                return Err("target closed the connection before sending a whole ICResp".into());
-            }
-            Ok(n) => got += n,
-            Err(e) => return Err(format!("reading ICResp: {e}")),
-        }
+    let (alert, rest) = buf.split_at_mut(TLS_ALERT_BYTES);
+    read_exact(stream, alert, "ICResp").await?;
+    if is_tls_alert(alert) {
+        return Err(
+            "the target answered with a TLS alert: this listener requires \
+                    TLS (give the host's TLS PSK: ConnectOptions.tls, --tls-psk FILE)"
+                .into(),
+        );
     }
-    Ok(())
+    read_exact(stream, rest, "ICResp").await
 }
 
 async fn read_exact(stream: &mut QueueStream, buf: &mut [u8], what: &str) -> Result<(), String> {
