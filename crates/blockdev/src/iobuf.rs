@@ -4,6 +4,7 @@ use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::IO_ALIGN_BYTES;
 
@@ -15,10 +16,45 @@ use crate::IO_ALIGN_BYTES;
 /// The capacity is `len` rounded up to a multiple of [`IO_ALIGN_BYTES`]. The whole capacity
 /// is zeroed at allocation, so every byte is always initialised; [`IoBuf::set_len`] keeps
 /// whatever the bytes held before (zero if never written).
+///
+/// [`IoBuf::split_off`] cuts a buffer at an aligned offset into two buffers over disjoint
+/// parts of the same allocation (each still owned exclusively, each aligned), so that
+/// several devices can fill one caller's buffer concurrently; [`IoBuf::unsplit`] joins
+/// adjacent parts back without copying.
 pub struct IoBuf {
+    /// First byte of this buffer's part of the allocation.
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes of the allocation from `ptr` that belong to this buffer.
     capacity: usize,
+    /// `None`: this buffer owns the whole allocation (`ptr`, `capacity`) and frees it.
+    /// `Some`: the allocation was split; it is freed when its last part is dropped.
+    shared: Option<Arc<Allocation>>,
+}
+
+/// An allocation shared by the parts of a split [`IoBuf`].
+struct Allocation {
+    ptr: NonNull<u8>,
+    capacity: usize,
+}
+
+// SAFETY: the allocation is plain memory; each part of it is reached only through the one
+// `IoBuf` it belongs to (disjoint ranges), and `Allocation` itself only frees it.
+#[allow(unsafe_code)]
+unsafe impl Send for Allocation {}
+// SAFETY: `&Allocation` gives no access to the bytes.
+#[allow(unsafe_code)]
+unsafe impl Sync for Allocation {}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: allocated by IoBuf::alloc_zeroed with exactly this layout (capacity > 0:
+        // only non-empty buffers are split), freed once, when the last part is gone.
+        #[allow(unsafe_code)]
+        unsafe {
+            alloc::dealloc(self.ptr.as_ptr(), IoBuf::layout(self.capacity))
+        }
+    }
 }
 
 /// Used only for an aligned dangling pointer when the capacity is zero.
@@ -26,7 +62,8 @@ pub struct IoBuf {
 struct Page([u8; IO_ALIGN_BYTES]);
 const _: () = assert!(std::mem::align_of::<Page>() == IO_ALIGN_BYTES);
 
-// SAFETY: IoBuf owns its allocation exclusively (like Vec<u8>); &IoBuf only gives &[u8].
+// SAFETY: IoBuf owns its bytes exclusively (like Vec<u8>; a split part its disjoint
+// range); &IoBuf only gives &[u8].
 #[allow(unsafe_code)]
 unsafe impl Send for IoBuf {}
 // SAFETY: shared access is read-only through &[u8].
@@ -44,11 +81,76 @@ impl IoBuf {
                 ptr: NonNull::<Page>::dangling().cast(),
                 len: 0,
                 capacity: 0,
+                shared: None,
             };
         }
         let layout = Self::layout(capacity);
         let ptr = Self::alloc_zeroed(layout);
-        IoBuf { ptr, len, capacity }
+        IoBuf {
+            ptr,
+            len,
+            capacity,
+            shared: None,
+        }
+    }
+
+    /// Splits the buffer at `at`: `self` keeps bytes `[0, at)` (length and capacity `at`),
+    /// the returned buffer holds `[at, len)` with the rest of the capacity. No byte is
+    /// copied; both stay aligned. Panics unless `at` is a multiple of [`IO_ALIGN_BYTES`]
+    /// and at most `len` (a caller's bug, like slicing out of range).
+    pub fn split_off(&mut self, at: usize) -> IoBuf {
+        assert!(
+            at.is_multiple_of(IO_ALIGN_BYTES) && at <= self.len,
+            "IoBuf::split_off({at}) of a {}-byte buffer: not an aligned offset within it",
+            self.len
+        );
+        if at == self.capacity {
+            // Nothing of the allocation is left for the tail.
+            return IoBuf::new_zeroed(0);
+        }
+        let shared = self
+            .shared
+            .get_or_insert_with(|| {
+                Arc::new(Allocation {
+                    ptr: self.ptr,
+                    capacity: self.capacity,
+                })
+            })
+            .clone();
+        // SAFETY: at < capacity, so the pointer stays inside this buffer's part.
+        #[allow(unsafe_code)]
+        let tail_ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(at)) };
+        let tail = IoBuf {
+            ptr: tail_ptr,
+            len: self.len - at,
+            capacity: self.capacity - at,
+            shared: Some(shared),
+        };
+        self.len = at;
+        self.capacity = at;
+        tail
+    }
+
+    /// Joins `next` back onto the end of `self`: it must be the part split off right
+    /// after `self`'s (same allocation, adjacent), and `self` must be full (`len ==
+    /// capacity`). Otherwise `next` comes back unchanged.
+    pub fn unsplit(&mut self, next: IoBuf) -> Result<(), IoBuf> {
+        let same = match (&self.shared, &next.shared) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        let adjacent = self.ptr.as_ptr().wrapping_add(self.capacity) == next.ptr.as_ptr();
+        if next.capacity == 0 {
+            return Ok(());
+        }
+        if !same || !adjacent || self.len != self.capacity {
+            return Err(next);
+        }
+        self.len += next.len;
+        self.capacity += next.capacity;
+        // `next`'s range is now `self`'s; dropping it only releases its share.
+        drop(next);
+        Ok(())
     }
 
     /// A buffer holding a copy of `data`.
@@ -121,7 +223,8 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        if self.capacity != 0 {
+        // A part of a split allocation: the last part's `Arc` frees it.
+        if self.capacity != 0 && self.shared.is_none() {
             // SAFETY: ptr was allocated by alloc_zeroed with exactly this layout.
             #[allow(unsafe_code)]
             unsafe {
@@ -229,5 +332,84 @@ mod tests {
         assert_ne!(a.as_ptr(), b.as_ptr());
         assert_eq!(&*b, b"hello");
         assert!(format!("{a:?}").contains("len: 5"));
+    }
+
+    #[test]
+    fn split_parts_fill_independently_and_join_back() {
+        let page = IO_ALIGN_BYTES;
+        let mut buf = IoBuf::new_zeroed(5 * page + 100);
+        let base = buf.as_ptr();
+        let mut rest = buf.split_off(2 * page);
+        let tail = rest.split_off(page);
+        assert_eq!((buf.len(), buf.capacity()), (2 * page, 2 * page));
+        assert_eq!((rest.len(), rest.capacity()), (page, page));
+        assert_eq!((tail.len(), tail.capacity()), (2 * page + 100, 3 * page));
+        for (part, fill) in [(&mut buf, 1u8), (&mut rest, 2)] {
+            part.fill(fill);
+            assert_eq!(part.as_ptr() as usize % IO_ALIGN_BYTES, 0);
+        }
+        let mut tail = tail;
+        tail.fill(3);
+        // Joined out of order: refused, nothing lost.
+        let tail = buf.unsplit(tail).unwrap_err();
+        buf.unsplit(rest).unwrap();
+        buf.unsplit(tail).unwrap();
+        assert_eq!(buf.as_ptr(), base);
+        assert_eq!((buf.len(), buf.capacity()), (5 * page + 100, 6 * page));
+        assert!(buf[..2 * page].iter().all(|&b| b == 1));
+        assert!(buf[2 * page..3 * page].iter().all(|&b| b == 2));
+        assert!(buf[3 * page..].iter().all(|&b| b == 3));
+        // The joined buffer splits again and behaves as before.
+        let t = buf.split_off(page);
+        assert_eq!(t[0], 1);
+        buf.unsplit(t).unwrap();
+        assert_eq!(buf.len(), 5 * page + 100);
+    }
+
+    #[test]
+    fn parts_of_another_buffer_or_not_full_are_refused() {
+        let page = IO_ALIGN_BYTES;
+        let mut a = IoBuf::new_zeroed(2 * page);
+        let a2 = a.split_off(page);
+        let mut b = IoBuf::new_zeroed(2 * page);
+        let b2 = b.split_off(page);
+        let b2 = a.unsplit(b2).unwrap_err();
+        a.set_len(10);
+        let a2 = a.unsplit(a2).unwrap_err();
+        a.set_len(page);
+        a.unsplit(a2).unwrap();
+        b.unsplit(b2).unwrap();
+        assert_eq!((a.len(), b.len()), (2 * page, 2 * page));
+        // An unsplit buffer takes nothing.
+        let mut c = IoBuf::new_zeroed(page);
+        assert!(c.unsplit(IoBuf::new_zeroed(page)).is_err());
+    }
+
+    #[test]
+    fn parts_dropped_in_any_order_free_once() {
+        let page = IO_ALIGN_BYTES;
+        for order in [[0usize, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]] {
+            let mut a = IoBuf::new_zeroed(3 * page);
+            let mut b = a.split_off(page);
+            let c = b.split_off(page);
+            let mut parts = [Some(a), Some(b), Some(c)];
+            for i in order {
+                let mut p = parts[i].take().unwrap();
+                p.fill(9);
+                drop(p);
+            }
+        }
+        // Splitting at the very end leaves an empty tail that joins back as a no-op.
+        let mut d = IoBuf::new_zeroed(page);
+        let e = d.split_off(page);
+        assert_eq!((e.len(), e.capacity()), (0, 0));
+        d.unsplit(e).unwrap();
+        assert_eq!(d.len(), page);
+    }
+
+    #[test]
+    #[should_panic(expected = "not an aligned offset")]
+    fn split_off_unaligned_panics() {
+        IoBuf::new_zeroed(2 * IO_ALIGN_BYTES).split_off(100);
     }
 }

@@ -1,7 +1,7 @@
 //! The read path: direct member reads where the data is readable, row reconstruction
 //! (under the row lock) where it is not.
 
-use blockdev::{IoBuf, check_range};
+use blockdev::{IO_ALIGN_BYTES, IoBuf, check_range};
 
 use super::{Faults, Inner};
 use crate::error::{Result, VolumeError};
@@ -127,6 +127,10 @@ impl Inner {
                 .map_err(|f| (None, vec![f]));
         }
 
+        if degraded.is_empty() && zero_copy_fits(&pieces) {
+            return self.read_split(topo, &pieces, buf).await;
+        }
+
         let directs = merge(pieces);
         let direct_futs = directs.into_iter().map(|d| async move {
             let b = self
@@ -174,6 +178,39 @@ impl Inner {
             }
         }
         Ok(buf)
+    }
+
+    /// Reads `pieces` (which [`zero_copy_fits`]) from their members concurrently, each
+    /// straight into its part of `buf` ([`IoBuf::split_off`]): no bounce buffer, no copy.
+    async fn read_split(
+        &self,
+        topo: &Topology,
+        pieces: &[(usize, u64, usize, usize)],
+        mut buf: IoBuf,
+    ) -> std::result::Result<IoBuf, (Option<IoBuf>, Faults)> {
+        let mut parts = Vec::with_capacity(pieces.len());
+        for &(_, _, len, _) in &pieces[..pieces.len() - 1] {
+            let rest = buf.split_off(len);
+            parts.push(std::mem::replace(&mut buf, rest));
+        }
+        parts.push(buf);
+        let reads = pieces
+            .iter()
+            .zip(parts)
+            .map(|(&(member, moff, _, _), part)| self.mread(topo, member, moff, part));
+        let mut faults: Faults = Vec::new();
+        let mut filled = Vec::with_capacity(pieces.len());
+        for r in futures::future::join_all(reads).await {
+            match r {
+                Ok(b) => filled.push(b),
+                Err(f) => faults.push(f),
+            }
+        }
+        if !faults.is_empty() {
+            // The parts that came back are dropped; a retry reads into a new buffer.
+            return Err((None, faults));
+        }
+        Ok(join_parts(filled))
     }
 
     /// Reads volume bytes `[start, end)` (inside `row`) by reconstruction from the row's
@@ -291,6 +328,62 @@ impl Inner {
     }
 }
 
+/// Whether a healthy multi-piece read goes straight into parts of the caller's buffer:
+/// every piece is a read of its own anyway (merging would not join any two on one
+/// member), and each boundary between pieces is aligned so the buffer can be split there
+/// (pieces come in volume order and cover the buffer).
+fn zero_copy_fits(pieces: &[(usize, u64, usize, usize)]) -> bool {
+    // Large reads over many chunks merge per member instead (fewer, larger member reads).
+    if !(2..=MAX_SPLIT_PIECES).contains(&pieces.len()) {
+        return false;
+    }
+    let mut next_dst = 0;
+    for (i, &(member, moff, len, dst)) in pieces.iter().enumerate() {
+        if dst != next_dst || (i > 0 && !dst.is_multiple_of(IO_ALIGN_BYTES)) {
+            return false;
+        }
+        let joins_another = pieces[..i]
+            .iter()
+            .any(|&(m, o, l, _)| m == member && (o + l as u64 == moff || moff + len as u64 == o));
+        if joins_another {
+            return false;
+        }
+        next_dst = dst + len;
+    }
+    true
+}
+
+/// Most parts a read is split into (bounds the quadratic check above).
+const MAX_SPLIT_PIECES: usize = 32;
+
+/// The parts of a split buffer, back in one piece. A device may give back another
+/// buffer than the part it was handed (the trait allows it): then the bytes are copied.
+fn join_parts(parts: Vec<IoBuf>) -> IoBuf {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut parts = parts.into_iter();
+    let Some(mut whole) = parts.next() else {
+        return IoBuf::new_zeroed(0);
+    };
+    let mut copied: Option<IoBuf> = None;
+    for p in parts {
+        if let Some(c) = copied.as_mut() {
+            let at = c.len();
+            c.set_len(at + p.len());
+            c[at..].copy_from_slice(&p);
+            continue;
+        }
+        if let Err(p) = whole.unsplit(p) {
+            let mut c = IoBuf::new_zeroed(total);
+            let at = whole.len();
+            c.set_len(at + p.len());
+            c[..at].copy_from_slice(&whole);
+            c[at..].copy_from_slice(&p);
+            copied = Some(c);
+        }
+    }
+    copied.unwrap_or(whole)
+}
+
 /// Merges pieces into one read per contiguous member range.
 fn merge(mut pieces: Vec<(usize, u64, usize, usize)>) -> Vec<Direct> {
     pieces.sort_by_key(|&(member, moff, _, _)| (member, moff));
@@ -310,4 +403,66 @@ fn merge(mut pieces: Vec<(usize, u64, usize, usize)>) -> Vec<Direct> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: usize = IO_ALIGN_BYTES;
+
+    #[test]
+    fn split_only_where_every_piece_is_its_own_aligned_read() {
+        // RAID-5 style: two chunks on two members, back to back in the buffer.
+        assert!(zero_copy_fits(&[(0, 0, 16 * P, 0), (1, 0, 16 * P, 16 * P)]));
+        // A last piece of any length is fine (the buffer is not split after it).
+        assert!(zero_copy_fits(&[(0, 0, P, 0), (1, 0, 100, P)]));
+        // One piece: the plain single read, not this path.
+        assert!(!zero_copy_fits(&[(0, 0, P, 0)]));
+        // A boundary off alignment cannot be split.
+        assert!(!zero_copy_fits(&[(0, 0, 512, 0), (1, 0, P, 512)]));
+        // Two pieces adjacent on one member merge into one read instead.
+        assert!(!zero_copy_fits(&[
+            (0, 0, P, 0),
+            (1, 0, P, P),
+            (0, P as u64, P, 2 * P)
+        ]));
+        assert!(!zero_copy_fits(&[
+            (0, P as u64, P, 0),
+            (1, 0, P, P),
+            (0, 0, P, 2 * P)
+        ]));
+        // Pieces on one member that do not touch stay separate reads.
+        assert!(zero_copy_fits(&[(0, 0, P, 0), (0, 4 * P as u64, P, P)]));
+        // Not covering the buffer in order.
+        assert!(!zero_copy_fits(&[(0, 0, P, P), (1, 0, P, 0)]));
+    }
+
+    #[test]
+    fn parts_join_back_without_a_copy_or_with_one_when_a_device_swapped_its_buffer() {
+        let mut whole = IoBuf::new_zeroed(3 * P);
+        let base = whole.as_ptr();
+        let mut b = whole.split_off(P);
+        let c = b.split_off(P);
+        let mut parts = vec![whole, b, c];
+        for (i, p) in parts.iter_mut().enumerate() {
+            p.fill(i as u8 + 1);
+        }
+        let joined = join_parts(parts);
+        assert_eq!(joined.as_ptr(), base, "joined in place");
+        let want: Vec<u8> = [1u8, 2, 3].iter().flat_map(|&v| vec![v; P]).collect();
+        assert_eq!(&joined[..], &want[..]);
+
+        // The middle part came back as a buffer of the device's own.
+        let mut whole = IoBuf::new_zeroed(3 * P);
+        let mut b = whole.split_off(P);
+        let c = b.split_off(P);
+        drop(b);
+        let parts = vec![whole, IoBuf::from_slice(&[7u8; P]), c];
+        let joined = join_parts(parts);
+        assert_eq!(joined.len(), 3 * P);
+        assert!(joined[..P].iter().all(|&v| v == 0));
+        assert!(joined[P..2 * P].iter().all(|&v| v == 7));
+        assert!(joined[2 * P..].iter().all(|&v| v == 0));
+    }
 }
