@@ -8,7 +8,6 @@
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use s3s::crypto::Checksum;
 
 use super::ObjectLayer;
 use crate::checksum::{Algorithm, Hasher};
@@ -151,7 +150,7 @@ impl ObjectLayer {
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: BodyFault,
     {
-        let mut md5 = s3s::crypto::Md5::new();
+        let mut md5 = md5x::StreamMd5::new();
         let mut hasher = req.checksum.map(Hasher::new);
         let mut size = 0u64;
         let mut buf = BytesMut::new();
@@ -165,7 +164,9 @@ impl ObjectLayer {
                         max_bytes: req.max_bytes,
                     });
                 }
-                md5.update(&chunk);
+                // Pieces of 16 KiB or more go to the shared MD5 lanes, where up to
+                // eight uploads are hashed at once (md5x); smaller ones in place.
+                md5.update(chunk.clone()).await;
                 if let Some(h) = hasher.as_mut() {
                     h.update(&chunk);
                 }
@@ -195,7 +196,7 @@ impl ObjectLayer {
             Ok(())
         }
         .await;
-        let md5: [u8; 16] = md5.finalize();
+        let md5 = md5.finalize();
         let checksum = req.checksum.zip(hasher.map(Hasher::finalize));
         match (result, writing) {
             (Ok(()), None) => Ok(Ingested {
