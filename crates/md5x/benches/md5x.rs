@@ -17,6 +17,7 @@ use bytes::Bytes;
 use md5::Digest;
 use md5x::{Md5, Md5Lanes, StreamMd5};
 use serde_json::json;
+use testkit::stats::median;
 
 const MIB: usize = 1 << 20;
 
@@ -25,11 +26,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn data(len: usize) -> Vec<u8> {
@@ -164,15 +160,10 @@ fn main() {
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
     println!("{text}");
     if full {
-        let out = std::env::var("MD5X_BENCH_OUT").unwrap_or_else(|_| {
-            let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-            format!("{target}/bench/md5x.json")
-        });
-        if let Some(dir) = std::path::Path::new(&out).parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Err(e) = std::fs::write(&out, text) {
-            eprintln!("md5x bench: cannot write {out}: {e}");
+        let out =
+            testkit::bench::output_path("MD5X_BENCH_OUT", env!("CARGO_TARGET_TMPDIR"), "md5x.json");
+        if let Err(e) = testkit::bench::write_report(&out, &text) {
+            eprintln!("md5x bench: cannot write {}: {e}", out.display());
         }
     }
 }

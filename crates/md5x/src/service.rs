@@ -280,15 +280,7 @@ mod tests {
     }
 
     fn data(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        testkit::data::pattern(len, seed)
     }
 
     #[cfg(target_arch = "x86_64")]
