@@ -53,6 +53,8 @@ pub struct IoFuture<'a, T> {
     _pinned: PhantomPinned,
     /// Who is told when the operation completes (telemetry wrappers), innermost first.
     observers: [Option<Observation<'a>>; MAX_OBSERVERS],
+    /// Applied to an error result before the observers see it ([`IoFuture::map_err`]).
+    map_err: Option<fn(BlockError) -> BlockError>,
 }
 
 /// Observers an [`IoFuture`] carries without a wrapper future (a drive and a namespace on
@@ -183,7 +185,21 @@ impl<'a, T> IoFuture<'a, T> {
             _not_sync: PhantomData,
             _pinned: PhantomPinned,
             observers: [None; MAX_OBSERVERS],
+            map_err: None,
         }
+    }
+
+    /// Turns an error result into `f`'s (a layer that only renames errors, with no future
+    /// of its own). Kept in the future itself; a second map boxes a wrapper.
+    pub fn map_err(mut self, f: fn(BlockError) -> BlockError) -> Self
+    where
+        T: Send + 'a,
+    {
+        if self.map_err.is_none() {
+            self.map_err = Some(f);
+            return self;
+        }
+        IoFuture::boxed(async move { self.await.map_err(f) })
     }
 
     /// Tells `observer` when this operation completes: `begin` now, `end` with the
@@ -238,6 +254,10 @@ impl<T> Future for IoFuture<'_, T> {
         // SAFETY: as above: the storage holds the pinned future `poll` was made for.
         #[allow(unsafe_code)]
         let r = unsafe { (this.poll)(this.storage.0.as_mut_ptr().cast(), cx) };
+        let r = match (r, this.map_err) {
+            (Poll::Ready(Err(e)), Some(f)) => Poll::Ready(Err(f(e))),
+            (r, _) => r,
+        };
         if let Poll::Ready(result) = &r {
             for o in this.observers.iter_mut() {
                 if let Some(o) = o.take() {
@@ -424,6 +444,57 @@ mod tests {
         assert_eq!(leak.begun.load(Ordering::SeqCst), 4);
         assert_eq!(leak.cancelled.load(Ordering::SeqCst), 4);
         assert_eq!(leak.ended.load(Ordering::SeqCst), 0);
+    }
+
+    /// Records the error kinds it saw end.
+    #[derive(Default)]
+    struct LastError(std::sync::Mutex<Option<String>>);
+
+    impl IoObserver for LastError {
+        fn begin(&self) -> u64 {
+            0
+        }
+        fn end(&self, _op: IoOp, _bytes: u64, _token: u64, error: Option<&BlockError>) {
+            *self.0.lock().unwrap() = error.map(|e| format!("{e:?}"));
+        }
+        fn cancelled(&self, _token: u64) {}
+    }
+
+    #[tokio::test]
+    async fn map_err_renames_errors_inline_and_observers_see_the_new_one() {
+        fn to_unavailable(e: BlockError) -> BlockError {
+            BlockError::Unavailable(format!("renamed {e:?}"))
+        }
+        fn to_timeout(_: BlockError) -> BlockError {
+            BlockError::Timeout
+        }
+        let seen = LastError::default();
+        let f = IoFuture::<()>::ready(Err(BlockError::Closed))
+            .map_err(to_unavailable)
+            .observed(&seen, IoOp::Read, 0);
+        assert!(f.is_inline(), "one map rides in the future itself");
+        let e = f.await.unwrap_err();
+        assert!(
+            matches!(&e, BlockError::Unavailable(m) if m.contains("Closed")),
+            "{e:?}"
+        );
+        assert!(
+            seen.0
+                .lock()
+                .unwrap()
+                .as_deref()
+                .unwrap()
+                .contains("Unavailable")
+        );
+        // Success passes untouched.
+        let f = IoFuture::ready(Ok(5u8)).map_err(to_unavailable);
+        assert_eq!(f.await.unwrap(), 5);
+        // A second map wraps the first: both apply, in order.
+        let f = IoFuture::<()>::ready(Err(BlockError::Closed))
+            .map_err(to_unavailable)
+            .map_err(to_timeout);
+        assert!(!f.is_inline());
+        assert!(matches!(f.await, Err(BlockError::Timeout)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use blockdev::{BlockDevice, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
+use blockdev::{BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -421,6 +421,45 @@ fn block_err(e: VolumeError) -> blockdev::BlockError {
     e.into()
 }
 
+impl Volume {
+    async fn read_io(&self, offset_bytes: u64, buf: IoBuf) -> Result<IoBuf, BlockError> {
+        match &self.log {
+            Some(log) => log.read(offset_bytes, buf).await,
+            None => self.inner.read_volume(offset_bytes, buf).await,
+        }
+        .map_err(block_err)
+    }
+
+    async fn write_io(
+        &self,
+        offset_bytes: u64,
+        buf: IoBuf,
+        flags: WriteFlags,
+    ) -> Result<IoBuf, BlockError> {
+        match &self.log {
+            Some(log) => log.write(offset_bytes, buf, flags.fua).await,
+            None => self.inner.write_volume(offset_bytes, buf, flags.fua).await,
+        }
+        .map_err(block_err)
+    }
+
+    /// [`BlockDevice::read`] holding its own reference to the volume, for a caller that
+    /// lends the volume out of a lock (the one future, no wrapper around it).
+    pub fn read_shared(self: Arc<Self>, offset_bytes: u64, buf: IoBuf) -> IoFuture<'static, IoBuf> {
+        IoFuture::new(async move { self.read_io(offset_bytes, buf).await })
+    }
+
+    /// [`BlockDevice::write`] holding its own reference to the volume.
+    pub fn write_shared(
+        self: Arc<Self>,
+        offset_bytes: u64,
+        buf: IoBuf,
+        flags: WriteFlags,
+    ) -> IoFuture<'static, IoBuf> {
+        IoFuture::new(async move { self.write_io(offset_bytes, buf, flags).await })
+    }
+}
+
 impl BlockDevice for Volume {
     fn info(&self) -> &DeviceInfo {
         match &self.log {
@@ -430,23 +469,11 @@ impl BlockDevice for Volume {
     }
 
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            match &self.log {
-                Some(log) => log.read(offset_bytes, buf).await,
-                None => self.inner.read_volume(offset_bytes, buf).await,
-            }
-            .map_err(block_err)
-        })
+        IoFuture::new(self.read_io(offset_bytes, buf))
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            match &self.log {
-                Some(log) => log.write(offset_bytes, buf, flags.fua).await,
-                None => self.inner.write_volume(offset_bytes, buf, flags.fua).await,
-            }
-            .map_err(block_err)
-        })
+        IoFuture::new(self.write_io(offset_bytes, buf, flags))
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {

@@ -10,8 +10,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use blockdev::{
-    BlockDevice, BlockError, DeviceInfo, DeviceKind, DeviceStats, IoBuf, IoFuture, StatsCounters,
-    WriteFlags, check_range,
+    BlockDevice, BlockError, DeviceInfo, DeviceKind, DeviceStats, IoBuf, IoFuture, IoObserver,
+    IoOp, StatsCounters, WriteFlags, check_range,
 };
 use tokio::sync::Notify;
 use volume::Volume;
@@ -20,9 +20,46 @@ use volume::Volume;
 pub struct ExportDevice {
     info: DeviceInfo,
     volume: RwLock<Option<Arc<Volume>>>,
+    acct: Accounting,
+}
+
+/// I/O in the volume (for a handoff's drain) and what completed.
+struct Accounting {
     inflight: AtomicUsize,
     idle: Notify,
     stats: StatsCounters,
+}
+
+impl Accounting {
+    /// An I/O that entered the volume ended or was dropped.
+    fn leave(&self) {
+        if self.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+/// Rides in the future of a read or write that entered the volume (no wrapper future, no
+/// allocation of its own): counts it done, and out of the volume even when dropped.
+impl IoObserver for Accounting {
+    fn begin(&self) -> u64 {
+        0
+    }
+
+    fn end(&self, op: IoOp, bytes: u64, _token: u64, error: Option<&BlockError>) {
+        if error.is_none() {
+            match op {
+                IoOp::Read => self.stats.record_read(bytes),
+                IoOp::Write => self.stats.record_write(bytes),
+                _ => {}
+            }
+        }
+        self.leave();
+    }
+
+    fn cancelled(&self, _token: u64) {
+        self.leave();
+    }
 }
 
 /// What host I/O to a volume that is not served here fails with (the target turns it
@@ -42,14 +79,12 @@ fn to_host(e: BlockError) -> BlockError {
     }
 }
 
-/// Decrements the in-flight count when an I/O ends (or is cancelled).
-struct Inflight<'a>(&'a ExportDevice);
+/// Leaves the in-flight count when a flush, write-zeroes or discard ends (or is dropped).
+struct Inflight<'a>(&'a Accounting);
 
 impl Drop for Inflight<'_> {
     fn drop(&mut self) {
-        if self.0.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
+        self.0.leave();
     }
 }
 
@@ -70,9 +105,11 @@ impl ExportDevice {
                 rotational: false,
             },
             volume: RwLock::new(None),
-            inflight: AtomicUsize::new(0),
-            idle: Notify::new(),
-            stats: StatsCounters::new(),
+            acct: Accounting {
+                inflight: AtomicUsize::new(0),
+                idle: Notify::new(),
+                stats: StatsCounters::new(),
+            },
         }
     }
 
@@ -99,14 +136,14 @@ impl ExportDevice {
 
     /// I/O in the volume right now.
     pub fn inflight(&self) -> usize {
-        self.inflight.load(Ordering::Acquire)
+        self.acct.inflight.load(Ordering::Acquire)
     }
 
     /// Waits until no I/O is in the volume, at most `timeout`; whether it drained.
     pub async fn drain(&self, timeout: Duration) -> bool {
         let wait = async {
             loop {
-                let idle = self.idle.notified();
+                let idle = self.acct.idle.notified();
                 if self.inflight() == 0 {
                     return;
                 }
@@ -116,20 +153,27 @@ impl ExportDevice {
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
-    /// The attached volume with the in-flight count raised, or "not served here".
-    fn enter(
-        &self,
-        offset_bytes: u64,
-        len_bytes: u64,
-    ) -> Result<(Arc<Volume>, Inflight<'_>), BlockError> {
+    /// The attached volume with the in-flight count raised (the caller leaves it through
+    /// [`Accounting`]), or "not served here".
+    fn enter(&self, offset_bytes: u64, len_bytes: u64) -> Result<Arc<Volume>, BlockError> {
         check_range(&self.info, offset_bytes, len_bytes)?;
         let guard = self.volume.read().unwrap_or_else(|p| p.into_inner());
         let Some(v) = guard.as_ref() else {
             return Err(unavailable("this processor node does not own the volume"));
         };
         // Raised under the lock: `detach` + `drain` then sees every I/O that got a volume.
-        self.inflight.fetch_add(1, Ordering::AcqRel);
-        Ok((v.clone(), Inflight(self)))
+        self.acct.inflight.fetch_add(1, Ordering::AcqRel);
+        Ok(v.clone())
+    }
+
+    /// `enter` for an operation run in a future of its own, left when that ends.
+    fn enter_guarded(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(Arc<Volume>, Inflight<'_>), BlockError> {
+        let v = self.enter(offset_bytes, len_bytes)?;
+        Ok((v, Inflight(&self.acct)))
     }
 }
 
@@ -138,40 +182,41 @@ impl BlockDevice for ExportDevice {
         &self.info
     }
 
+    // Reads and writes: the volume's own future, renamed errors and the accounting riding
+    // in it (one allocation per I/O, the volume engine's).
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            let (v, _g) = self.enter(offset_bytes, buf.len() as u64)?;
-            let len = buf.len() as u64;
-            let r = v.read(offset_bytes, buf).await.map_err(to_host);
-            if r.is_ok() {
-                self.stats.record_read(len);
-            }
-            r
-        })
+        let len = buf.len() as u64;
+        match self.enter(offset_bytes, len) {
+            Ok(v) => v.read_shared(offset_bytes, buf).map_err(to_host).observed(
+                &self.acct,
+                IoOp::Read,
+                len,
+            ),
+            Err(e) => IoFuture::ready(Err(e)),
+        }
     }
 
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            let (v, _g) = self.enter(offset_bytes, buf.len() as u64)?;
-            let len = buf.len() as u64;
-            let r = v.write(offset_bytes, buf, flags).await.map_err(to_host);
-            if r.is_ok() {
-                self.stats.record_write(len);
-            }
-            r
-        })
+        let len = buf.len() as u64;
+        match self.enter(offset_bytes, len) {
+            Ok(v) => v
+                .write_shared(offset_bytes, buf, flags)
+                .map_err(to_host)
+                .observed(&self.acct, IoOp::Write, len),
+            Err(e) => IoFuture::ready(Err(e)),
+        }
     }
 
     fn flush(&self) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
-            let (v, _g) = self.enter(0, 0)?;
+            let (v, _g) = self.enter_guarded(0, 0)?;
             v.flush().await.map_err(to_host)
         })
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
-            let (v, _g) = self.enter(offset_bytes, len_bytes)?;
+            let (v, _g) = self.enter_guarded(offset_bytes, len_bytes)?;
             v.write_zeroes(offset_bytes, len_bytes)
                 .await
                 .map_err(to_host)
@@ -180,13 +225,13 @@ impl BlockDevice for ExportDevice {
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
-            let (v, _g) = self.enter(offset_bytes, len_bytes)?;
+            let (v, _g) = self.enter_guarded(offset_bytes, len_bytes)?;
             v.discard(offset_bytes, len_bytes).await.map_err(to_host)
         })
     }
 
     fn stats(&self) -> DeviceStats {
-        self.stats.snapshot()
+        self.acct.stats.snapshot()
     }
 }
 
@@ -252,7 +297,7 @@ mod tests {
         let dev = Arc::new(ExportDevice::new("v", 1 << 20, 4096));
         let (v, guard) = {
             dev.attach(ram_volume().await);
-            dev.enter(0, 4096).expect("attached")
+            dev.enter_guarded(0, 4096).expect("attached")
         };
         assert_eq!(dev.inflight(), 1);
         dev.detach();
@@ -266,5 +311,25 @@ mod tests {
         drop(guard);
         assert!(waiter.await.expect("join"));
         drop(v);
+    }
+
+    #[tokio::test]
+    async fn a_read_or_write_dropped_unfinished_leaves_the_volume() {
+        let dev = ExportDevice::new("v", 1 << 20, 4096);
+        dev.attach(ram_volume().await);
+        let read = dev.read(0, IoBuf::new_zeroed(4096));
+        let write = dev.write(0, IoBuf::new_zeroed(4096), WriteFlags::default());
+        assert_eq!(dev.inflight(), 2);
+        drop(read);
+        drop(write);
+        assert_eq!(dev.inflight(), 0);
+        assert!(dev.drain(Duration::from_millis(10)).await);
+        // Finished ones leave it too, and only successes are counted.
+        dev.read(0, IoBuf::new_zeroed(4096)).await.expect("read");
+        dev.read(1 << 20, IoBuf::new_zeroed(4096))
+            .await
+            .expect_err("beyond the end");
+        assert_eq!(dev.inflight(), 0);
+        assert_eq!(dev.stats().read_ops, 1);
     }
 }

@@ -7,7 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use blockdev::{BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, WriteFlags};
+use blockdev::{
+    BlockDevice, BlockError, DeviceInfo, DeviceStats, IoBuf, IoFuture, IoObserver, IoOp, WriteFlags,
+};
 use meta::schema::{NODES, list_json};
 use nvmf_host::{ConcatOptions, ConnectOptions, NvmeTcpUrl, RemoteNamespace};
 use tokio::sync::watch;
@@ -93,30 +95,59 @@ impl MemberDevice {
     fn seen<T>(&self, r: Result<T, BlockError>) -> Result<T, BlockError> {
         // nvmf-host reports NVMe Reservation Conflict (and preempt-and-abort) as this.
         if let Err(BlockError::ReservationConflict) = &r {
-            self.latch.close(&format!(
-                "{}: reservation conflict (fenced)",
-                self.info.name
-            ));
+            self.fence();
         }
         r
     }
+
+    fn fence(&self) {
+        self.latch.close(&format!(
+            "{}: reservation conflict (fenced)",
+            self.info.name
+        ));
+    }
+}
+
+/// Watches the member's reads and writes for the Reservation Conflict that fences.
+impl IoObserver for MemberDevice {
+    fn begin(&self) -> u64 {
+        0
+    }
+
+    fn end(&self, _op: IoOp, _bytes: u64, _token: u64, error: Option<&BlockError>) {
+        if let Some(BlockError::ReservationConflict) = error {
+            self.fence();
+        }
+    }
+
+    fn cancelled(&self, _token: u64) {}
 }
 
 impl BlockDevice for MemberDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
+    // Reads and writes: the namespace's own future with the latch watching it (no wrapper
+    // future: nothing is allocated per member I/O).
     fn read(&self, offset_bytes: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            self.check()?;
-            self.seen(self.ns.read(offset_bytes, buf).await)
-        })
+        let len = buf.len() as u64;
+        match self.check() {
+            Ok(()) => self
+                .ns
+                .read(offset_bytes, buf)
+                .observed(self, IoOp::Read, len),
+            Err(e) => IoFuture::ready(Err(e)),
+        }
     }
     fn write(&self, offset_bytes: u64, buf: IoBuf, flags: WriteFlags) -> IoFuture<'_, IoBuf> {
-        IoFuture::new(async move {
-            self.check()?;
-            self.seen(self.ns.write(offset_bytes, buf, flags).await)
-        })
+        let len = buf.len() as u64;
+        match self.check() {
+            Ok(()) => self
+                .ns
+                .write(offset_bytes, buf, flags)
+                .observed(self, IoOp::Write, len),
+            Err(e) => IoFuture::ready(Err(e)),
+        }
     }
     fn flush(&self) -> IoFuture<'_, ()> {
         IoFuture::new(async move {
