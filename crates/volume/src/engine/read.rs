@@ -68,6 +68,22 @@ impl Inner {
         mut buf: IoBuf,
     ) -> std::result::Result<IoBuf, (Option<IoBuf>, Faults)> {
         let su = self.su();
+        // The common small read: inside one chunk of a rotating layout, on a readable
+        // member, read straight into the caller's buffer (no plan to allocate).
+        if let Family::Rotating { .. } = self.geo.family() {
+            let len = buf.len() as u64;
+            let chunk = offset_bytes / su;
+            if (offset_bytes + len - 1) / su == chunk {
+                let (member, row) = self.geo.chunk_location(chunk, 0);
+                let moff = row * su + offset_bytes % su;
+                if topo.readable(member, moff + len) {
+                    return self
+                        .mread(topo, member, moff, buf)
+                        .await
+                        .map_err(|f| (None, vec![f]));
+                }
+            }
+        }
         let mut pieces: Vec<(usize, u64, usize, usize)> = Vec::new(); // member, moff, len, dst
         let mut degraded: Vec<(u64, u64, u64)> = Vec::new(); // row, vol start, vol end
         match self.geo.family() {
