@@ -465,13 +465,10 @@ fn aws_cli_against_ferrobay_up_tls() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().join("data");
-    let tls_port = testkit::net::free_port().expect("port").to_string();
-    let (mut up, e) = start_up_with(
-        &data_dir,
-        up_ports(),
-        dir.path().join("up.log"),
-        &["--tls", "--tls-port", &tls_port],
-    );
+    let (_, mut up, e) = start_up_fresh(&data_dir, dir.path().join("up.log"), || {
+        let tls_port = testkit::net::free_port().expect("port").to_string();
+        vec!["--tls".into(), "--tls-port".into(), tls_port]
+    });
     assert!(e.url.starts_with("https://"), "{}", up.log());
     let ca = data_dir
         .canonicalize()
@@ -668,19 +665,54 @@ fn start_up_with(
 ) -> (common::up::Up, Endpoint) {
     let mut up = common::up::Up::start_ports(data_dir, ports.0, ports.1, log, extra);
     up.wait_connect_line();
+    let e = endpoint_of(&up);
+    (up, e)
+}
+
+/// The S3 endpoint and key pair a ready `up` printed.
+fn endpoint_of(up: &common::up::Up) -> Endpoint {
     let s3 = up.s3();
     assert_eq!(s3.region, "us-east-1");
-    let e = Endpoint {
+    Endpoint {
         url: s3.endpoint,
         access_key: s3.access_key,
         secret_key: s3.secret_key,
-    };
-    (up, e)
+    }
 }
 
 fn up_ports() -> (u16, u16) {
     let p = testkit::net::free_ports(2).expect("ports");
     (p[0], p[1])
+}
+
+/// [`start_up_with`] on fresh ports (NVMe/TCP, S3 and the ones `extra` names), into a
+/// new `data_dir`. The ports were free a moment before `up` binds them, and another
+/// test's outgoing connection may take one as its local port meanwhile: then `up` says
+/// the port is in use and it runs again on new ports. Returns the ports it runs on.
+fn start_up_fresh(
+    data_dir: &Path,
+    log: PathBuf,
+    extra: impl Fn() -> Vec<String>,
+) -> ((u16, u16), common::up::Up, Endpoint) {
+    const TRIES: usize = 4;
+    for attempt in 1..=TRIES {
+        let _ = std::fs::remove_dir_all(data_dir);
+        let ports = up_ports();
+        let extra = extra();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut up = common::up::Up::start_ports(data_dir, ports.0, ports.1, log.clone(), &extra);
+        match up.wait_ready() {
+            Ok(_) => {
+                let e = endpoint_of(&up);
+                return (ports, up, e);
+            }
+            Err(why) if why.contains("already in use") && attempt < TRIES => {
+                eprintln!("ferrobay up: a port was taken meanwhile, again on new ports");
+            }
+            Err(why) => panic!("{why}"),
+        }
+    }
+    unreachable!("the last try panics or returns")
 }
 
 /// The gateway `ferrobay up` starts (EC 2+1 on the KV namespaces of its three storage
@@ -692,7 +724,7 @@ fn boto3_suite_against_ferrobay_up() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().join("data");
-    let (mut up, root) = start_up(&data_dir, up_ports(), dir.path().join("up.log"));
+    let (_, mut up, root) = start_up_fresh(&data_dir, dir.path().join("up.log"), Vec::new);
     let index = format!("sqlite:{}", data_dir.join("s3/index.db").display());
     let alt = add_key(&index, "ALTUSER");
     run_boto3_suite(&root, alt, &|| up.log());
@@ -709,8 +741,7 @@ fn aws_cli_against_ferrobay_up_and_its_restart() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().join("data");
-    let ports = up_ports();
-    let (mut up, e) = start_up(&data_dir, ports, dir.path().join("up1.log"));
+    let (ports, mut up, e) = start_up_fresh(&data_dir, dir.path().join("up1.log"), Vec::new);
     assert!(
         up.stdout
             .iter()

@@ -99,6 +99,11 @@ impl Up {
     /// The words of the `nvme connect ...` line, once the ready message is complete
     /// (up to "Press Ctrl-C").
     pub fn wait_connect_line(&mut self) -> Vec<String> {
+        self.wait_ready().unwrap_or_else(|log| panic!("{log}"))
+    }
+
+    /// [`Up::wait_connect_line`], or what `up` said if it exited before it was ready.
+    pub fn wait_ready(&mut self) -> Result<Vec<String>, String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut connect = None;
         loop {
@@ -110,17 +115,18 @@ impl Up {
                     let done = line.contains("Ctrl-C");
                     self.stdout.push(line);
                     if done {
-                        return connect
-                            .unwrap_or_else(|| panic!("no connect line:\n{}", self.log()));
+                        return Ok(
+                            connect.unwrap_or_else(|| panic!("no connect line:\n{}", self.log()))
+                        );
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = self.child.wait().expect("wait");
-                    panic!(
+                    return Err(format!(
                         "ferrobay up exited ({status}) before ready:\n{}",
                         self.log()
-                    );
+                    ));
                 }
             }
             assert!(
