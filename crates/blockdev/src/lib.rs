@@ -6,6 +6,7 @@
 //! leave the kernel writing into freed memory.
 
 mod atomic_file;
+mod busy_poll;
 mod crash;
 mod device;
 mod error;
@@ -20,6 +21,7 @@ mod spec;
 mod stats;
 
 pub use atomic_file::write_atomic;
+pub use busy_poll::{BusyPoll, MAX_BUSY_POLL_US};
 pub use crash::{CrashRecorder, PendingWriteInfo, WriteChoice};
 pub use device::{
     BlockDevice, DEFAULT_MAX_IO_BYTES, DeviceInfo, DeviceKind, IoFuture, IoObserver, IoOp,

@@ -27,6 +27,10 @@
 //!   ratios are ferrobay / SPDK, with CPU per I/O of each initiator and of the node. Runs
 //!   only when `FERROBAY_BENCH_SPDK_PERF` names a `spdk_nvme_perf` built outside this repo
 //!   (`FERROBAY_BENCH_SPDK_PERF_ARGS`: more perf arguments); needs `stdbuf`.
+//! - E. busy polling: an event-driven and a `--busy-poll-us` node, each driven by
+//!   `ferrobay bench` without and with `--busy-poll-us` (QD 1 and the loads of A); ratios
+//!   polling / event-driven for the target, the initiator and both (`FERROBAY_BENCH_POLL=0`
+//!   skips it, `FERROBAY_BENCH_POLL_US` sets the window, default 500).
 //!
 //! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
@@ -49,6 +53,8 @@ mod initiators;
 mod load;
 #[path = "storage_node/native.rs"]
 mod native;
+#[path = "storage_node/polling.rs"]
+mod polling;
 #[path = "storage_node/spdk.rs"]
 mod spdk;
 #[path = "storage_node/spdk_target.rs"]
@@ -66,7 +72,7 @@ use serde::Serialize;
 pub use workload::{Settings, WORKLOADS, Workload};
 
 /// Version of the JSON layout below.
-const SCHEMA: &str = "ferrobay.bench.storage_node/3";
+const SCHEMA: &str = "ferrobay.bench.storage_node/4";
 
 #[derive(Debug, Serialize)]
 struct Output {
@@ -79,6 +85,7 @@ struct Output {
     guest: guest::GuestSection,
     spdk: spdk::SpdkSection,
     initiators: initiators::InitiatorsSection,
+    polling: polling::PollingSection,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +118,7 @@ fn main() -> ExitCode {
     let native = runtime.block_on(native::run(&binary, &settings));
     let spdk = runtime.block_on(spdk::run(&binary, &settings));
     let initiators = initiators::run(&binary, &settings);
+    let polling = polling::run(&binary, &settings, full);
     let guest = if settings.guest {
         guest::run(&binary, &settings)
     } else {
@@ -137,6 +145,7 @@ fn main() -> ExitCode {
         guest,
         spdk,
         initiators,
+        polling,
     };
     let json = match serde_json::to_string_pretty(&out) {
         Ok(j) => j,
@@ -159,11 +168,13 @@ fn main() -> ExitCode {
     }
     eprint!("{}", table::render(&out.native, &out.guest, &out.spdk));
     eprint!("{}", initiators::render(&out.initiators));
+    eprint!("{}", polling::render(&out.polling));
 
     let failed = out.native.error.is_some()
         || out.guest.error.is_some()
         || out.spdk.error.is_some()
-        || out.initiators.error.is_some();
+        || out.initiators.error.is_some()
+        || out.polling.error.is_some();
     if failed {
         ExitCode::FAILURE
     } else {

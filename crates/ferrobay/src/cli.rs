@@ -73,6 +73,22 @@ pub enum Command {
     GenCert(GenCertArgs),
 }
 
+impl Command {
+    /// Busy polling asked for on the command line (microseconds, 0: none). The runtime
+    /// then gets one worker thread: a polling task sees its sockets' readiness only when
+    /// no other worker sleeps on the I/O driver.
+    pub fn busy_poll_us(&self) -> u32 {
+        match self {
+            Command::Node(n) => match &n.command {
+                node_cmd::NodeCommand::Run(r) => r.busy_poll_us,
+                _ => 0,
+            },
+            Command::Bench(b) => b.busy_poll_us,
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct GenCertArgs {
     /// Directory to write into (made if missing); key files are made 0600.

@@ -37,10 +37,11 @@ fn main() -> std::process::ExitCode {
         eprintln!("ferrobay: {}", error_line(&e));
         return std::process::ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cli.command.busy_poll_us() > 0 {
+        builder.worker_threads(1);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ferrobay: cannot start the async runtime: {e}");

@@ -63,6 +63,11 @@ pub struct TargetConfig {
     /// queues within milliseconds; the default (10 s) matches Linux nvmet's TLS
     /// handshake timeout.
     pub handshake_timeout_ms: u32,
+    /// Opt-in busy polling (`blockdev::BusyPoll`): a connection that made progress keeps
+    /// polling its socket for this long before it sleeps; 0 (the default) never polls.
+    /// Lower latency at low queue depth for a core spent while I/O flows; the runtime
+    /// needs a single worker thread for it to help.
+    pub busy_poll_us: u32,
     /// What the discovery controller reports itself as (Identify Controller DCTYPE).
     pub discovery_controller_type: DiscoveryControllerType,
 }
@@ -114,6 +119,7 @@ impl Default for TargetConfig {
             max_connections_per_listener: 16_384,
             max_connections_per_host: 4096,
             handshake_timeout_ms: 10_000,
+            busy_poll_us: 0,
             discovery_controller_type: DiscoveryControllerType::NotReported,
         }
     }
@@ -160,6 +166,9 @@ impl TargetConfig {
         }
         if self.handshake_timeout_ms == 0 {
             return bad("handshake_timeout_ms must be ≥ 1");
+        }
+        if self.busy_poll_us > blockdev::MAX_BUSY_POLL_US {
+            return bad("busy_poll_us must be at most 1000000 (one second)");
         }
         Ok(())
     }

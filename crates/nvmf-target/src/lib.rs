@@ -84,8 +84,8 @@ pub use qos::{
 pub use reservation::{ReservationSnapshot, ReservationState, ReservationStore};
 pub use resv_api::{HostRef, NoReservations, Reservations, ResvEffects};
 pub use stats::{
-    AdmissionStats, ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_US,
-    NamespaceStats, NsStatsSnapshot, PersistentHealth, TargetStats,
+    AdmissionStats, BusyPollStats, ConnStatsSnapshot, HealthSnapshot, LATENCY_BUCKET_COUNT,
+    LATENCY_BUCKETS_US, NamespaceStats, NsStatsSnapshot, PersistentHealth, TargetStats,
 };
 pub use target::{ListenerHandle, ListenerOptions, QOS_CONTROL_PERIOD, SubsystemAccess, Target};
 

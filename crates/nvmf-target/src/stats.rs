@@ -262,6 +262,16 @@ pub struct TargetStats {
     pub health: HealthSnapshot,
     pub discovery_generation: u64,
     pub admission: AdmissionStats,
+    pub busy_poll: BusyPollStats,
+}
+
+/// Busy polling (`TargetConfig::busy_poll_us`) since the target started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BusyPollStats {
+    /// The configured window; 0: event-driven.
+    pub window_us: u32,
+    /// Times a connection out of work polled again instead of sleeping.
+    pub turns: u64,
 }
 
 /// Counters of one namespace with its identity.

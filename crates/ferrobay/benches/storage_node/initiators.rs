@@ -327,97 +327,123 @@ fn cpu_of(pid: u32) -> f64 {
 
 /// `ferrobay bench` as a child process with `--json`; `secs` None: one pass.
 fn ferrobay_run(ctx: &Ctx<'_>, w: &Workload, secs: Option<u64>) -> Result<InitiatorRun, String> {
-    let mut args: Vec<String> = vec![
-        "bench".into(),
-        "--target".into(),
-        ctx.url.clone(),
-        "--rw".into(),
-        w.rw.into(),
-        "--bs".into(),
-        w.block_size_bytes.to_string(),
-        "--iodepth".into(),
-        w.iodepth.to_string(),
-        "--hostnqn".into(),
-        ctx.hostnqn.clone(),
-        "--json".into(),
-    ];
-    if let Some(s) = secs {
-        args.extend(["--runtime".into(), format!("{s}s")]);
-    }
-    let command = format!("ferrobay {}", args.join(" "));
-    let node0 = ctx.node.cpu()?;
-    let machine0 = crate::load::machine_cpu();
-    let rusage0 = children_cpu_s();
-    let t0 = Instant::now();
-    let mut cmd = Command::new(ctx.binary);
-    cmd.args(&args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    die_with_parent(&mut cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {command}: {e}"))?;
-    let limit = Duration::from_secs(secs.unwrap_or(600)) + CHILD_SLACK;
-    let out = wait_output(child, limit).map_err(|e| format!("{command}: {e}"))?;
-    let wall_s = t0.elapsed().as_secs_f64();
-    let node1 = ctx.node.cpu()?;
-    let machine1 = crate::load::machine_cpu();
-    let process_cpu_s = children_cpu_s() - rusage0;
-    if !out.status.success() {
-        return Err(format!(
-            "{command}: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            ctx.node.log_tail()
-        ));
-    }
-    let report: bench::Report = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("{command}: cannot parse its JSON: {e}"))?;
-    if report.errors > 0 {
-        return Err(format!(
-            "{command}: {} I/O errors, first: {}",
-            report.errors,
-            report.first_error.as_deref().unwrap_or("?")
-        ));
-    }
-    let lat = if report.read_ios >= report.write_ios {
-        &report.read_latency
-    } else {
-        &report.write_latency
+    let bench = FerrobayBench {
+        binary: ctx.binary,
+        url: &ctx.url,
+        hostnqn: &ctx.hostnqn,
+        node: &ctx.node,
+        extra_args: &[],
     };
-    let ios = (report.read_ios + report.write_ios) as f64;
-    let node_cpu_s = node1.since(&node0).total().as_secs_f64();
-    let machine = match (machine0, machine1) {
-        (Some(a), Some(b)) => Some(b - a),
-        _ => None,
-    };
-    Ok(InitiatorRun {
-        initiator: Which::Ferrobay.name().into(),
-        workload: w.name.into(),
-        command,
-        elapsed_s: report.elapsed_s,
-        ios,
-        iops: report.iops,
-        mib_per_s: (report.read_bytes + report.write_bytes) as f64
-            / report.elapsed_s.max(1e-9)
-            / (1 << 20) as f64,
-        mean_us: lat.mean_us,
-        p50_us: lat.p50_us,
-        p99_us: lat.p99_us,
-        p999_us: lat.p999_us,
-        max_us: lat.max_us,
-        initiator_cpu_s: report.cpu_s,
-        initiator_cpu_s_per_million_ios: per_million(report.cpu_s, ios),
-        initiator_cores: report.cpu_s / report.elapsed_s.max(1e-9),
-        initiator_process_cpu_s: process_cpu_s,
-        node_cpu_s,
-        node_cpu_s_per_million_ios: per_million(node_cpu_s, ios),
-        other_cores: machine.map(|m| (m.process_s - node_cpu_s - process_cpu_s).max(0.0) / wall_s),
-        irq_cores: machine.map(|m| m.irq_s / wall_s),
-        ..InitiatorRun::default()
-    })
+    bench.run(w, secs)
+}
+
+/// `ferrobay bench` against one node, with these extra arguments.
+pub struct FerrobayBench<'a> {
+    pub binary: &'a Path,
+    pub url: &'a str,
+    pub hostnqn: &'a str,
+    pub node: &'a NodeChild,
+    pub extra_args: &'a [String],
+}
+
+impl FerrobayBench<'_> {
+    /// One run as a child process with `--json`; `secs` None: one pass.
+    pub fn run(&self, w: &Workload, secs: Option<u64>) -> Result<InitiatorRun, String> {
+        let ctx = self;
+        let mut args: Vec<String> = vec![
+            "bench".into(),
+            "--target".into(),
+            ctx.url.into(),
+            "--rw".into(),
+            w.rw.into(),
+            "--bs".into(),
+            w.block_size_bytes.to_string(),
+            "--iodepth".into(),
+            w.iodepth.to_string(),
+            "--hostnqn".into(),
+            ctx.hostnqn.into(),
+            "--json".into(),
+        ];
+        args.extend(ctx.extra_args.iter().cloned());
+        if let Some(s) = secs {
+            args.extend(["--runtime".into(), format!("{s}s")]);
+        }
+        let command = format!("ferrobay {}", args.join(" "));
+        let node0 = ctx.node.cpu()?;
+        let machine0 = crate::load::machine_cpu();
+        let rusage0 = children_cpu_s();
+        let t0 = Instant::now();
+        let mut cmd = Command::new(ctx.binary);
+        cmd.args(&args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {command}: {e}"))?;
+        let limit = Duration::from_secs(secs.unwrap_or(600)) + CHILD_SLACK;
+        let out = wait_output(child, limit).map_err(|e| format!("{command}: {e}"))?;
+        let wall_s = t0.elapsed().as_secs_f64();
+        let node1 = ctx.node.cpu()?;
+        let machine1 = crate::load::machine_cpu();
+        let process_cpu_s = children_cpu_s() - rusage0;
+        if !out.status.success() {
+            return Err(format!(
+                "{command}: {}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                ctx.node.log_tail()
+            ));
+        }
+        let report: bench::Report = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("{command}: cannot parse its JSON: {e}"))?;
+        if report.errors > 0 {
+            return Err(format!(
+                "{command}: {} I/O errors, first: {}",
+                report.errors,
+                report.first_error.as_deref().unwrap_or("?")
+            ));
+        }
+        let lat = if report.read_ios >= report.write_ios {
+            &report.read_latency
+        } else {
+            &report.write_latency
+        };
+        let ios = (report.read_ios + report.write_ios) as f64;
+        let node_cpu_s = node1.since(&node0).total().as_secs_f64();
+        let machine = match (machine0, machine1) {
+            (Some(a), Some(b)) => Some(b - a),
+            _ => None,
+        };
+        Ok(InitiatorRun {
+            initiator: Which::Ferrobay.name().into(),
+            workload: w.name.into(),
+            command,
+            elapsed_s: report.elapsed_s,
+            ios,
+            iops: report.iops,
+            mib_per_s: (report.read_bytes + report.write_bytes) as f64
+                / report.elapsed_s.max(1e-9)
+                / (1 << 20) as f64,
+            mean_us: lat.mean_us,
+            p50_us: lat.p50_us,
+            p99_us: lat.p99_us,
+            p999_us: lat.p999_us,
+            max_us: lat.max_us,
+            initiator_cpu_s: report.cpu_s,
+            initiator_cpu_s_per_million_ios: per_million(report.cpu_s, ios),
+            initiator_cores: report.cpu_s / report.elapsed_s.max(1e-9),
+            initiator_process_cpu_s: process_cpu_s,
+            node_cpu_s,
+            node_cpu_s_per_million_ios: per_million(node_cpu_s, ios),
+            other_cores: machine
+                .map(|m| (m.process_s - node_cpu_s - process_cpu_s).max(0.0) / wall_s),
+            irq_cores: machine.map(|m| m.irq_s / wall_s),
+            ..InitiatorRun::default()
+        })
+    }
 }
 
 /// A child's exit status and its whole stdout and stderr, killed past `limit`.
@@ -766,7 +792,7 @@ fn compare(runs: &[InitiatorRun]) -> Vec<InitiatorComparison> {
     out
 }
 
-fn median_side(runs: &[&InitiatorRun]) -> Option<InitiatorSide> {
+pub fn median_side(runs: &[&InitiatorRun]) -> Option<InitiatorSide> {
     if runs.is_empty() {
         return None;
     }

@@ -178,6 +178,16 @@ pub struct NodeChild {
 
 impl NodeChild {
     pub fn start(binary: &Path, data_dir: &Path, drive: &str) -> Result<NodeChild, String> {
+        Self::start_with(binary, data_dir, drive, &[])
+    }
+
+    /// As [`NodeChild::start`], with more `node run` arguments.
+    pub fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        drive: &str,
+        extra_args: &[String],
+    ) -> Result<NodeChild, String> {
         if !binary.is_file() {
             return Err(format!(
                 "the ferrobay binary {} does not exist: build it (cargo bench builds it) or set FERROBAY_BIN",
@@ -195,6 +205,7 @@ impl NodeChild {
             .args(["--discovery-listen", "127.0.0.1:0"])
             .args(["--http-listen", "127.0.0.1:0"])
             .args(["--drive", drive])
+            .args(extra_args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

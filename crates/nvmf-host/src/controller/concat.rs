@@ -53,6 +53,7 @@ pub(crate) async fn generate_tls_psk(p: &Params<'_>) -> Result<tls_psk::Psk> {
             command_timeout_ms: p.opts.admin_timeout_ms,
             connect_timeout_ms: p.opts.connect_timeout_ms,
             tls: None,
+            busy_poll_us: 0,
         },
     )
     .await?;

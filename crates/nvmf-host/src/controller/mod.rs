@@ -97,6 +97,10 @@ pub struct ConnectOptions {
     /// to `tls_addr` with the PSK that authentication generated; every reconnect does it
     /// again. Needs `dhchap`; excludes `tls`.
     pub concat: Option<ConcatOptions>,
+    /// Opt-in busy polling of the I/O queues' drivers (`blockdev::BusyPoll`): a driver
+    /// that made progress polls its socket this long before it sleeps; 0 (the default)
+    /// never polls. It helps only on a runtime with one worker thread.
+    pub busy_poll_us: u32,
 }
 
 /// A host's configured TLS PSK (`NVMeTLSkey-1:..`) and the PSK identity version it offers
@@ -148,6 +152,7 @@ impl Default for ConnectOptions {
             dhchap: None,
             tls: None,
             concat: None,
+            busy_poll_us: 0,
         }
     }
 }
@@ -286,6 +291,7 @@ impl Controller {
                 command_timeout_ms: opts.admin_timeout_ms,
                 connect_timeout_ms: opts.connect_timeout_ms,
                 tls: tls.clone(),
+                busy_poll_us: 0,
             },
         )?;
         // Supervised from the start: a connection lost during bring-up leaves the queue
@@ -322,6 +328,7 @@ impl Controller {
                     command_timeout_ms: opts.io_timeout_ms,
                     connect_timeout_ms: opts.connect_timeout_ms,
                     tls: tls.clone(),
+                    busy_poll_us: opts.busy_poll_us,
                 },
             )?;
             q.supervise(notify.clone());

@@ -59,6 +59,8 @@ pub struct QueueOptions {
     /// TLS 1.3 with this PSK (identity and key already derived, see
     /// [`crate::TlsCredentials`]); None: plain TCP.
     pub tls: Option<tls_psk::Psk>,
+    /// Opt-in busy polling of the driver task (`blockdev::BusyPoll`); 0: never.
+    pub busy_poll_us: u32,
 }
 
 impl QueueOptions {
@@ -73,6 +75,7 @@ impl QueueOptions {
             command_timeout_ms: 60_000,
             connect_timeout_ms: 10_000,
             tls: None,
+            busy_poll_us: 0,
         }
     }
 }
@@ -279,6 +282,7 @@ impl QueuePair {
                 in_capsule_max_bytes: self.inner.in_capsule_max_bytes.load(Ordering::Relaxed),
                 timeout_ms: opts.command_timeout_ms,
                 generation,
+                busy_poll_us: opts.busy_poll_us,
             },
             self.inner.core.clone(),
             stop_rx,

@@ -3,7 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::stats::{HealthSnapshot, NamespaceStats, PersistentHealth, TargetStats, data_units};
+use crate::stats::{
+    BusyPollStats, HealthSnapshot, NamespaceStats, PersistentHealth, TargetStats, data_units,
+};
 use crate::sync::read;
 use crate::target::{Target, TargetInner};
 
@@ -93,6 +95,10 @@ impl Target {
             health: self.inner.health_snapshot(),
             discovery_generation: self.inner.discovery_genctr.load(Ordering::Relaxed),
             admission: self.inner.admission.counters.snapshot(),
+            busy_poll: BusyPollStats {
+                window_us: self.inner.config.busy_poll_us,
+                turns: self.inner.busy_poll_turns.load(Ordering::Relaxed),
+            },
         }
     }
 }

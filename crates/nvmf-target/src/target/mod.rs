@@ -77,6 +77,8 @@ pub(crate) struct TargetInner {
     pub started: Instant,
     pub shutting_down: AtomicBool,
     pub subsystem_serial_seq: AtomicU64,
+    /// Times a connection polled again instead of sleeping (`busy_poll_us`).
+    pub busy_poll_turns: AtomicU64,
     /// QoS limits, contention caps and the QoS clock.
     pub qos: crate::qos::registry::QosRegistry,
     /// The contention controller, while any minimum is configured.
@@ -205,6 +207,7 @@ impl Target {
                 started: Instant::now(),
                 shutting_down: AtomicBool::new(false),
                 subsystem_serial_seq: AtomicU64::new(1),
+                busy_poll_turns: AtomicU64::new(0),
                 qos: Default::default(),
                 qos_controller: Mutex::new(None),
             }),

@@ -122,6 +122,11 @@ pub fn stats_page(
         "NVMe/TCP connections closed for not completing ICReq and Connect within handshake_timeout_ms.",
     )
     .add(&[("node", node)], adm.handshake_timeouts);
+    page.counter(
+        "ferrobay_busy_poll_turns_total",
+        "Times an NVMe/TCP connection out of work polled its socket again instead of sleeping (node run --busy-poll-us; 0 when event-driven).",
+    )
+    .add(&[("node", node)], stats.busy_poll.turns);
 
     let hs = &stats.health;
     let nl = [("node", node)];
@@ -432,6 +437,10 @@ mod tests {
                 refused_host_limit: 5,
                 handshake_timeouts: 9,
             },
+            busy_poll: nvmf_target::BusyPollStats {
+                window_us: 500,
+                turns: 31,
+            },
             ..Default::default()
         };
         let drives = [DriveSample {
@@ -470,6 +479,7 @@ mod tests {
             "ferrobay_connections_refused_total{node=\"n1\",limit=\"listener\"} 2".to_string(),
             "ferrobay_connections_refused_total{node=\"n1\",limit=\"host\"} 5".to_string(),
             "ferrobay_connection_handshake_timeouts_total{node=\"n1\"} 9".to_string(),
+            "ferrobay_busy_poll_turns_total{node=\"n1\"} 31".to_string(),
             "host=\"nqn.h\\\"x\"".to_string(),
             "# TYPE ferrobay_namespace_latency_seconds histogram".to_string(),
             "ferrobay_drive_flushes_total{node=\"n1\",drive=\"d0\",spec=\"ram:1G\"} 2".to_string(),

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::queue::stream::QueueStream;
+use blockdev::BusyPoll;
 use nvme_proto::bytes::le32;
 use nvme_proto::sgl::SglDescriptor;
 use nvme_proto::tcp::digest::crc32c_append;
@@ -49,6 +50,14 @@ pub(crate) struct DriverConfig {
     pub timeout_ms: u64,
     /// Connection generation (from `Core::connected`).
     pub generation: u64,
+    pub busy_poll_us: u32,
+}
+
+/// How one turn of the driver's poll loop ended.
+enum Turn {
+    Done(Result<(), TransportError>),
+    /// Out of work but busy polling: yield and poll again instead of sleeping.
+    Poll,
 }
 
 pub(crate) struct Driver {
@@ -72,6 +81,7 @@ pub(crate) struct Driver {
     /// The time at the start of this poll: deadlines need no finer clock, and reading
     /// the clock per command costs more than the rest of starting it.
     now: Option<Instant>,
+    busy_poll: BusyPoll,
 }
 
 impl Driver {
@@ -104,6 +114,7 @@ impl Driver {
             timer_armed: false,
             tick,
             now: None,
+            busy_poll: BusyPoll::new(cfg.busy_poll_us),
             cfg,
         }
     }
@@ -111,7 +122,13 @@ impl Driver {
     /// Runs until shutdown or a fatal error, then gives every outstanding command back to
     /// the queue (to wait for the next connection, or to fail).
     pub async fn run(mut self) {
-        let res = std::future::poll_fn(|cx| self.poll_drive(cx)).await;
+        let res = loop {
+            match std::future::poll_fn(|cx| self.poll_turn(cx)).await {
+                Turn::Done(res) => break res,
+                // Back to the runtime, which looks at the sockets without sleeping.
+                Turn::Poll => tokio::task::yield_now().await,
+            }
+        };
         let err = match res {
             Ok(()) => TransportError::Shutdown,
             Err(e) => e,
@@ -153,7 +170,26 @@ impl Driver {
         self.core.connection_ended(self.cfg.generation, err);
     }
 
-    fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
+    /// One turn of [`Driver::poll_drive`], asking to poll again when busy polling.
+    fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<Turn> {
+        let mut progressed = false;
+        match self.poll_drive(cx, &mut progressed) {
+            Poll::Ready(res) => Poll::Ready(Turn::Done(res)),
+            Poll::Pending
+                if self.busy_poll.enabled()
+                    && self.busy_poll.keep_polling(progressed, Instant::now()) =>
+            {
+                Poll::Ready(Turn::Poll)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_drive(
+        &mut self,
+        cx: &mut Context<'_>,
+        progressed: &mut bool,
+    ) -> Poll<Result<(), TransportError>> {
         self.now = None;
         match Pin::new(&mut self.shutdown_rx).poll(cx) {
             // Stopped by the queue's owner, for this reason.
@@ -162,7 +198,8 @@ impl Driver {
             Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
             Poll::Pending => {}
         }
-        for _ in 0..ROUNDS_PER_POLL {
+        for round in 0..ROUNDS_PER_POLL {
+            *progressed |= round > 0;
             let mut progress = false;
             while let Poll::Ready((tag, sub)) = self.core.poll_next(cx) {
                 self.start(tag, sub);

@@ -1,0 +1,94 @@
+//! Opt-in busy polling for the tasks that own an NVMe/TCP socket (the target's connection
+//! task, the host's queue driver).
+//!
+//! A task that finds nothing to do normally sleeps until its socket or a completion wakes
+//! it: at queue depth 1 that is one thread wake-up per PDU, tens of microseconds on a
+//! virtual machine whose idle vCPU halts. With a window of `window_us`, a task that made
+//! progress keeps polling (it yields to the runtime, which checks its sockets without
+//! sleeping, and runs again) until it has been idle that long; then it sleeps as before.
+//! So a polling node spends a core only while I/O flows and nothing at rest. The runtime
+//! must let the polling thread see socket readiness itself: one worker thread (as
+//! `ferrobay node run --busy-poll-us` sets up), not a second worker asleep on the driver.
+
+use std::time::{Duration, Instant};
+
+/// Longest window accepted: beyond a second polling is just a wasted core.
+pub const MAX_BUSY_POLL_US: u32 = 1_000_000;
+
+/// When a socket task should keep polling instead of sleeping.
+#[derive(Debug, Clone)]
+pub struct BusyPoll {
+    window: Duration,
+    last_progress: Option<Instant>,
+}
+
+impl BusyPoll {
+    /// `window_us` 0: never poll (the default, event-driven mode).
+    pub fn new(window_us: u32) -> BusyPoll {
+        BusyPoll {
+            window: Duration::from_micros(u64::from(window_us.min(MAX_BUSY_POLL_US))),
+            last_progress: None,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero()
+    }
+
+    /// Called when the task runs out of work (`progressed`: it did something on this turn
+    /// before that). True: yield and poll again; false: sleep until woken.
+    pub fn keep_polling(&mut self, progressed: bool, now: Instant) -> bool {
+        if self.window.is_zero() {
+            return false;
+        }
+        if progressed {
+            self.last_progress = Some(now);
+            return true;
+        }
+        match self.last_progress {
+            Some(t) if now.saturating_duration_since(t) < self.window => true,
+            _ => {
+                // Asleep from here; the next progress starts a new window.
+                self.last_progress = None;
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_never_polls() {
+        let mut b = BusyPoll::new(0);
+        assert!(!b.enabled());
+        assert!(!b.keep_polling(true, Instant::now()));
+    }
+
+    #[test]
+    fn polls_for_the_window_after_progress_then_sleeps() {
+        let t0 = Instant::now();
+        let mut b = BusyPoll::new(100);
+        assert!(b.enabled());
+        assert!(!b.keep_polling(false, t0), "no progress yet: sleep");
+        assert!(b.keep_polling(true, t0));
+        assert!(b.keep_polling(false, t0 + Duration::from_micros(99)));
+        assert!(!b.keep_polling(false, t0 + Duration::from_micros(100)));
+        // Woken later without progress (a spurious wake-up): still asleep.
+        assert!(!b.keep_polling(false, t0 + Duration::from_micros(101)));
+        // New progress opens a new window.
+        let t1 = t0 + Duration::from_millis(5);
+        assert!(b.keep_polling(true, t1));
+        assert!(b.keep_polling(false, t1 + Duration::from_micros(50)));
+    }
+
+    #[test]
+    fn window_is_bounded() {
+        let t0 = Instant::now();
+        let mut b = BusyPoll::new(u32::MAX);
+        assert!(b.keep_polling(true, t0));
+        assert!(!b.keep_polling(false, t0 + Duration::from_secs(1)));
+    }
+}
