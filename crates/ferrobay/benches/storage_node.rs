@@ -39,6 +39,9 @@
 //! B), `FERROBAY_BENCH_GUEST_NS_MB` (default 256), `FERROBAY_BENCH_SPDK_TGT` (run C with
 //! this `nvmf_tgt`), `FERROBAY_BENCH_SPDK_CPUMASK` (its reactor mask, default 0x1),
 //! `FERROBAY_BENCH_SPDK_ARGS` (more `nvmf_tgt` arguments, e.g. `--interrupt-mode`),
+//! `FERROBAY_BENCH_NODE_ARGS` (more `node run` arguments in A, C and D, e.g.
+//! `--busy-poll-us 500`), `FERROBAY_BENCH_INITIATOR_ARGS` (more `ferrobay bench`
+//! arguments in D),
 //! `FERROBAY_BIN` (binary to measure), `FERROBAY_BENCH_OUT` (JSON path). Without `--bench`
 //! (e.g. `cargo test --benches`) it runs a short native smoke pass (and C, if asked for)
 //! and writes no file.

@@ -224,6 +224,8 @@ struct Ctx<'a> {
     hostnqn: String,
     run_s: u64,
     extra: Vec<String>,
+    /// More `ferrobay bench` arguments (`FERROBAY_BENCH_INITIATOR_ARGS`).
+    initiator_args: Vec<String>,
 }
 
 fn measure(
@@ -240,7 +242,12 @@ fn measure(
     }
     let host = nvmf_host::HostIdentity::system().map_err(|e| format!("host identity: {e}"))?;
     let dir = crate::scratch_dir("bench-init").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start(binary, &dir.path().join(NODE_NAME), &settings.native_drive)?;
+    let node = NodeChild::start_with(
+        binary,
+        &dir.path().join(NODE_NAME),
+        &settings.native_drive,
+        &settings.node_args,
+    )?;
     let nqn = format!("nqn.2026-01.io.ferrobay:{NODE_NAME}:d0");
     let ctx = Ctx {
         binary,
@@ -253,6 +260,7 @@ fn measure(
         // spdk_nvme_perf takes whole seconds.
         run_s: settings.runtime_s.round().max(1.0) as u64,
         extra: section.spdk_perf_extra_args.clone(),
+        initiator_args: settings.initiator_args.clone(),
     };
     section.url = ctx.url.clone();
     section.hostnqn = ctx.hostnqn.clone();
@@ -332,7 +340,7 @@ fn ferrobay_run(ctx: &Ctx<'_>, w: &Workload, secs: Option<u64>) -> Result<Initia
         url: &ctx.url,
         hostnqn: &ctx.hostnqn,
         node: &ctx.node,
-        extra_args: &[],
+        extra_args: &ctx.initiator_args,
     };
     bench.run(w, secs)
 }

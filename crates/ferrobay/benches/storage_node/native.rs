@@ -64,7 +64,12 @@ async fn measure(
     section: &mut NativeSection,
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-node").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start(binary, &dir.path().join(NODE_NAME), &settings.native_drive)?;
+    let node = NodeChild::start_with(
+        binary,
+        &dir.path().join(NODE_NAME),
+        &settings.native_drive,
+        &settings.node_args,
+    )?;
     let url = format!(
         "nvme+tcp://{}/nqn.2026-01.io.ferrobay:{NODE_NAME}:d0/1",
         node.nvme_addr

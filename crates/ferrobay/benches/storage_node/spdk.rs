@@ -208,7 +208,12 @@ async fn measure(
     section: &mut SpdkSection,
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-spdk").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start(binary, &dir.path().join(NODE_NAME), &settings.native_drive)?;
+    let node = NodeChild::start_with(
+        binary,
+        &dir.path().join(NODE_NAME),
+        &settings.native_drive,
+        &settings.node_args,
+    )?;
     let mut spdk = SpdkChild::start(
         tgt,
         dir.path(),

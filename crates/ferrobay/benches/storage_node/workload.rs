@@ -99,6 +99,11 @@ pub struct Settings {
     pub spdk_cpumask: String,
     /// `FERROBAY_BENCH_SPDK_ARGS`: more `nvmf_tgt` arguments (e.g. `--interrupt-mode`).
     pub spdk_args: Vec<String>,
+    /// `FERROBAY_BENCH_NODE_ARGS`: more `node run` arguments for the nodes of sections A, C
+    /// and D (e.g. `--busy-poll-us 500`).
+    pub node_args: Vec<String>,
+    /// `FERROBAY_BENCH_INITIATOR_ARGS`: more `ferrobay bench` arguments in section D.
+    pub initiator_args: Vec<String>,
 }
 
 impl Settings {
@@ -125,9 +130,9 @@ impl Settings {
             io_queues: nvmf_host::ConnectOptions::default().io_queues,
             spdk_tgt: env_string("FERROBAY_BENCH_SPDK_TGT"),
             spdk_cpumask: env_string("FERROBAY_BENCH_SPDK_CPUMASK").unwrap_or_else(|| "0x1".into()),
-            spdk_args: env_string("FERROBAY_BENCH_SPDK_ARGS")
-                .map(|a| a.split_whitespace().map(str::to_string).collect())
-                .unwrap_or_default(),
+            spdk_args: env_words("FERROBAY_BENCH_SPDK_ARGS"),
+            node_args: env_words("FERROBAY_BENCH_NODE_ARGS"),
+            initiator_args: env_words("FERROBAY_BENCH_INITIATOR_ARGS"),
         }
     }
 
@@ -145,6 +150,13 @@ fn env_f64(name: &str) -> Option<f64> {
             None
         }
     }
+}
+
+/// A variable's whitespace-separated words (none when unset).
+pub fn env_words(name: &str) -> Vec<String> {
+    env_string(name)
+        .map(|a| a.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// A non-blank variable, trimmed.
