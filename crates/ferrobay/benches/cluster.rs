@@ -32,7 +32,8 @@
 //! `3` for failover only; default all), `FERROBAY_BENCH_FAILOVERS` (kill rounds, default
 //! 4: odd rounds write a 64 MiB hot range, even rounds the whole volume; each round first
 //! waits for the owner's write-intent bitmap to come clean),
-//! `FERROBAY_BIN` (binary to measure). Without `--bench` (`cargo test -p ferrobay`: the
+//! `FERROBAY_BENCH_PROCESSOR_ARGS` (more `processor run` arguments, e.g. `--busy-poll-us
+//! 500`), `FERROBAY_BIN` (binary to measure). Without `--bench` (`cargo test -p ferrobay`: the
 //! bench is a test target too) it runs a short smoke pass and writes no file; without
 //! etcd that pass says it did not run (`testkit::prereq`).
 //!

@@ -83,6 +83,9 @@ impl Command {
                 node_cmd::NodeCommand::Run(r) => r.busy_poll_us,
                 _ => 0,
             },
+            Command::Processor(p) => match &p.command {
+                processor_cmd::ProcessorCommand::Run(r) => r.busy_poll_us,
+            },
             Command::Bench(b) => b.busy_poll_us,
             _ => 0,
         }

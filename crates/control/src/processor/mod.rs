@@ -107,6 +107,9 @@ pub struct ProcessorConfig {
     /// How often a `qos_throttling` event may be written per owned volume (default
     /// 60 000 ms).
     pub qos_event_interval_ms: u64,
+    /// Busy polling of the export's connections and the member queues
+    /// (`TargetConfig::busy_poll_us`, `ConnectOptions::busy_poll_us`); 0: event-driven.
+    pub busy_poll_us: u32,
     /// Test seam: act as if cut off from the store (ignore the lease and the owner
     /// record); only fencing by the members stops this node. Never set in production.
     #[doc(hidden)]
@@ -140,6 +143,7 @@ impl ProcessorConfig {
             heartbeat_misses: 3,
             drain_timeout_ms: 5000,
             qos_event_interval_ms: 60_000,
+            busy_poll_us: 0,
             ignore_ownership_loss: false,
             prediction: telemetry::PredictionConfig::default(),
             proactive: crate::health::ProactivePolicy::default(),
@@ -274,6 +278,7 @@ impl Processor {
         let target = Target::new(TargetConfig {
             cntlid_min,
             cntlid_max,
+            busy_poll_us: cfg.busy_poll_us,
             ..TargetConfig::default()
         })?;
         let mut listeners = Vec::new();

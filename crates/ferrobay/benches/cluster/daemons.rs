@@ -89,6 +89,7 @@ pub(crate) struct Cluster {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) meta_url: String,
     pub(crate) lease_ttl_ms: u64,
+    pub(crate) processor_args: Vec<String>,
     pub(crate) nodes: Vec<StorageNode>,
     pub(crate) procs: Vec<ProcessorNode>,
     // Last: dropped after the daemons that use it.
@@ -118,6 +119,7 @@ impl Cluster {
             dir,
             meta_url,
             lease_ttl_ms: s.lease_ttl_ms,
+            processor_args: s.processor_args.clone(),
             nodes: Vec::new(),
             procs: Vec::new(),
             _etcd: etcd,
@@ -172,7 +174,8 @@ impl Cluster {
         let ep = d.join("endpoints.json");
         let _ = std::fs::remove_file(&ep);
         let ttl = self.lease_ttl_ms.to_string();
-        let args = processor_run_args(name, &self.meta_url, &ttl, &ep);
+        let mut args = processor_run_args(name, &self.meta_url, &ttl, &ep);
+        args.extend(self.processor_args.iter().cloned());
         let mut daemon = spawn_daemon(&self.binary, name, &d, &args)?;
         let e = daemon.wait_ready(&ep)?;
         let nvme = e["nvme"][0]

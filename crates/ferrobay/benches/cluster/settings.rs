@@ -18,6 +18,9 @@ pub(crate) struct Settings {
     pub(crate) io_queues: u16,
     /// The sections to run (1, 2, 3; `FERROBAY_BENCH_SECTIONS=3`: failover only).
     pub(crate) sections: Vec<u8>,
+    /// `FERROBAY_BENCH_PROCESSOR_ARGS`: more `processor run` arguments (e.g.
+    /// `--busy-poll-us 500`).
+    pub(crate) processor_args: Vec<String>,
 }
 
 impl Settings {
@@ -42,6 +45,9 @@ impl Settings {
             kill_after_ms: 2000,
             io_queues: ConnectOptions::default().io_queues,
             sections: sections_from_env(),
+            processor_args: std::env::var("FERROBAY_BENCH_PROCESSOR_ARGS")
+                .map(|a| a.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
         }
     }
 
