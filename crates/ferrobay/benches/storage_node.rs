@@ -31,6 +31,10 @@
 //!   `ferrobay bench` without and with `--busy-poll-us` (QD 1 and the loads of A); ratios
 //!   polling / event-driven for the target, the initiator and both (`FERROBAY_BENCH_POLL=0`
 //!   skips it, `FERROBAY_BENCH_POLL_US` sets the window, default 500).
+//! - F. whole stack: `ferrobay bench` -> `ferrobay node` against `spdk_nvme_perf` ->
+//!   SPDK's `nvmf_tgt`, alternating (the QD 1 latency goal); needs both SPDK binaries.
+//!   With `FERROBAY_BENCH_NODE_ARGS` and `FERROBAY_BENCH_INITIATOR_ARGS` set to
+//!   `--busy-poll-us 500`, both sides poll as SPDK's do.
 //!
 //! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
@@ -89,6 +93,7 @@ struct Output {
     spdk: spdk::SpdkSection,
     initiators: initiators::InitiatorsSection,
     polling: polling::PollingSection,
+    whole_stack: initiators::InitiatorsSection,
 }
 
 #[derive(Debug, Serialize)]
@@ -122,6 +127,7 @@ fn main() -> ExitCode {
     let spdk = runtime.block_on(spdk::run(&binary, &settings));
     let initiators = initiators::run(&binary, &settings);
     let polling = polling::run(&binary, &settings, full);
+    let whole_stack = initiators::run_whole_stack(&binary, &settings);
     let guest = if settings.guest {
         guest::run(&binary, &settings)
     } else {
@@ -149,6 +155,7 @@ fn main() -> ExitCode {
         spdk,
         initiators,
         polling,
+        whole_stack,
     };
     let json = match serde_json::to_string_pretty(&out) {
         Ok(j) => j,
@@ -170,14 +177,16 @@ fn main() -> ExitCode {
         }
     }
     eprint!("{}", table::render(&out.native, &out.guest, &out.spdk));
-    eprint!("{}", initiators::render(&out.initiators));
+    eprint!("{}", initiators::render("D. initiators", &out.initiators));
+    eprint!("{}", initiators::render("F. whole stack", &out.whole_stack));
     eprint!("{}", polling::render(&out.polling));
 
     let failed = out.native.error.is_some()
         || out.guest.error.is_some()
         || out.spdk.error.is_some()
         || out.initiators.error.is_some()
-        || out.polling.error.is_some();
+        || out.polling.error.is_some()
+        || out.whole_stack.error.is_some();
     if failed {
         ExitCode::FAILURE
     } else {

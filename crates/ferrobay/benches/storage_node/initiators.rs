@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::Settings;
 use crate::native::{NODE_NAME, NodeChild, per_million};
-use crate::spdk_target::use_spdk_libs;
+use crate::spdk_target::{SPDK_NQN, SpdkChild, use_spdk_libs};
 use crate::workload::{WORKLOADS, Workload, env_string};
 use testkit::process::die_with_parent;
 use testkit::stats::median;
@@ -214,6 +214,194 @@ pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
     section
 }
 
+/// Section F: the whole stack side by side. `ferrobay bench` against `ferrobay node` (both
+/// with their extra arguments, e.g. `--busy-poll-us`) and `spdk_nvme_perf` against SPDK's
+/// `nvmf_tgt` (one reactor, Malloc bdev), one pair at a time and alternating; SPDK's
+/// target is paused (SIGSTOP) outside its turns, as its reactor polls a core even when
+/// idle. Runs only when both `FERROBAY_BENCH_SPDK_TGT` and `FERROBAY_BENCH_SPDK_PERF` are
+/// set. Perf gets its own core (`-c 0x2` against the default reactor mask 0x1) unless
+/// `FERROBAY_BENCH_SPDK_PERF_ARGS` picks one.
+pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection {
+    let (Some(tgt), Some(perf)) = (
+        settings.spdk_tgt.clone(),
+        env_string("FERROBAY_BENCH_SPDK_PERF"),
+    ) else {
+        return InitiatorsSection {
+            skipped: Some(
+                "needs both FERROBAY_BENCH_SPDK_TGT and FERROBAY_BENCH_SPDK_PERF (SPDK built \
+                 outside this repo)"
+                    .into(),
+            ),
+            cpu_note: CPU_NOTE,
+            ..InitiatorsSection::default()
+        };
+    };
+    let mut extra: Vec<String> = env_string("FERROBAY_BENCH_SPDK_PERF_ARGS")
+        .map(|a| a.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    if !extra.iter().any(|a| a == "-c") {
+        extra.extend(["-c".to_string(), perf_core_mask(&settings.spdk_cpumask)]);
+    }
+    let mut section = InitiatorsSection {
+        ran: true,
+        spdk_perf_binary: perf.clone(),
+        spdk_perf_extra_args: extra,
+        cpu_note: CPU_NOTE,
+        quiet_other_cores_max: QUIET_OTHER_CORES,
+        ..InitiatorsSection::default()
+    };
+    eprintln!("storage_node bench: whole stack: ferrobay bench + node vs {perf} + {tgt}");
+    if let Err(e) = measure_whole_stack(
+        binary,
+        Path::new(&tgt),
+        Path::new(&perf),
+        settings,
+        &mut section,
+    ) {
+        eprintln!("storage_node bench: whole-stack section failed: {e}");
+        section.error = Some(e);
+    }
+    section.comparisons = compare(&section.runs);
+    let quiet: Vec<InitiatorRun> = section
+        .runs
+        .iter()
+        .filter(|r| r.other_cores.is_some_and(|o| o <= QUIET_OTHER_CORES))
+        .cloned()
+        .collect();
+    section.comparisons_quiet = compare(&quiet);
+    section
+}
+
+/// A core mask for perf outside the target's: the lowest CPU not in `target_mask`.
+fn perf_core_mask(target_mask: &str) -> String {
+    let mask = u64::from_str_radix(target_mask.trim_start_matches("0x"), 16).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(64);
+    let free = (0..cpus).find(|c| mask & (1u64 << c) == 0).unwrap_or(0);
+    format!("{:#x}", 1u64 << free)
+}
+
+fn measure_whole_stack(
+    binary: &Path,
+    tgt: &Path,
+    perf: &Path,
+    settings: &Settings,
+    section: &mut InitiatorsSection,
+) -> Result<(), String> {
+    if !perf.is_file() {
+        return Err(format!(
+            "FERROBAY_BENCH_SPDK_PERF={}: no such file",
+            perf.display()
+        ));
+    }
+    let host = nvmf_host::HostIdentity::system().map_err(|e| format!("host identity: {e}"))?;
+    let dir = crate::scratch_dir("bench-stack").map_err(|e| format!("scratch dir: {e}"))?;
+    let node = NodeChild::start_with(
+        binary,
+        &dir.path().join(NODE_NAME),
+        &settings.native_drive,
+        &settings.node_args,
+    )?;
+    let mut spdk = SpdkChild::start(
+        tgt,
+        dir.path(),
+        settings.ram_ns_mb,
+        &settings.spdk_cpumask,
+        &settings.spdk_args,
+    )?;
+    let nqn = format!("nqn.2026-01.io.ferrobay:{NODE_NAME}:d0");
+    let spdk_addr = spdk.addr.to_string();
+    let ctx = Ctx {
+        binary,
+        perf,
+        url: format!("nvme+tcp://{}/{nqn}/1", node.nvme_addr),
+        addr: node.nvme_addr.clone(),
+        node,
+        nqn,
+        hostnqn: host.hostnqn.clone(),
+        run_s: settings.runtime_s.round().max(1.0) as u64,
+        extra: section.spdk_perf_extra_args.clone(),
+        initiator_args: settings.initiator_args.clone(),
+    };
+    section.url = ctx.url.clone();
+    section.hostnqn = ctx.hostnqn.clone();
+    section.description = format!(
+        "ferrobay bench {:?} -> ferrobay node --drive {} {:?} vs spdk_nvme_perf {:?} -> \
+         nvmf_tgt {} (-m {}, Malloc {} MiB), one pair at a time, {} s per run, {} rounds",
+        ctx.initiator_args,
+        settings.native_drive,
+        settings.node_args,
+        ctx.extra,
+        spdk.version,
+        settings.spdk_cpumask,
+        settings.ram_ns_mb,
+        ctx.run_s,
+        settings.rounds
+    );
+    let pre = Workload {
+        name: "precondition_seqwrite_128k_qd8",
+        rw: "write",
+        block_size_bytes: 128 << 10,
+        iodepth: 8,
+    };
+    spdk.pause()?;
+    section.precondition = Some(ferrobay_run(&ctx, &pre, None)?);
+    spdk.resume()?;
+    {
+        let peer = PerfPeer {
+            addr: &spdk_addr,
+            nqn: SPDK_NQN,
+            target: &spdk,
+        };
+        perf_run(&ctx, &peer, &pre, section)?;
+    }
+    for round in 0..settings.rounds {
+        for (i, w) in INITIATOR_WORKLOADS.iter().enumerate() {
+            let order = if (round as usize + i).is_multiple_of(2) {
+                [Which::Ferrobay, Which::Spdk]
+            } else {
+                [Which::Spdk, Which::Ferrobay]
+            };
+            for (position, which) in order.into_iter().enumerate() {
+                let mut r = match which {
+                    Which::Ferrobay => {
+                        spdk.pause()?;
+                        let r = ferrobay_run(&ctx, w, Some(ctx.run_s));
+                        spdk.resume()?;
+                        r?
+                    }
+                    Which::Spdk => {
+                        let peer = PerfPeer {
+                            addr: &spdk_addr,
+                            nqn: SPDK_NQN,
+                            target: &spdk,
+                        };
+                        perf_run(&ctx, &peer, w, section)?
+                    }
+                };
+                r.round = round;
+                r.position = position as u32;
+                eprintln!(
+                    "  {:<15} {:<18} round {round}: {:>9.0} IOPS {:>8.1} MiB/s p50 {:>7.1} us, \
+                     initiator {:.2} / target {:.2} CPU s per million I/Os",
+                    which.name(),
+                    w.name,
+                    r.iops,
+                    r.mib_per_s,
+                    r.p50_us,
+                    r.initiator_cpu_s_per_million_ios,
+                    r.node_cpu_s_per_million_ios
+                );
+                section.runs.push(r);
+            }
+        }
+    }
+    spdk.stop();
+    ctx.node.stop();
+    Ok(())
+}
+
 struct Ctx<'a> {
     binary: &'a Path,
     perf: &'a Path,
@@ -291,7 +479,14 @@ fn measure(
             for (position, which) in order.into_iter().enumerate() {
                 let mut r = match which {
                     Which::Ferrobay => ferrobay_run(&ctx, w, Some(ctx.run_s))?,
-                    Which::Spdk => perf_run(&ctx, w, section)?,
+                    Which::Spdk => {
+                        let peer = PerfPeer {
+                            addr: &ctx.addr,
+                            nqn: &ctx.nqn,
+                            target: &ctx.node,
+                        };
+                        perf_run(&ctx, &peer, w, section)?
+                    }
                 };
                 r.round = round;
                 r.position = position as u32;
@@ -312,6 +507,37 @@ fn measure(
     }
     ctx.node.stop();
     Ok(())
+}
+
+/// The target process an initiator's run is measured against: its CPU and its log.
+pub trait TargetProcess {
+    fn cpu_s(&self) -> f64;
+    fn log_tail(&self) -> String;
+}
+
+impl TargetProcess for NodeChild {
+    fn cpu_s(&self) -> f64 {
+        self.cpu().map_or(0.0, |c| c.total().as_secs_f64())
+    }
+    fn log_tail(&self) -> String {
+        NodeChild::log_tail(self)
+    }
+}
+
+impl TargetProcess for SpdkChild {
+    fn cpu_s(&self) -> f64 {
+        cpu_of(self.pid())
+    }
+    fn log_tail(&self) -> String {
+        SpdkChild::log_tail(self)
+    }
+}
+
+/// Where `spdk_nvme_perf` connects, and the process that serves it.
+struct PerfPeer<'a> {
+    addr: &'a str,
+    nqn: &'a str,
+    target: &'a dyn TargetProcess,
 }
 
 /// CPU seconds of reaped children so far (getrusage RUSAGE_CHILDREN).
@@ -502,16 +728,17 @@ fn perf_pattern(w: &Workload) -> &'static str {
 /// kill, CPU sampled at its "Launching workers" line and at its results.
 fn perf_run(
     ctx: &Ctx<'_>,
+    peer: &PerfPeer<'_>,
     w: &Workload,
     section: &mut InitiatorsSection,
 ) -> Result<InitiatorRun, String> {
-    let (host, port) = ctx
+    let (host, port) = peer
         .addr
         .rsplit_once(':')
-        .ok_or_else(|| format!("node address {} has no port", ctx.addr))?;
+        .ok_or_else(|| format!("target address {} has no port", peer.addr))?;
     let trid = format!(
         "trtype:TCP adrfam:IPv4 traddr:{host} trsvcid:{port} subnqn:{} ns:1 hostnqn:{}",
-        ctx.nqn, ctx.hostnqn
+        peer.nqn, ctx.hostnqn
     );
     let mut args: Vec<String> = vec![
         "-oL".into(),
@@ -575,10 +802,10 @@ fn perf_run(
     let mut end: Option<(f64, f64, Option<crate::load::MachineCpu>, Instant)> = None;
     let mut results_done: Option<Instant> = None;
     let mut killed_after_results = false;
-    let sample = |ctx: &Ctx<'_>| {
+    let sample = || {
         (
             cpu_of(pid),
-            ctx.node.cpu().map_or(0.0, |c| c.total().as_secs_f64()),
+            peer.target.cpu_s(),
             crate::load::machine_cpu(),
             Instant::now(),
         )
@@ -586,10 +813,10 @@ fn perf_run(
     let status = loop {
         while let Ok(line) = rx.try_recv() {
             if start.is_none() && line.contains("Launching workers") {
-                start = Some(sample(ctx));
+                start = Some(sample());
             } else if start.is_some() && end.is_none() && line.starts_with("=====") {
                 // print_stats: the run is over.
-                end = Some(sample(ctx));
+                end = Some(sample());
             }
             if line.contains("99.99999%") {
                 results_done.get_or_insert_with(Instant::now);
@@ -613,7 +840,7 @@ fn perf_run(
                 "{command}: no results within {limit:?}; killed\n{}\n{}\n{}",
                 lines.join("\n"),
                 err_t.join().unwrap_or_default(),
-                ctx.node.log_tail()
+                peer.target.log_tail()
             ));
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -632,11 +859,11 @@ fn perf_run(
             "{command}: no results in its output ({})\n{}\n{stderr}\n{}",
             status.map_or("killed".to_string(), |s| s.to_string()),
             lines.join("\n"),
-            ctx.node.log_tail()
+            peer.target.log_tail()
         )
     })?;
     if killed_after_results {
-        let node_note = last_fatal_line(ctx);
+        let node_note = last_fatal_line(peer.target);
         let note = format!(
             "spdk_nvme_perf {}: did not exit within {PERF_EXIT_GRACE:?} after printing its \
              results (while detaching the controller); killed. {PERF_DETACH_DIAGNOSIS} SPDK \
@@ -745,8 +972,8 @@ fn first_error_line(s: &str) -> Option<&str> {
     s.lines().find(|l| l.contains("ERROR")).map(str::trim)
 }
 
-fn last_fatal_line(ctx: &Ctx<'_>) -> Option<String> {
-    ctx.node
+fn last_fatal_line(target: &dyn TargetProcess) -> Option<String> {
+    target
         .log_tail()
         .lines()
         .rev()
@@ -822,10 +1049,10 @@ pub fn median_side(runs: &[&InitiatorRun]) -> Option<InitiatorSide> {
 }
 
 /// The human summary of this section (stderr).
-pub fn render(s: &InitiatorsSection) -> String {
+pub fn render(title: &str, s: &InitiatorsSection) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "\nD. initiators: {}", s.description);
+    let _ = writeln!(out, "\n{title}: {}", s.description);
     if let Some(why) = &s.skipped {
         let _ = writeln!(out, "   skipped: {why}");
         return out;
