@@ -36,6 +36,9 @@
 //!   With `FERROBAY_BENCH_NODE_ARGS` and `FERROBAY_BENCH_INITIATOR_ARGS` set to
 //!   `--busy-poll-us 500`, both sides poll as SPDK's do.
 //!
+//! `FERROBAY_BENCH_SECTIONS` (e.g. `CF`) runs only the listed ones of C to F (A always
+//! runs; B has its own switch).
+//!
 //! Output: JSON on stdout and in `target/bench/storage_node.json`, a table on stderr.
 //! Environment: `FERROBAY_BENCH_SECS` (seconds per workload, default 5),
 //! `FERROBAY_BENCH_ROUNDS` (runs per target and workload in B and C, default 2),
@@ -124,10 +127,29 @@ fn main() -> ExitCode {
         binary.display()
     );
     let native = runtime.block_on(native::run(&binary, &settings));
-    let spdk = runtime.block_on(spdk::run(&binary, &settings));
-    let initiators = initiators::run(&binary, &settings);
-    let polling = polling::run(&binary, &settings, full);
-    let whole_stack = initiators::run_whole_stack(&binary, &settings);
+    let skip = |section: char| {
+        let only = workload::env_string("FERROBAY_BENCH_SECTIONS")?;
+        (!only.contains(section)).then(|| format!("FERROBAY_BENCH_SECTIONS={only}"))
+    };
+    let spdk = match skip('C') {
+        Some(why) => spdk::SpdkSection::skipped(&why),
+        None => runtime.block_on(spdk::run(&binary, &settings)),
+    };
+    let initiators = match skip('D') {
+        Some(why) => initiators::InitiatorsSection::skipped(why),
+        None => initiators::run(&binary, &settings),
+    };
+    let polling = match skip('E') {
+        Some(why) => polling::PollingSection {
+            skipped: Some(why),
+            ..Default::default()
+        },
+        None => polling::run(&binary, &settings, full),
+    };
+    let whole_stack = match skip('F') {
+        Some(why) => initiators::InitiatorsSection::skipped(why),
+        None => initiators::run_whole_stack(&binary, &settings),
+    };
     let guest = if settings.guest {
         guest::run(&binary, &settings)
     } else {

@@ -175,6 +175,16 @@ impl Which {
     }
 }
 
+impl InitiatorsSection {
+    pub fn skipped(why: String) -> InitiatorsSection {
+        InitiatorsSection {
+            skipped: Some(why),
+            cpu_note: CPU_NOTE,
+            ..InitiatorsSection::default()
+        }
+    }
+}
+
 /// Runs section D (blocking); failures end up in `error` with whatever was measured.
 pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
     let Some(perf) = env_string("FERROBAY_BENCH_SPDK_PERF") else {

@@ -139,7 +139,7 @@ pub struct SpdkSection {
 }
 
 impl SpdkSection {
-    fn skipped(why: &str) -> SpdkSection {
+    pub fn skipped(why: &str) -> SpdkSection {
         SpdkSection {
             skipped: Some(why.to_string()),
             cpu_note: CPU_NOTE,
