@@ -16,28 +16,13 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{NodeProcess, ferrobay_bin, scratch_dir};
+use common::{
+    NodeProcess, ferrobay_bin, ferrobay_output as ferrobay, output_text as text, scratch_dir,
+};
 use serde_json::Value;
 use testkit::proxy::Proxy;
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
-
-fn ferrobay(args: &[&str]) -> Output {
-    Command::new(ferrobay_bin())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run ferrobay")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))

@@ -6,31 +6,13 @@
 
 mod common;
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{NodeProcess, ferrobay_bin, scratch_dir};
+use common::{NodeProcess, ferrobay_output as ferrobay, output_text as text, scratch_dir};
 use serde_json::Value;
 
 const NQN: &str = "nqn.2026-01.io.ferrobay:n1:d0";
 const WINDOW_US: &str = "500";
-
-fn ferrobay(args: &[&str]) -> Output {
-    Command::new(ferrobay_bin())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run ferrobay")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn u(v: &Value, path: &str) -> u64 {
     v.pointer(path)

@@ -213,14 +213,7 @@ pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
         eprintln!("storage_node bench: initiators section failed: {e}");
         section.error = Some(e);
     }
-    section.comparisons = compare(&section.runs);
-    let quiet: Vec<InitiatorRun> = section
-        .runs
-        .iter()
-        .filter(|r| r.other_cores.is_some_and(|o| o <= QUIET_OTHER_CORES))
-        .cloned()
-        .collect();
-    section.comparisons_quiet = compare(&quiet);
+    finish(&mut section);
     section
 }
 
@@ -271,6 +264,12 @@ pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection 
         eprintln!("storage_node bench: whole-stack section failed: {e}");
         section.error = Some(e);
     }
+    finish(&mut section);
+    section
+}
+
+/// The comparisons of all runs and of the quiet ones.
+fn finish(section: &mut InitiatorsSection) {
     section.comparisons = compare(&section.runs);
     let quiet: Vec<InitiatorRun> = section
         .runs
@@ -279,7 +278,6 @@ pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection 
         .cloned()
         .collect();
     section.comparisons_quiet = compare(&quiet);
-    section
 }
 
 /// A core mask for perf outside the target's: the lowest CPU not in `target_mask`.
@@ -299,43 +297,10 @@ fn measure_whole_stack(
     settings: &Settings,
     section: &mut InitiatorsSection,
 ) -> Result<(), String> {
-    if !perf.is_file() {
-        return Err(format!(
-            "FERROBAY_BENCH_SPDK_PERF={}: no such file",
-            perf.display()
-        ));
-    }
-    let host = nvmf_host::HostIdentity::system().map_err(|e| format!("host identity: {e}"))?;
     let dir = crate::scratch_dir("bench-stack").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start_with(
-        binary,
-        &dir.path().join(NODE_NAME),
-        &settings.native_drive,
-        &settings.node_args,
-    )?;
-    let mut spdk = SpdkChild::start(
-        tgt,
-        dir.path(),
-        settings.ram_ns_mb,
-        &settings.spdk_cpumask,
-        &settings.spdk_args,
-    )?;
-    let nqn = format!("nqn.2026-01.io.ferrobay:{NODE_NAME}:d0");
+    let ctx = Ctx::start(binary, perf, dir.path(), settings, section)?;
+    let mut spdk = SpdkChild::for_settings(tgt, dir.path(), settings)?;
     let spdk_addr = spdk.addr.to_string();
-    let ctx = Ctx {
-        binary,
-        perf,
-        url: format!("nvme+tcp://{}/{nqn}/1", node.nvme_addr),
-        addr: node.nvme_addr.clone(),
-        node,
-        nqn,
-        hostnqn: host.hostnqn.clone(),
-        run_s: settings.runtime_s.round().max(1.0) as u64,
-        extra: section.spdk_perf_extra_args.clone(),
-        initiator_args: settings.initiator_args.clone(),
-    };
-    section.url = ctx.url.clone();
-    section.hostnqn = ctx.hostnqn.clone();
     section.description = format!(
         "ferrobay bench {:?} -> ferrobay node --drive {} {:?} vs spdk_nvme_perf {:?} -> \
          nvmf_tgt {} (-m {}, Malloc {} MiB), one pair at a time, {} s per run, {} rounds",
@@ -366,47 +331,22 @@ fn measure_whole_stack(
         };
         perf_run(&ctx, &peer, &pre, section)?;
     }
-    for round in 0..settings.rounds {
-        for (i, w) in INITIATOR_WORKLOADS.iter().enumerate() {
-            let order = if (round as usize + i).is_multiple_of(2) {
-                [Which::Ferrobay, Which::Spdk]
-            } else {
-                [Which::Spdk, Which::Ferrobay]
-            };
-            for (position, which) in order.into_iter().enumerate() {
-                let mut r = match which {
-                    Which::Ferrobay => {
-                        spdk.pause()?;
-                        let r = ferrobay_run(&ctx, w, Some(ctx.run_s));
-                        spdk.resume()?;
-                        r?
-                    }
-                    Which::Spdk => {
-                        let peer = PerfPeer {
-                            addr: &spdk_addr,
-                            nqn: SPDK_NQN,
-                            target: &spdk,
-                        };
-                        perf_run(&ctx, &peer, w, section)?
-                    }
-                };
-                r.round = round;
-                r.position = position as u32;
-                eprintln!(
-                    "  {:<15} {:<18} round {round}: {:>9.0} IOPS {:>8.1} MiB/s p50 {:>7.1} us, \
-                     initiator {:.2} / target {:.2} CPU s per million I/Os",
-                    which.name(),
-                    w.name,
-                    r.iops,
-                    r.mib_per_s,
-                    r.p50_us,
-                    r.initiator_cpu_s_per_million_ios,
-                    r.node_cpu_s_per_million_ios
-                );
-                section.runs.push(r);
-            }
+    alternate(settings, section, |which, w, section| match which {
+        Which::Ferrobay => {
+            spdk.pause()?;
+            let r = ferrobay_run(&ctx, w, Some(ctx.run_s));
+            spdk.resume()?;
+            r
         }
-    }
+        Which::Spdk => {
+            let peer = PerfPeer {
+                addr: &spdk_addr,
+                nqn: SPDK_NQN,
+                target: &spdk,
+            };
+            perf_run(&ctx, &peer, w, section)
+        }
+    })?;
     spdk.stop();
     ctx.node.stop();
     Ok(())
@@ -426,42 +366,90 @@ struct Ctx<'a> {
     initiator_args: Vec<String>,
 }
 
+impl<'a> Ctx<'a> {
+    /// Starts the ferrobay node (in `dir`) both initiators are measured against.
+    fn start(
+        binary: &'a Path,
+        perf: &'a Path,
+        dir: &Path,
+        settings: &Settings,
+        section: &mut InitiatorsSection,
+    ) -> Result<Ctx<'a>, String> {
+        if !perf.is_file() {
+            return Err(format!(
+                "FERROBAY_BENCH_SPDK_PERF={}: no such file",
+                perf.display()
+            ));
+        }
+        let host = nvmf_host::HostIdentity::system().map_err(|e| format!("host identity: {e}"))?;
+        let node = NodeChild::native(binary, dir, settings)?;
+        let nqn = format!("nqn.2026-01.io.ferrobay:{NODE_NAME}:d0");
+        let ctx = Ctx {
+            binary,
+            perf,
+            url: format!("nvme+tcp://{}/{nqn}/1", node.nvme_addr),
+            addr: node.nvme_addr.clone(),
+            node,
+            nqn,
+            hostnqn: host.hostnqn,
+            // spdk_nvme_perf takes whole seconds.
+            run_s: settings.runtime_s.round().max(1.0) as u64,
+            extra: section.spdk_perf_extra_args.clone(),
+            initiator_args: settings.initiator_args.clone(),
+        };
+        section.url = ctx.url.clone();
+        section.hostnqn = ctx.hostnqn.clone();
+        Ok(ctx)
+    }
+}
+
+/// Every workload of every round, the two initiators in alternating order, each run by
+/// `turn`.
+fn alternate(
+    settings: &Settings,
+    section: &mut InitiatorsSection,
+    mut turn: impl FnMut(Which, &Workload, &mut InitiatorsSection) -> Result<InitiatorRun, String>,
+) -> Result<(), String> {
+    for round in 0..settings.rounds {
+        for (i, w) in INITIATOR_WORKLOADS.iter().enumerate() {
+            let order = if (round as usize + i).is_multiple_of(2) {
+                [Which::Ferrobay, Which::Spdk]
+            } else {
+                [Which::Spdk, Which::Ferrobay]
+            };
+            for (position, which) in order.into_iter().enumerate() {
+                let mut r = turn(which, w, section)?;
+                r.round = round;
+                r.position = position as u32;
+                print_run(which.name(), w.name, round, &r);
+                section.runs.push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One line per run on stderr.
+pub fn print_run(who: &str, workload: &str, round: u32, r: &InitiatorRun) {
+    eprintln!(
+        "  {who:<15} {workload:<18} round {round}: {:>9.0} IOPS {:>8.1} MiB/s p50 {:>7.1} us, \
+         initiator {:.2} / target {:.2} CPU s per million I/Os",
+        r.iops,
+        r.mib_per_s,
+        r.p50_us,
+        r.initiator_cpu_s_per_million_ios,
+        r.node_cpu_s_per_million_ios
+    );
+}
+
 fn measure(
     binary: &Path,
     perf: &Path,
     settings: &Settings,
     section: &mut InitiatorsSection,
 ) -> Result<(), String> {
-    if !perf.is_file() {
-        return Err(format!(
-            "FERROBAY_BENCH_SPDK_PERF={}: no such file",
-            perf.display()
-        ));
-    }
-    let host = nvmf_host::HostIdentity::system().map_err(|e| format!("host identity: {e}"))?;
     let dir = crate::scratch_dir("bench-init").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start_with(
-        binary,
-        &dir.path().join(NODE_NAME),
-        &settings.native_drive,
-        &settings.node_args,
-    )?;
-    let nqn = format!("nqn.2026-01.io.ferrobay:{NODE_NAME}:d0");
-    let ctx = Ctx {
-        binary,
-        perf,
-        url: format!("nvme+tcp://{}/{nqn}/1", node.nvme_addr),
-        addr: node.nvme_addr.clone(),
-        node,
-        nqn,
-        hostnqn: host.hostnqn.clone(),
-        // spdk_nvme_perf takes whole seconds.
-        run_s: settings.runtime_s.round().max(1.0) as u64,
-        extra: section.spdk_perf_extra_args.clone(),
-        initiator_args: settings.initiator_args.clone(),
-    };
-    section.url = ctx.url.clone();
-    section.hostnqn = ctx.hostnqn.clone();
+    let ctx = Ctx::start(binary, perf, dir.path(), settings, section)?;
     section.description = format!(
         "one ferrobay node --drive {} on 127.0.0.1, two initiator processes in turn, {} s \
          per run, {} rounds: ferrobay bench (nvmf-host, 1 job, default I/O queues) and \
@@ -478,43 +466,15 @@ fn measure(
         iodepth: 8,
     };
     section.precondition = Some(ferrobay_run(&ctx, &pre, None)?);
-
-    for round in 0..settings.rounds {
-        for (i, w) in INITIATOR_WORKLOADS.iter().enumerate() {
-            let order = if (round as usize + i).is_multiple_of(2) {
-                [Which::Ferrobay, Which::Spdk]
-            } else {
-                [Which::Spdk, Which::Ferrobay]
-            };
-            for (position, which) in order.into_iter().enumerate() {
-                let mut r = match which {
-                    Which::Ferrobay => ferrobay_run(&ctx, w, Some(ctx.run_s))?,
-                    Which::Spdk => {
-                        let peer = PerfPeer {
-                            addr: &ctx.addr,
-                            nqn: &ctx.nqn,
-                            target: &ctx.node,
-                        };
-                        perf_run(&ctx, &peer, w, section)?
-                    }
-                };
-                r.round = round;
-                r.position = position as u32;
-                eprintln!(
-                    "  {:<15} {:<18} round {round}: {:>9.0} IOPS {:>8.1} MiB/s p50 {:>7.1} us, \
-                     initiator {:.2} / node {:.2} CPU s per million I/Os",
-                    which.name(),
-                    w.name,
-                    r.iops,
-                    r.mib_per_s,
-                    r.p50_us,
-                    r.initiator_cpu_s_per_million_ios,
-                    r.node_cpu_s_per_million_ios
-                );
-                section.runs.push(r);
-            }
-        }
-    }
+    let peer = PerfPeer {
+        addr: &ctx.addr,
+        nqn: &ctx.nqn,
+        target: &ctx.node,
+    };
+    alternate(settings, section, |which, w, section| match which {
+        Which::Ferrobay => ferrobay_run(&ctx, w, Some(ctx.run_s)),
+        Which::Spdk => perf_run(&ctx, &peer, w, section),
+    })?;
     ctx.node.stop();
     Ok(())
 }

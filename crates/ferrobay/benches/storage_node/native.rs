@@ -64,12 +64,7 @@ async fn measure(
     section: &mut NativeSection,
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-node").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start_with(
-        binary,
-        &dir.path().join(NODE_NAME),
-        &settings.native_drive,
-        &settings.node_args,
-    )?;
+    let node = NodeChild::native(binary, dir.path(), settings)?;
     let url = format!(
         "nvme+tcp://{}/nqn.2026-01.io.ferrobay:{NODE_NAME}:d0/1",
         node.nvme_addr
@@ -184,6 +179,17 @@ pub struct NodeChild {
 impl NodeChild {
     pub fn start(binary: &Path, data_dir: &Path, drive: &str) -> Result<NodeChild, String> {
         Self::start_with(binary, data_dir, drive, &[])
+    }
+
+    /// The node of sections A, C, D and F: `NODE_NAME` under `dir`, the settings' drive
+    /// and extra `node run` arguments.
+    pub fn native(binary: &Path, dir: &Path, settings: &Settings) -> Result<NodeChild, String> {
+        Self::start_with(
+            binary,
+            &dir.join(NODE_NAME),
+            &settings.native_drive,
+            &settings.node_args,
+        )
     }
 
     /// As [`NodeChild::start`], with more `node run` arguments.

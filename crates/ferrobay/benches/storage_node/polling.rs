@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::initiators::{FerrobayBench, InitiatorRun, InitiatorSide, median_side};
+use crate::initiators::{FerrobayBench, InitiatorRun, InitiatorSide, median_side, print_run};
 use crate::native::NodeChild;
 use crate::workload::{WORKLOADS, Workload, env_string};
 use crate::{Settings, workload};
@@ -206,17 +206,7 @@ fn measure(binary: &Path, settings: &Settings, section: &mut PollingSection) -> 
                 let mut run = bench(p).run(w, Some(run_s))?;
                 run.round = round;
                 run.position = k as u32;
-                eprintln!(
-                    "  {:<15} {:<18} round {round}: {:>9.0} IOPS {:>8.1} MiB/s p50 {:>7.1} us, \
-                     initiator {:.2} / node {:.2} CPU s per million I/Os",
-                    p.name(),
-                    w.name,
-                    run.iops,
-                    run.mib_per_s,
-                    run.p50_us,
-                    run.initiator_cpu_s_per_million_ios,
-                    run.node_cpu_s_per_million_ios
-                );
+                print_run(p.name(), w.name, round, &run);
                 section.runs.push(PollRun { pairing: p, run });
             }
         }

@@ -208,19 +208,8 @@ async fn measure(
     section: &mut SpdkSection,
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-spdk").map_err(|e| format!("scratch dir: {e}"))?;
-    let node = NodeChild::start_with(
-        binary,
-        &dir.path().join(NODE_NAME),
-        &settings.native_drive,
-        &settings.node_args,
-    )?;
-    let mut spdk = SpdkChild::start(
-        tgt,
-        dir.path(),
-        settings.ram_ns_mb,
-        &settings.spdk_cpumask,
-        &settings.spdk_args,
-    )?;
+    let node = NodeChild::native(binary, dir.path(), settings)?;
+    let mut spdk = SpdkChild::for_settings(tgt, dir.path(), settings)?;
     spdk.pause()?;
     let mut t = Targets {
         node_url: format!(

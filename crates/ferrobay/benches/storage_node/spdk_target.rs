@@ -60,6 +60,21 @@ pub struct SpdkChild {
 }
 
 impl SpdkChild {
+    /// `nvmf_tgt` as the settings say (RAM namespace size, reactor mask, extra arguments).
+    pub fn for_settings(
+        binary: &Path,
+        dir: &Path,
+        settings: &crate::Settings,
+    ) -> Result<SpdkChild, String> {
+        Self::start(
+            binary,
+            dir,
+            settings.ram_ns_mb,
+            &settings.spdk_cpumask,
+            &settings.spdk_args,
+        )
+    }
+
     /// Starts `nvmf_tgt` with a RAM namespace of `ram_mb` MiB on a free port; `extra` are
     /// more arguments for it. Tries a few ports, since a port found free can be taken
     /// before the target binds it.

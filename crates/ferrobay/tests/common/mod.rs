@@ -58,6 +58,25 @@ pub fn ferrobay_stdout(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `ferrobay ARGS` (warnings and errors logged) to completion.
+pub fn ferrobay_output(args: &[&str]) -> std::process::Output {
+    Command::new(ferrobay_bin())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run ferrobay")
+}
+
+/// A finished command's status, stdout and stderr, for assertion messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "exit {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 pub fn ferrobay_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferrobay")
 }
