@@ -141,6 +141,14 @@ fn a_window_above_a_second_is_refused_in_one_line() {
     for args in [
         &["bench", "--target", "ram:1M", "--busy-poll-us", "1000001"][..],
         &["node", "run", "--name", "n1", "--busy-poll-us", "2000000"][..],
+        &[
+            "processor",
+            "run",
+            "--name",
+            "p1",
+            "--busy-poll-us",
+            "1000001",
+        ][..],
     ] {
         let out = ferrobay(args);
         assert!(!out.status.success(), "{args:?}: {}", text(&out));
