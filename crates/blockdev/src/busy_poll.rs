@@ -19,7 +19,11 @@ pub const MAX_BUSY_POLL_US: u32 = 1_000_000;
 #[derive(Debug, Clone)]
 pub struct BusyPoll {
     window: Duration,
-    last_progress: Option<Instant>,
+    /// The first idle turn after the last progress: the window runs from there (one turn
+    /// later than the progress itself, so that busy turns need no clock read).
+    idle_since: Option<Instant>,
+    /// Progress since `idle_since` was taken.
+    progressed: bool,
 }
 
 impl BusyPoll {
@@ -27,7 +31,8 @@ impl BusyPoll {
     pub fn new(window_us: u32) -> BusyPoll {
         BusyPoll {
             window: Duration::from_micros(u64::from(window_us.min(MAX_BUSY_POLL_US))),
-            last_progress: None,
+            idle_since: None,
+            progressed: false,
         }
     }
 
@@ -36,20 +41,25 @@ impl BusyPoll {
     }
 
     /// Called when the task runs out of work (`progressed`: it did something on this turn
-    /// before that). True: yield and poll again; false: sleep until woken.
-    pub fn keep_polling(&mut self, progressed: bool, now: Instant) -> bool {
+    /// before that); `now` is asked for only on idle turns. True: yield and poll again;
+    /// false: sleep until woken.
+    pub fn keep_polling(&mut self, progressed: bool, now: impl FnOnce() -> Instant) -> bool {
         if self.window.is_zero() {
             return false;
         }
         if progressed {
-            self.last_progress = Some(now);
+            self.progressed = true;
             return true;
         }
-        match self.last_progress {
-            Some(t) if now.saturating_duration_since(t) < self.window => true,
+        if std::mem::take(&mut self.progressed) {
+            self.idle_since = Some(now());
+            return true;
+        }
+        match self.idle_since {
+            Some(t) if now().saturating_duration_since(t) < self.window => true,
             _ => {
                 // Asleep from here; the next progress starts a new window.
-                self.last_progress = None;
+                self.idle_since = None;
                 false
             }
         }
@@ -64,31 +74,42 @@ mod tests {
     fn off_never_polls() {
         let mut b = BusyPoll::new(0);
         assert!(!b.enabled());
-        assert!(!b.keep_polling(true, Instant::now()));
+        assert!(!b.keep_polling(true, Instant::now));
     }
 
     #[test]
     fn polls_for_the_window_after_progress_then_sleeps() {
         let t0 = Instant::now();
+        let at = |us: u64| move || t0 + Duration::from_micros(us);
+        let no_clock = || -> Instant { panic!("a busy turn read the clock") };
         let mut b = BusyPoll::new(100);
         assert!(b.enabled());
-        assert!(!b.keep_polling(false, t0), "no progress yet: sleep");
-        assert!(b.keep_polling(true, t0));
-        assert!(b.keep_polling(false, t0 + Duration::from_micros(99)));
-        assert!(!b.keep_polling(false, t0 + Duration::from_micros(100)));
+        assert!(!b.keep_polling(false, at(0)), "no progress yet: sleep");
+        assert!(b.keep_polling(true, no_clock));
+        assert!(b.keep_polling(true, no_clock));
+        // The window starts at the first idle turn.
+        assert!(b.keep_polling(false, at(10)));
+        assert!(b.keep_polling(false, at(109)));
+        assert!(!b.keep_polling(false, at(110)));
         // Woken later without progress (a spurious wake-up): still asleep.
-        assert!(!b.keep_polling(false, t0 + Duration::from_micros(101)));
+        assert!(!b.keep_polling(false, at(111)));
         // New progress opens a new window.
-        let t1 = t0 + Duration::from_millis(5);
-        assert!(b.keep_polling(true, t1));
-        assert!(b.keep_polling(false, t1 + Duration::from_micros(50)));
+        assert!(b.keep_polling(true, no_clock));
+        assert!(b.keep_polling(false, at(5000)));
+        assert!(b.keep_polling(false, at(5050)));
+        // Progress within the window restarts it.
+        assert!(b.keep_polling(true, no_clock));
+        assert!(b.keep_polling(false, at(5090)));
+        assert!(b.keep_polling(false, at(5189)));
+        assert!(!b.keep_polling(false, at(5190)));
     }
 
     #[test]
     fn window_is_bounded() {
         let t0 = Instant::now();
         let mut b = BusyPoll::new(u32::MAX);
-        assert!(b.keep_polling(true, t0));
-        assert!(!b.keep_polling(false, t0 + Duration::from_secs(1)));
+        assert!(b.keep_polling(true, || t0));
+        assert!(b.keep_polling(false, || t0));
+        assert!(!b.keep_polling(false, || t0 + Duration::from_secs(1)));
     }
 }

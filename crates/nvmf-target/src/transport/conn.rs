@@ -192,7 +192,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             if !progress {
                 let busy = &mut self.busy_poll;
-                if busy.enabled() && busy.keep_polling(progressed, Instant::now()) {
+                if busy.enabled() && busy.keep_polling(progressed, Instant::now) {
                     s.ctx.target.busy_poll_turns.fetch_add(1, Ordering::Relaxed);
                     return Poll::Ready(Turn::Poll);
                 }

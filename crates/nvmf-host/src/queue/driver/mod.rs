@@ -177,7 +177,7 @@ impl Driver {
             Poll::Ready(res) => Poll::Ready(Turn::Done(res)),
             Poll::Pending
                 if self.busy_poll.enabled()
-                    && self.busy_poll.keep_polling(progressed, Instant::now()) =>
+                    && self.busy_poll.keep_polling(progressed, Instant::now) =>
             {
                 Poll::Ready(Turn::Poll)
             }
