@@ -5,7 +5,7 @@ use blockdev::{IO_ALIGN_BYTES, IoBuf, check_range};
 
 use super::{Faults, Inner};
 use crate::error::{Result, VolumeError};
-use crate::layout::Family;
+use crate::layout::{Family, Piece};
 use crate::topology::Topology;
 
 /// A member buffer and where its bytes go in the caller's buffer.
@@ -33,6 +33,36 @@ impl Inner {
             self.intent
                 .is_pending(*self.intent.regions_of(row * su, row * su + 1).start())
         })
+    }
+
+    /// Where `p` can be read directly: a readable member and the offset on it, or None.
+    /// Near layouts try the copies from `pref` (from copy 0 where the resync has not made
+    /// them equal yet: the one it copies, as md does); rotating ones the data chunk.
+    fn locate(
+        &self,
+        topo: &Topology,
+        p: &Piece,
+        pref: usize,
+        resync_pending: bool,
+    ) -> Option<(usize, u64)> {
+        let su = self.su();
+        let at = |copy: usize| {
+            let (member, row) = self.geo.chunk_location(p.chunk, copy);
+            let moff = row * su + p.col_bytes;
+            topo.readable(member, moff + p.len_bytes)
+                .then_some((member, moff))
+        };
+        match self.geo.family() {
+            Family::Near { copies } => {
+                let pref = if resync_pending && self.chunk_resync_pending(p.chunk, copies) {
+                    0
+                } else {
+                    pref
+                };
+                (0..copies).map(|t| (pref + t) % copies).find_map(at)
+            }
+            Family::Rotating { .. } => at(0),
+        }
     }
 
     pub async fn read_volume(&self, offset_bytes: u64, buf: IoBuf) -> Result<IoBuf> {
@@ -67,80 +97,48 @@ impl Inner {
         offset_bytes: u64,
         mut buf: IoBuf,
     ) -> std::result::Result<IoBuf, (Option<IoBuf>, Faults)> {
-        let su = self.su();
-        // The common small read: inside one chunk of a rotating layout, on a readable
-        // member, read straight into the caller's buffer (no plan to allocate).
-        if let Family::Rotating { .. } = self.geo.family() {
-            let len = buf.len() as u64;
-            let chunk = offset_bytes / su;
-            if (offset_bytes + len - 1) / su == chunk {
-                let (member, row) = self.geo.chunk_location(chunk, 0);
-                let moff = row * su + offset_bytes % su;
-                if topo.readable(member, moff + len) {
-                    return self
-                        .mread(topo, member, moff, buf)
-                        .await
-                        .map_err(|f| (None, vec![f]));
-                }
-            }
+        // Near layouts: one preferred copy per request, so big reads stay on one member
+        // per chunk set and small random reads spread over the copies.
+        let (pref, resync_pending) = match self.geo.family() {
+            Family::Near { copies } => (
+                ((offset_bytes / self.su()) % copies as u64) as usize,
+                self.intent.pending_count() > 0,
+            ),
+            Family::Rotating { .. } => (0, false),
+        };
+        let mut all = self.geo.pieces(offset_bytes, buf.len() as u64);
+        let (first, second) = (all.next(), all.next());
+        // Whole request on one readable member (the common small read): straight into the
+        // caller's buffer, no plan to allocate.
+        if let (Some(p), None) = (&first, &second)
+            && let Some((member, moff)) = self.locate(topo, p, pref, resync_pending)
+        {
+            return self
+                .mread(topo, member, moff, buf)
+                .await
+                .map_err(|f| (None, vec![f]));
         }
         let mut pieces: Vec<(usize, u64, usize, usize)> = Vec::new(); // member, moff, len, dst
         let mut degraded: Vec<(u64, u64, u64)> = Vec::new(); // row, vol start, vol end
-        match self.geo.family() {
-            Family::Near { copies } => {
-                // One preferred copy per request: big reads stay on one member per chunk
-                // set, small random reads spread over the copies.
-                let pref = ((offset_bytes / su) % copies as u64) as usize;
-                let resync_pending = self.intent.pending_count() > 0;
-                for p in self.geo.pieces(offset_bytes, buf.len() as u64) {
-                    let dst = (p.vol_offset_bytes - offset_bytes) as usize;
-                    // Copies the background resync has not made equal yet may differ: read
-                    // the first readable one, the one the resync will copy (as md does).
-                    let pref = if resync_pending && self.chunk_resync_pending(p.chunk, copies) {
-                        0
-                    } else {
-                        pref
-                    };
-                    let found = (0..copies).map(|t| (pref + t) % copies).find_map(|j| {
-                        let (member, row) = self.geo.chunk_location(p.chunk, j);
-                        let moff = row * su + p.col_bytes;
-                        topo.readable(member, moff + p.len_bytes)
-                            .then_some((member, moff))
-                    });
-                    match found {
-                        Some((member, moff)) => {
-                            pieces.push((member, moff, p.len_bytes as usize, dst))
-                        }
-                        None => return Err((Some(buf), Vec::new())),
-                    }
-                }
+        for p in first.into_iter().chain(second).chain(all) {
+            if let Some((member, moff)) = self.locate(topo, &p, pref, resync_pending) {
+                let dst = (p.vol_offset_bytes - offset_bytes) as usize;
+                pieces.push((member, moff, p.len_bytes as usize, dst));
+                continue;
             }
-            Family::Rotating { k, .. } => {
-                for p in self.geo.pieces(offset_bytes, buf.len() as u64) {
-                    let (member, row) = self.geo.chunk_location(p.chunk, 0);
-                    let moff = row * su + p.col_bytes;
-                    if topo.readable(member, moff + p.len_bytes) {
-                        let dst = (p.vol_offset_bytes - offset_bytes) as usize;
-                        pieces.push((member, moff, p.len_bytes as usize, dst));
-                        continue;
-                    }
+            match self.geo.family() {
+                // No readable copy.
+                Family::Near { .. } => return Err((Some(buf), Vec::new())),
+                // Rebuilt from the rest of its row.
+                Family::Rotating { .. } => {
+                    let (_, row) = self.geo.chunk_location(p.chunk, 0);
                     let end = p.vol_offset_bytes + p.len_bytes;
                     match degraded.last_mut() {
                         Some(last) if last.0 == row => last.2 = end,
                         _ => degraded.push((row, p.vol_offset_bytes, end)),
                     }
-                    let _ = k;
                 }
             }
-        }
-
-        // Whole request on one member: read straight into the caller's buffer.
-        if degraded.is_empty() && pieces.len() == 1 {
-            let (member, moff, _, _) = pieces[0];
-            return self
-                .mread(topo, member, moff, buf)
-                .await
-                .map_err(|f| (None, vec![f]));
         }
 
         if degraded.is_empty() && zero_copy_fits(&pieces) {
