@@ -10,6 +10,9 @@
 //! must let the polling thread see socket readiness itself: one worker thread (as
 //! `ferrobay node run --busy-poll-us` sets up), not a second worker asleep on the driver.
 
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Longest window accepted: beyond a second polling is just a wasted core.
@@ -36,8 +39,39 @@ impl BusyPoll {
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        !self.window.is_zero()
+    /// Drives `turn` until it is ready: the loop of a task that owns a socket. `turn`
+    /// does what it can, sets its flag when it did anything, and returns Pending with
+    /// its wake-ups registered when it runs out of work. Then, within the window, the task
+    /// yields to the runtime (which looks at the sockets without sleeping) and turns
+    /// again, counting that in `turns`; otherwise it sleeps until woken, as without
+    /// polling.
+    pub async fn run<T>(
+        &mut self,
+        turns: Option<&AtomicU64>,
+        mut turn: impl FnMut(&mut Context<'_>, &mut bool) -> Poll<T>,
+    ) -> T {
+        loop {
+            let done = poll_fn(|cx| {
+                let mut progressed = false;
+                match turn(cx, &mut progressed) {
+                    Poll::Ready(v) => Poll::Ready(Some(v)),
+                    Poll::Pending if self.keep_polling(progressed, Instant::now) => {
+                        Poll::Ready(None)
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            match done {
+                Some(v) => return v,
+                None => {
+                    if let Some(t) = turns {
+                        t.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
     }
 
     /// Called when the task runs out of work (`progressed`: it did something on this turn
@@ -73,7 +107,6 @@ mod tests {
     #[test]
     fn off_never_polls() {
         let mut b = BusyPoll::new(0);
-        assert!(!b.enabled());
         assert!(!b.keep_polling(true, Instant::now));
     }
 
@@ -83,7 +116,6 @@ mod tests {
         let at = |us: u64| move || t0 + Duration::from_micros(us);
         let no_clock = || -> Instant { panic!("a busy turn read the clock") };
         let mut b = BusyPoll::new(100);
-        assert!(b.enabled());
         assert!(!b.keep_polling(false, at(0)), "no progress yet: sleep");
         assert!(b.keep_polling(true, no_clock));
         assert!(b.keep_polling(true, no_clock));
@@ -102,6 +134,45 @@ mod tests {
         assert!(b.keep_polling(false, at(5090)));
         assert!(b.keep_polling(false, at(5189)));
         assert!(!b.keep_polling(false, at(5190)));
+    }
+
+    #[tokio::test]
+    async fn run_turns_again_without_a_wake_up_while_polling() {
+        let turns = AtomicU64::new(0);
+        let mut calls = 0;
+        // Pending with progress three times, never waking itself: only polling brings
+        // it back.
+        let v = BusyPoll::new(1000)
+            .run(Some(&turns), |_, progressed| {
+                calls += 1;
+                if calls == 4 {
+                    return Poll::Ready(7);
+                }
+                *progressed = true;
+                Poll::Pending
+            })
+            .await;
+        assert_eq!((v, calls), (7, 4));
+        assert_eq!(turns.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn run_without_a_window_sleeps_until_woken() {
+        let turns = AtomicU64::new(0);
+        let mut calls = 0;
+        let v = BusyPoll::new(0)
+            .run(Some(&turns), |cx, progressed| {
+                calls += 1;
+                if calls == 2 {
+                    return Poll::Ready("done");
+                }
+                *progressed = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            })
+            .await;
+        assert_eq!((v, calls), ("done", 2));
+        assert_eq!(turns.load(Ordering::Relaxed), 0, "nothing polled");
     }
 
     #[test]

@@ -84,11 +84,8 @@ pub struct BenchArgs {
     /// (`DHHC-1:..`, as `nvme connect --dhchap-secret`).
     #[arg(long, value_name = "FILE")]
     pub dhchap_secret: Option<std::path::PathBuf>,
-    /// nvme+tcp targets: busy polling, as `ferrobay node run --busy-poll-us` (each queue's
-    /// driver polls its socket this long after progress, on one runtime thread). 0: off.
-    #[arg(long, default_value_t = 0, value_name = "US",
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(blockdev::MAX_BUSY_POLL_US)))]
-    pub busy_poll_us: u32,
+    #[command(flatten)]
+    pub busy_poll: crate::cli::BusyPollArg,
 }
 
 /// How nvme+tcp targets are connected: Linux's defaults plus the host's secrets.
@@ -108,7 +105,7 @@ fn connect_options(a: &BenchArgs) -> anyhow::Result<ConnectOptions> {
     Ok(ConnectOptions {
         tls,
         dhchap,
-        busy_poll_us: a.busy_poll_us,
+        busy_poll_us: a.busy_poll.us,
         ..ConnectOptions::default()
     })
 }

@@ -164,13 +164,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = TargetConfig::default().handshake_timeout_ms,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub handshake_timeout_ms: u32,
-    /// Busy polling: a connection that made progress keeps polling its socket this many
-    /// microseconds before it sleeps, and the node runs on one polling thread (like SPDK's
-    /// reactor, but only while I/O flows: at rest it uses no CPU). Lower latency at low
-    /// queue depth for a core spent while busy. 0: event-driven (the default).
-    #[arg(long, default_value_t = 0, value_name = "US",
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(blockdev::MAX_BUSY_POLL_US)))]
-    pub busy_poll_us: u32,
+    #[command(flatten)]
+    pub busy_poll: crate::cli::BusyPollArg,
 }
 
 impl RunArgs {
@@ -468,7 +463,7 @@ async fn serve_node(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.target.max_connections_per_listener = a.max_connections_per_listener;
     cfg.target.max_connections_per_host = a.max_connections_per_host;
     cfg.target.handshake_timeout_ms = a.handshake_timeout_ms;
-    cfg.target.busy_poll_us = a.busy_poll_us;
+    cfg.target.busy_poll_us = a.busy_poll.us;
     cfg.engine = crate::bench_cmd::parse_engine(&a.engine)?;
     cfg.default_namespace = a.wants_default_namespace();
     cfg.volumes_dir = a.volumes_dir.clone();

@@ -57,12 +57,8 @@ pub struct RunArgs {
     /// it dead at once); the members' reservations fence it. 0: failover by lease only.
     #[arg(long, default_value_t = 3)]
     pub heartbeat_misses: u32,
-    /// Busy polling, as `ferrobay node run --busy-poll-us`: the hosts' connections and the
-    /// member queues keep polling their sockets this many microseconds after any work, on
-    /// one runtime thread. 0: event-driven (the default).
-    #[arg(long, default_value_t = 0, value_name = "US",
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(blockdev::MAX_BUSY_POLL_US)))]
-    pub busy_poll_us: u32,
+    #[command(flatten)]
+    pub busy_poll: crate::cli::BusyPollArg,
     /// File with the bearer token the HTTP API requires (made 0600 with a new token if
     /// missing). Default: $FERROBAY_API_TOKEN, else the cluster's token in the store.
     #[arg(long)]
@@ -205,8 +201,7 @@ async fn serve_processor(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.lease_ttl_ms = a.lease_ttl_ms;
     cfg.heartbeat_interval_ms = a.heartbeat_interval_ms;
     cfg.heartbeat_misses = a.heartbeat_misses;
-    cfg.busy_poll_us = a.busy_poll_us;
-    cfg.member_connect.busy_poll_us = a.busy_poll_us;
+    cfg.busy_poll_us = a.busy_poll.us;
     cfg.member_connect.dhchap = member_credentials(&a)?;
     if cfg.member_connect.dhchap.is_some() {
         tracing::info!(

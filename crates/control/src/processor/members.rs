@@ -93,18 +93,19 @@ impl MemberDevice {
     }
 
     fn seen<T>(&self, r: Result<T, BlockError>) -> Result<T, BlockError> {
-        // nvmf-host reports NVMe Reservation Conflict (and preempt-and-abort) as this.
-        if let Err(BlockError::ReservationConflict) = &r {
-            self.fence();
-        }
+        self.watch(r.as_ref().err());
         r
     }
 
-    fn fence(&self) {
-        self.latch.close(&format!(
-            "{}: reservation conflict (fenced)",
-            self.info.name
-        ));
+    /// Closes the latch on a Reservation Conflict (nvmf-host reports NVMe Reservation
+    /// Conflict, and preempt-and-abort, as this).
+    fn watch(&self, error: Option<&BlockError>) {
+        if let Some(BlockError::ReservationConflict) = error {
+            self.latch.close(&format!(
+                "{}: reservation conflict (fenced)",
+                self.info.name
+            ));
+        }
     }
 }
 
@@ -115,9 +116,7 @@ impl IoObserver for MemberDevice {
     }
 
     fn end(&self, _op: IoOp, _bytes: u64, _token: u64, error: Option<&BlockError>) {
-        if let Some(BlockError::ReservationConflict) = error {
-            self.fence();
-        }
+        self.watch(error);
     }
 
     fn cancelled(&self, _token: u64) {}
@@ -181,6 +180,7 @@ pub(crate) async fn open_member(
 ) -> Result<Arc<RemoteNamespace>, ProcessorError> {
     let mut parsed = NvmeTcpUrl::parse(url)?;
     let mut opts = ctx.cfg.member_connect.clone();
+    opts.busy_poll_us = ctx.cfg.busy_poll_us;
     let concat = ctx.cfg.member_concat && opts.dhchap.is_some();
     if concat || opts.tls.is_some() {
         let nodes = match list_json::<NodeRecord, _>(ctx.store.as_ref(), NODES).await {

@@ -3,18 +3,17 @@
 //! The task reads PDUs into a reusable buffer, hands them to the connection's [`Session`]
 //! (I/O commands become futures in a `FuturesUnordered` polled by the same task), and
 //! writes every response that is ready in one vectored write. Fatal transport errors end
-//! only this connection, with a C2HTermReq. With `busy_poll_us` set, a connection that ran
-//! out of work yields and polls again for that long instead of sleeping (`BusyPoll`). A connection that has not sent ICReq and
-//! completed a Connect within `handshake_timeout_ms` is closed; it has no full-size
-//! receive buffer before ICReq.
+//! only this connection, with a C2HTermReq. With `busy_poll_us` set, a connection that
+//! ran out of work yields and polls again for that long instead of sleeping
+//! (`BusyPoll`). A connection that has not sent ICReq and completed a Connect within
+//! `handshake_timeout_ms` is closed; it has no full-size receive buffer before ICReq.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use blockdev::BusyPoll;
 use futures::stream::Stream;
@@ -39,14 +38,6 @@ pub(crate) struct Conn<S> {
     session: Session,
     /// Fires when ICReq and Connect have not completed in time; dropped once connected.
     handshake_deadline: Option<Pin<Box<Sleep>>>,
-    busy_poll: BusyPoll,
-}
-
-/// How one turn of the connection's poll loop ended.
-pub(crate) enum Turn {
-    End(RunEnd),
-    /// Out of work but busy polling: yield and poll again instead of sleeping.
-    Poll,
 }
 
 /// Serves one connection until the peer closes, a fatal error, or a kill.
@@ -66,19 +57,12 @@ pub(crate) async fn serve<S>(
         rx: RxBuf::new(PRE_ICREQ_RX_BYTES),
         session: Session::new(target.clone(), handle.clone(), listener, local),
         handshake_deadline: Some(Box::pin(tokio::time::sleep(handshake))),
-        busy_poll: BusyPoll::new(target.config.busy_poll_us),
     };
+    let mut busy_poll = BusyPoll::new(target.config.busy_poll_us);
     let ended = {
-        let run = async {
-            loop {
-                match poll_fn(|cx| conn.poll_run(cx)).await {
-                    Turn::End(end) => break end,
-                    // Busy polling: back to the runtime, which looks at the sockets
-                    // without sleeping, then straight here again.
-                    Turn::Poll => tokio::task::yield_now().await,
-                }
-            }
-        };
+        let run = busy_poll.run(Some(&target.busy_poll_turns), |cx, progressed| {
+            conn.poll_run(cx, progressed)
+        });
         tokio::select! {
             biased;
             _ = handle.killed() => RunEnd::Killed,
@@ -120,20 +104,20 @@ pub(crate) enum RunEnd {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
-    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<Turn> {
+    /// One turn; sets `progressed` when it did anything before running out of work.
+    fn poll_run(&mut self, cx: &mut Context<'_>, progressed: &mut bool) -> Poll<RunEnd> {
         if let Some(deadline) = &mut self.handshake_deadline {
             if self.session.ctx.queue.is_some() {
                 self.handshake_deadline = None;
             } else if deadline.as_mut().poll(cx).is_ready() {
                 self.handshake_deadline = None;
                 if let Some(end) = self.session.handshake_timed_out() {
-                    return Poll::Ready(Turn::End(end));
+                    return Poll::Ready(end);
                 }
             }
         }
         let s = &mut self.session;
         s.ctx.handle.waker.register(cx.waker());
-        let mut progressed = false;
         loop {
             // Before reading more PDUs: data that arrives next must find aborted commands
             // already marked.
@@ -162,43 +146,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                                     s.tx.push_vec(encode_term_req(true, &err, &hdr));
                                     s.fatal = true;
                                 }
-                                Stop::Close => return Poll::Ready(Turn::End(RunEnd::PeerClosed)),
+                                Stop::Close => return Poll::Ready(RunEnd::PeerClosed),
                             }
                             s.phase = Phase::Closing;
                         }
                     }
-                    Poll::Ready(Err(_)) => return Poll::Ready(Turn::End(RunEnd::Io)),
+                    Poll::Ready(Err(_)) => return Poll::Ready(RunEnd::Io),
                     Poll::Pending => {}
                 }
             }
             if !s.tx.is_empty() {
                 match s.tx.poll_flush(&mut self.io, cx, &mut s.ctx.pool) {
                     Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(_)) => return Poll::Ready(Turn::End(RunEnd::Io)),
+                    Poll::Ready(Err(_)) => return Poll::Ready(RunEnd::Io),
                     Poll::Pending => {}
                 }
             }
             if s.phase == Phase::Closing && s.tx.is_empty() {
-                return Poll::Ready(Turn::End(if s.fatal {
+                return Poll::Ready(if s.fatal {
                     RunEnd::Fatal
                 } else {
                     RunEnd::Closed
-                }));
+                });
             }
             // After end of stream only AERs (which may wait forever) may be left running;
             // commands still in the throttle queue have not started and never will.
             if s.peer_eof && s.tx.is_empty() && s.inflight.len() <= s.commands.aers_running() {
-                return Poll::Ready(Turn::End(RunEnd::PeerClosed));
+                return Poll::Ready(RunEnd::PeerClosed);
             }
             if !progress {
-                let busy = &mut self.busy_poll;
-                if busy.enabled() && busy.keep_polling(progressed, Instant::now) {
-                    s.ctx.target.busy_poll_turns.fetch_add(1, Ordering::Relaxed);
-                    return Poll::Ready(Turn::Poll);
-                }
                 return Poll::Pending;
             }
-            progressed = true;
+            *progressed = true;
         }
     }
 }

@@ -53,13 +53,6 @@ pub(crate) struct DriverConfig {
     pub busy_poll_us: u32,
 }
 
-/// How one turn of the driver's poll loop ended.
-enum Turn {
-    Done(Result<(), TransportError>),
-    /// Out of work but busy polling: yield and poll again instead of sleeping.
-    Poll,
-}
-
 pub(crate) struct Driver {
     io: QueueStream,
     cfg: DriverConfig,
@@ -81,7 +74,6 @@ pub(crate) struct Driver {
     /// The time at the start of this poll: deadlines need no finer clock, and reading
     /// the clock per command costs more than the rest of starting it.
     now: Option<Instant>,
-    busy_poll: BusyPoll,
 }
 
 impl Driver {
@@ -114,7 +106,6 @@ impl Driver {
             timer_armed: false,
             tick,
             now: None,
-            busy_poll: BusyPoll::new(cfg.busy_poll_us),
             cfg,
         }
     }
@@ -122,13 +113,9 @@ impl Driver {
     /// Runs until shutdown or a fatal error, then gives every outstanding command back to
     /// the queue (to wait for the next connection, or to fail).
     pub async fn run(mut self) {
-        let res = loop {
-            match std::future::poll_fn(|cx| self.poll_turn(cx)).await {
-                Turn::Done(res) => break res,
-                // Back to the runtime, which looks at the sockets without sleeping.
-                Turn::Poll => tokio::task::yield_now().await,
-            }
-        };
+        let res = BusyPoll::new(self.cfg.busy_poll_us)
+            .run(None, |cx, progressed| self.poll_drive(cx, progressed))
+            .await;
         let err = match res {
             Ok(()) => TransportError::Shutdown,
             Err(e) => e,
@@ -170,21 +157,7 @@ impl Driver {
         self.core.connection_ended(self.cfg.generation, err);
     }
 
-    /// One turn of [`Driver::poll_drive`], asking to poll again when busy polling.
-    fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<Turn> {
-        let mut progressed = false;
-        match self.poll_drive(cx, &mut progressed) {
-            Poll::Ready(res) => Poll::Ready(Turn::Done(res)),
-            Poll::Pending
-                if self.busy_poll.enabled()
-                    && self.busy_poll.keep_polling(progressed, Instant::now) =>
-            {
-                Poll::Ready(Turn::Poll)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
+    /// One turn; sets `progressed` when it did anything before running out of work.
     fn poll_drive(
         &mut self,
         cx: &mut Context<'_>,
