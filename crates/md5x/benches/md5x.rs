@@ -29,7 +29,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn data(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 31 + i / 7) as u8).collect()
+    testkit::data::pattern(len, 31)
 }
 
 fn mib_per_s(bytes: usize, start: Instant) -> f64 {
@@ -38,15 +38,7 @@ fn mib_per_s(bytes: usize, start: Instant) -> f64 {
 
 /// Process CPU time (user + system), seconds.
 fn cpu_s() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct it is given.
-    #[allow(unsafe_code)]
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    bench::CpuTime::now().total().as_secs_f64()
 }
 
 /// CPU seconds per GiB of `streams` tasks hashing `objects` objects of 1 MiB each, in
@@ -92,7 +84,10 @@ fn main() {
     let streams = env_usize("MD5X_BENCH_STREAMS", 16);
     let objects = if full { 16 } else { 1 };
     let buf = data(MIB);
-    let avx2 = std::arch::is_x86_feature_detected!("avx2");
+    let avx2 = md5x::lanes_supported();
+    if !avx2 {
+        testkit::prereq::missing_cpu_feature("AVX2: the eight lanes are eight scalar runs");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()

@@ -16,7 +16,7 @@ mod consts;
 mod scalar;
 mod service;
 
-pub use service::{Md5Lanes, StreamMd5};
+pub use service::{Md5Lanes, StreamMd5, lanes_supported};
 
 use consts::{BLOCK_BYTES, INIT};
 
@@ -128,6 +128,7 @@ pub fn digest8(inputs: [&[u8]; 8]) -> [[u8; 16]; 8] {
 mod tests {
     use super::*;
     use md5::Digest;
+    use proptest::prelude::*;
 
     #[test]
     fn eight_messages_at_once() {
@@ -143,7 +144,6 @@ mod tests {
             assert_eq!(*g, reference(m));
         }
     }
-    use proptest::prelude::*;
 
     fn reference(data: &[u8]) -> [u8; 16] {
         md5::Md5::digest(data).into()

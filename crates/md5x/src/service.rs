@@ -38,7 +38,7 @@ pub struct Md5Lanes {
     tx: mpsc::Sender<Job>,
 }
 
-/// Padding for idle lanes: they hash zeros, their results are dropped.
+/// Padding for idle lanes.
 static IDLE: [u8; STEP_BLOCKS * BLOCK_BYTES] = [0; STEP_BLOCKS * BLOCK_BYTES];
 
 impl Md5Lanes {
@@ -85,7 +85,8 @@ impl Md5Lanes {
     }
 }
 
-fn lanes_supported() -> bool {
+/// Whether this CPU runs the lanes (AVX2); without, every stream hashes in place.
+pub fn lanes_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2")
@@ -142,11 +143,11 @@ fn run(mut rx: mpsc::Receiver<Job>) {
 
 /// Advances every busy lane by up to [`STEP_BLOCKS`] blocks.
 fn step(lanes: &mut [Option<Lane>; LANES]) {
-    let busy: Vec<usize> = (0..LANES).filter(|&i| lanes[i].is_some()).collect();
     let left = |l: &Lane| (l.job.data.len() - l.done_bytes) / BLOCK_BYTES;
-    let blocks = busy
+    let blocks = lanes
         .iter()
-        .filter_map(|&i| lanes[i].as_ref().map(left))
+        .flatten()
+        .map(left)
         .min()
         .unwrap_or(0)
         .min(STEP_BLOCKS);
@@ -154,44 +155,32 @@ fn step(lanes: &mut [Option<Lane>; LANES]) {
         return;
     }
     let bytes = blocks * BLOCK_BYTES;
-    if busy.len() == 1 {
+    if lanes.iter().flatten().count() == 1 {
         // One stream: the scalar code does it with an eighth of the work.
-        if let Some(l) = lanes[busy[0]].as_mut() {
+        if let Some(l) = lanes.iter_mut().flatten().next() {
             let at = l.done_bytes;
             scalar::compress(&mut l.job.state, &l.job.data[at..at + bytes]);
             l.done_bytes += bytes;
         }
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut states = [[0u32; 4]; LANES];
-        let mut ptrs = [IDLE.as_ptr(); LANES];
-        for (i, slot) in lanes.iter().enumerate() {
-            if let Some(l) = slot {
-                states[i] = l.job.state;
-                ptrs[i] = l.job.data[l.done_bytes..].as_ptr();
-            }
-        }
-        // SAFETY: this worker only runs when AVX2 was detected (`Md5Lanes::start`); every
-        // busy lane has at least `blocks` whole blocks left at its pointer (`blocks` is
-        // the minimum), and idle lanes point at IDLE, which holds STEP_BLOCKS >= blocks.
-        #[allow(unsafe_code)]
-        unsafe {
-            crate::avx2::compress(&mut states, &ptrs, blocks)
-        };
-        for (i, slot) in lanes.iter_mut().enumerate() {
-            if let Some(l) = slot {
-                l.job.state = states[i];
-                l.done_bytes += bytes;
-            }
+    let mut states = [[0u32; 4]; LANES];
+    for (s, l) in states.iter_mut().zip(lanes.iter()) {
+        if let Some(l) = l {
+            *s = l.job.state;
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    for l in lanes.iter_mut().flatten() {
-        let at = l.done_bytes;
-        scalar::compress(&mut l.job.state, &l.job.data[at..at + bytes]);
-        l.done_bytes += bytes;
+    // Idle lanes hash zeros; their results are dropped.
+    let inputs: [&[u8]; LANES] = std::array::from_fn(|i| match &lanes[i] {
+        Some(l) => &l.job.data[l.done_bytes..l.done_bytes + bytes],
+        None => &IDLE[..bytes],
+    });
+    compress8(&mut states, &inputs, blocks);
+    for (s, l) in states.iter().zip(lanes.iter_mut()) {
+        if let Some(l) = l {
+            l.job.state = *s;
+            l.done_bytes += bytes;
+        }
     }
 }
 
@@ -287,7 +276,7 @@ mod tests {
     #[test]
     fn eight_lanes_match_eight_scalar_runs() {
         if !lanes_supported() {
-            eprintln!("no AVX2 here: the lane kernel is not run");
+            testkit::prereq::missing_cpu_feature("AVX2 (the lane kernel)");
             return;
         }
         for blocks in [1usize, 2, 7, 64] {
@@ -315,6 +304,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_streams_at_once_match_the_reference() {
         let lanes = Md5Lanes::start();
+        if lanes.is_none() {
+            testkit::prereq::missing_cpu_feature("AVX2: every stream hashed in place, no lanes");
+        }
         let mut tasks = Vec::new();
         for s in 0..20u64 {
             let lanes = lanes.clone();
@@ -347,6 +339,9 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_update_does_not_stop_the_others() {
         let lanes = Md5Lanes::start();
+        if lanes.is_none() {
+            testkit::prereq::missing_cpu_feature("AVX2: no lane worker to drop an update in");
+        }
         let big = Bytes::from(data(1, 8 << 20));
         let mut dropped = StreamMd5::with_lanes(lanes.clone());
         // Polled once (queued or in a lane), then dropped.
