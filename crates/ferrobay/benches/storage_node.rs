@@ -29,8 +29,9 @@
 //!   (`FERROBAY_BENCH_SPDK_PERF_ARGS`: more perf arguments); needs `stdbuf`.
 //! - E. busy polling: an event-driven and a `--busy-poll-us` node, each driven by
 //!   `ferrobay bench` without and with `--busy-poll-us` (QD 1 and the loads of A); ratios
-//!   polling / event-driven for the target, the initiator and both (`FERROBAY_BENCH_POLL=0`
-//!   skips it, `FERROBAY_BENCH_POLL_US` sets the window, default 500).
+//!   polling / event-driven for the target, the initiator and both
+//!   (`FERROBAY_BENCH_POLL_US` sets the window, default 500; a smoke pass runs it only
+//!   when `FERROBAY_BENCH_SECTIONS` names it).
 //! - F. whole stack: `ferrobay bench` -> `ferrobay node` against `spdk_nvme_perf` ->
 //!   SPDK's `nvmf_tgt`, alternating (the QD 1 latency goal); needs both SPDK binaries.
 //!   With `FERROBAY_BENCH_NODE_ARGS` and `FERROBAY_BENCH_INITIATOR_ARGS` set to
@@ -127,8 +128,9 @@ fn main() -> ExitCode {
         binary.display()
     );
     let native = runtime.block_on(native::run(&binary, &settings));
+    let only = workload::env_string("FERROBAY_BENCH_SECTIONS");
     let skip = |section: char| {
-        let only = workload::env_string("FERROBAY_BENCH_SECTIONS")?;
+        let only = only.as_deref()?;
         (!only.contains(section)).then(|| format!("FERROBAY_BENCH_SECTIONS={only}"))
     };
     let spdk = match skip('C') {
@@ -140,11 +142,13 @@ fn main() -> ExitCode {
         None => initiators::run(&binary, &settings),
     };
     let polling = match skip('E') {
-        Some(why) => polling::PollingSection {
-            skipped: Some(why),
+        None if full || only.is_some() => polling::run(&binary, &settings),
+        why => polling::PollingSection {
+            skipped: Some(why.unwrap_or_else(|| {
+                "smoke run (no --bench; FERROBAY_BENCH_SECTIONS=E runs it)".into()
+            })),
             ..Default::default()
         },
-        None => polling::run(&binary, &settings, full),
     };
     let whole_stack = match skip('F') {
         Some(why) => initiators::InitiatorsSection::skipped(why),

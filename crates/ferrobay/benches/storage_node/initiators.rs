@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::Settings;
 use crate::native::{NODE_NAME, NodeChild, per_million};
 use crate::spdk_target::{SPDK_NQN, SpdkChild, use_spdk_libs};
-use crate::workload::{WORKLOADS, Workload, env_string};
+use crate::workload::{WORKLOADS, Workload, env_string, env_words};
 use testkit::process::die_with_parent;
 use testkit::stats::median;
 
@@ -183,31 +183,30 @@ impl InitiatorsSection {
             ..InitiatorsSection::default()
         }
     }
+
+    /// A section that runs `perf` with `extra` arguments.
+    fn running(perf: &str, extra: Vec<String>) -> InitiatorsSection {
+        InitiatorsSection {
+            ran: true,
+            spdk_perf_binary: perf.to_string(),
+            spdk_perf_extra_args: extra,
+            cpu_note: CPU_NOTE,
+            quiet_other_cores_max: QUIET_OTHER_CORES,
+            ..InitiatorsSection::default()
+        }
+    }
 }
 
 /// Runs section D (blocking); failures end up in `error` with whatever was measured.
 pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
     let Some(perf) = env_string("FERROBAY_BENCH_SPDK_PERF") else {
-        return InitiatorsSection {
-            skipped: Some(
-                "FERROBAY_BENCH_SPDK_PERF is not set: point it at an SPDK spdk_nvme_perf binary \
-                 built outside this repo (nothing here fetches or builds SPDK)"
-                    .into(),
-            ),
-            cpu_note: CPU_NOTE,
-            ..InitiatorsSection::default()
-        };
+        return InitiatorsSection::skipped(
+            "FERROBAY_BENCH_SPDK_PERF is not set: point it at an SPDK spdk_nvme_perf binary \
+             built outside this repo (nothing here fetches or builds SPDK)"
+                .into(),
+        );
     };
-    let mut section = InitiatorsSection {
-        ran: true,
-        spdk_perf_binary: perf.clone(),
-        spdk_perf_extra_args: env_string("FERROBAY_BENCH_SPDK_PERF_ARGS")
-            .map(|a| a.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default(),
-        cpu_note: CPU_NOTE,
-        quiet_other_cores_max: QUIET_OTHER_CORES,
-        ..InitiatorsSection::default()
-    };
+    let mut section = InitiatorsSection::running(&perf, env_words("FERROBAY_BENCH_SPDK_PERF_ARGS"));
     eprintln!("storage_node bench: initiators: ferrobay bench vs {perf}");
     if let Err(e) = measure(binary, Path::new(&perf), settings, &mut section) {
         eprintln!("storage_node bench: initiators section failed: {e}");
@@ -229,30 +228,17 @@ pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection 
         settings.spdk_tgt.clone(),
         env_string("FERROBAY_BENCH_SPDK_PERF"),
     ) else {
-        return InitiatorsSection {
-            skipped: Some(
-                "needs both FERROBAY_BENCH_SPDK_TGT and FERROBAY_BENCH_SPDK_PERF (SPDK built \
-                 outside this repo)"
-                    .into(),
-            ),
-            cpu_note: CPU_NOTE,
-            ..InitiatorsSection::default()
-        };
+        return InitiatorsSection::skipped(
+            "needs both FERROBAY_BENCH_SPDK_TGT and FERROBAY_BENCH_SPDK_PERF (SPDK built \
+             outside this repo)"
+                .into(),
+        );
     };
-    let mut extra: Vec<String> = env_string("FERROBAY_BENCH_SPDK_PERF_ARGS")
-        .map(|a| a.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default();
+    let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
     if !extra.iter().any(|a| a == "-c") {
         extra.extend(["-c".to_string(), perf_core_mask(&settings.spdk_cpumask)]);
     }
-    let mut section = InitiatorsSection {
-        ran: true,
-        spdk_perf_binary: perf.clone(),
-        spdk_perf_extra_args: extra,
-        cpu_note: CPU_NOTE,
-        quiet_other_cores_max: QUIET_OTHER_CORES,
-        ..InitiatorsSection::default()
-    };
+    let mut section = InitiatorsSection::running(&perf, extra);
     eprintln!("storage_node bench: whole stack: ferrobay bench + node vs {perf} + {tgt}");
     if let Err(e) = measure_whole_stack(
         binary,
@@ -299,7 +285,7 @@ fn measure_whole_stack(
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-stack").map_err(|e| format!("scratch dir: {e}"))?;
     let ctx = Ctx::start(binary, perf, dir.path(), settings, section)?;
-    let mut spdk = SpdkChild::for_settings(tgt, dir.path(), settings)?;
+    let mut spdk = SpdkChild::start(tgt, dir.path(), settings)?;
     let spdk_addr = spdk.addr.to_string();
     section.description = format!(
         "ferrobay bench {:?} -> ferrobay node --drive {} {:?} vs spdk_nvme_perf {:?} -> \

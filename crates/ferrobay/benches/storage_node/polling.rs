@@ -6,8 +6,8 @@
 //! event-driven initiator), the initiator's (event-driven node, polling initiator) and the
 //! whole stack's (both polling), each against both event-driven.
 //!
-//! Runs under `--bench` unless `FERROBAY_BENCH_POLL=0` (`FERROBAY_BENCH_POLL=1` runs it in
-//! a smoke pass too); `FERROBAY_BENCH_POLL_US` sets the window (default 500).
+//! Runs under `--bench` (in a smoke pass only when `FERROBAY_BENCH_SECTIONS` names E);
+//! `FERROBAY_BENCH_POLL_US` sets the window (default 500).
 
 use std::path::Path;
 
@@ -122,22 +122,7 @@ pub struct PollingSection {
 }
 
 /// Runs section E (blocking); failures end up in `error` with whatever was measured.
-pub fn run(binary: &Path, settings: &Settings, full: bool) -> PollingSection {
-    let on = match env_string("FERROBAY_BENCH_POLL").as_deref() {
-        Some("0" | "false" | "no" | "off") => false,
-        Some(_) => true,
-        None => full,
-    };
-    if !on {
-        return PollingSection {
-            skipped: Some(if full {
-                "FERROBAY_BENCH_POLL=0".into()
-            } else {
-                "smoke run (no --bench; FERROBAY_BENCH_POLL=1 runs it)".into()
-            }),
-            ..PollingSection::default()
-        };
-    }
+pub fn run(binary: &Path, settings: &Settings) -> PollingSection {
     let window_us = env_string("FERROBAY_BENCH_POLL_US")
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|&v| v > 0 && v <= blockdev::MAX_BUSY_POLL_US)

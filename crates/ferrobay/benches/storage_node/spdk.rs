@@ -209,7 +209,7 @@ async fn measure(
 ) -> Result<(), String> {
     let dir = crate::scratch_dir("bench-spdk").map_err(|e| format!("scratch dir: {e}"))?;
     let node = NodeChild::native(binary, dir.path(), settings)?;
-    let mut spdk = SpdkChild::for_settings(tgt, dir.path(), settings)?;
+    let mut spdk = SpdkChild::start(tgt, dir.path(), settings)?;
     spdk.pause()?;
     let mut t = Targets {
         node_url: format!(

@@ -60,31 +60,19 @@ pub struct SpdkChild {
 }
 
 impl SpdkChild {
-    /// `nvmf_tgt` as the settings say (RAM namespace size, reactor mask, extra arguments).
-    pub fn for_settings(
+    /// Starts `nvmf_tgt` as the settings say (a RAM namespace of `ram_ns_mb` MiB, the
+    /// reactor mask, more arguments) on a free port. Tries a few ports, since a port found
+    /// free can be taken before the target binds it.
+    pub fn start(
         binary: &Path,
         dir: &Path,
         settings: &crate::Settings,
     ) -> Result<SpdkChild, String> {
-        Self::start(
-            binary,
-            dir,
+        let (ram_mb, cpumask, extra) = (
             settings.ram_ns_mb,
-            &settings.spdk_cpumask,
-            &settings.spdk_args,
-        )
-    }
-
-    /// Starts `nvmf_tgt` with a RAM namespace of `ram_mb` MiB on a free port; `extra` are
-    /// more arguments for it. Tries a few ports, since a port found free can be taken
-    /// before the target binds it.
-    pub fn start(
-        binary: &Path,
-        dir: &Path,
-        ram_mb: u64,
-        cpumask: &str,
-        extra: &[String],
-    ) -> Result<SpdkChild, String> {
+            settings.spdk_cpumask.as_str(),
+            settings.spdk_args.as_slice(),
+        );
         if !binary.is_file() {
             return Err(format!(
                 "FERROBAY_BENCH_SPDK_TGT={}: no such file",

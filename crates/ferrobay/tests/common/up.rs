@@ -115,9 +115,7 @@ impl Up {
                     let done = line.contains("Ctrl-C");
                     self.stdout.push(line);
                     if done {
-                        return Ok(
-                            connect.unwrap_or_else(|| panic!("no connect line:\n{}", self.log()))
-                        );
+                        return connect.ok_or_else(|| format!("no connect line:\n{}", self.log()));
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
