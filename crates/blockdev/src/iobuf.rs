@@ -48,8 +48,9 @@ unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // SAFETY: allocated by IoBuf::alloc_zeroed with exactly this layout (capacity > 0:
-        // only non-empty buffers are split), freed once, when the last part is gone.
+        // SAFETY: allocated by IoBuf::try_zeroed_capacity with exactly this layout
+        // (capacity > 0: only non-empty buffers are split), freed once, when the last part
+        // is gone.
         #[allow(unsafe_code)]
         unsafe {
             alloc::dealloc(self.ptr.as_ptr(), IoBuf::layout(self.capacity))
@@ -76,22 +77,37 @@ impl IoBuf {
         let capacity = len
             .checked_next_multiple_of(IO_ALIGN_BYTES)
             .expect("IoBuf length overflows usize");
+        match Self::try_zeroed_capacity(len, capacity) {
+            Some(buf) => buf,
+            None => alloc::handle_alloc_error(Self::layout(capacity)),
+        }
+    }
+
+    /// As [`IoBuf::new_zeroed`], but `None` when the memory cannot be had (for memory a
+    /// caller can do without: a RAM drive's chunk is an I/O error, not an abort).
+    pub fn try_new_zeroed(len: usize) -> Option<IoBuf> {
+        let capacity = len.checked_next_multiple_of(IO_ALIGN_BYTES)?;
+        Self::try_zeroed_capacity(len, capacity)
+    }
+
+    fn try_zeroed_capacity(len: usize, capacity: usize) -> Option<IoBuf> {
         if capacity == 0 {
-            return IoBuf {
+            return Some(IoBuf {
                 ptr: NonNull::<Page>::dangling().cast(),
                 len: 0,
                 capacity: 0,
                 shared: None,
-            };
+            });
         }
-        let layout = Self::layout(capacity);
-        let ptr = Self::alloc_zeroed(layout);
-        IoBuf {
-            ptr,
+        // SAFETY: layout has non-zero size (capacity > 0 checked above).
+        #[allow(unsafe_code)]
+        let raw = unsafe { alloc::alloc_zeroed(Self::layout(capacity)) };
+        Some(IoBuf {
+            ptr: NonNull::new(raw)?,
             len,
             capacity,
             shared: None,
-        }
+        })
     }
 
     /// Splits the buffer at `at`: `self` keeps bytes `[0, at)` (length and capacity `at`),
@@ -210,22 +226,13 @@ impl IoBuf {
         Layout::from_size_align(capacity, IO_ALIGN_BYTES).expect("IoBuf layout")
     }
 
-    fn alloc_zeroed(layout: Layout) -> NonNull<u8> {
-        // SAFETY: layout has non-zero size (capacity > 0 checked by callers).
-        #[allow(unsafe_code)]
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        match NonNull::new(raw) {
-            Some(ptr) => ptr,
-            None => alloc::handle_alloc_error(layout),
-        }
-    }
 }
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
         // A part of a split allocation: the last part's `Arc` frees it.
         if self.capacity != 0 && self.shared.is_none() {
-            // SAFETY: ptr was allocated by alloc_zeroed with exactly this layout.
+            // SAFETY: ptr was allocated by try_zeroed_capacity with exactly this layout.
             #[allow(unsafe_code)]
             unsafe {
                 alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity))
@@ -293,6 +300,15 @@ impl fmt::Debug for IoBuf {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn try_new_zeroed_is_aligned_or_none() {
+        let buf = IoBuf::try_new_zeroed(1 << 20).expect("1 MiB");
+        assert_eq!(buf.as_slice().as_ptr() as usize % IO_ALIGN_BYTES, 0);
+        assert!(buf.iter().all(|&b| b == 0));
+        assert!(IoBuf::try_new_zeroed(usize::MAX).is_none(), "length overflows");
+        assert!(IoBuf::try_new_zeroed(1 << 62).is_none(), "more than any machine has");
+    }
 
     #[test]
     fn alignment_capacity_and_zeroing() {
