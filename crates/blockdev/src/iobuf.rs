@@ -225,7 +225,6 @@ impl IoBuf {
     fn layout(capacity: usize) -> Layout {
         Layout::from_size_align(capacity, IO_ALIGN_BYTES).expect("IoBuf layout")
     }
-
 }
 
 impl Drop for IoBuf {
@@ -306,8 +305,14 @@ mod tests {
         let buf = IoBuf::try_new_zeroed(1 << 20).expect("1 MiB");
         assert_eq!(buf.as_slice().as_ptr() as usize % IO_ALIGN_BYTES, 0);
         assert!(buf.iter().all(|&b| b == 0));
-        assert!(IoBuf::try_new_zeroed(usize::MAX).is_none(), "length overflows");
-        assert!(IoBuf::try_new_zeroed(1 << 62).is_none(), "more than any machine has");
+        assert!(
+            IoBuf::try_new_zeroed(usize::MAX).is_none(),
+            "length overflows"
+        );
+        assert!(
+            IoBuf::try_new_zeroed(1 << 62).is_none(),
+            "more than any machine has"
+        );
     }
 
     #[test]

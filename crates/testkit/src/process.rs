@@ -23,6 +23,36 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Runs the child on `cpus` only (sched_setaffinity before exec), as SPDK's `-m` / `-c`
+/// core masks pin its processes, so benchmarks compare processes placed alike. An empty
+/// list leaves the child unpinned; if no CPU of the list is online, spawning fails (EINVAL).
+#[allow(unsafe_code)]
+pub fn pin_to_cpus(cmd: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); CPU_SET writes only
+    // inside it for an index below CPU_SETSIZE, which the filter ensures.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut any = false;
+        for &cpu in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(cpu, &mut set);
+            any = true;
+        }
+        any.then_some(set)
+    };
+    let Some(set) = set else { return };
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // sched_setaffinity(2) on itself with a set built before the fork (no allocation).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Runs `binary args` (a ferrobay command, `RUST_LOG=warn`, no stdin): its stdout, or an
 /// error with the command, its exit status and output.
 pub fn run_cli(binary: &Path, args: &[&str]) -> Result<String, String> {

@@ -22,8 +22,8 @@ use serde::Serialize;
 use crate::Settings;
 use crate::native::{NODE_NAME, NodeChild, per_million};
 use crate::spdk_target::{SPDK_NQN, SpdkChild, use_spdk_libs};
-use crate::workload::{WORKLOADS, Workload, env_string, env_words};
-use testkit::process::die_with_parent;
+use crate::workload::{Pinning, WORKLOADS, Workload, env_string, env_words};
+use testkit::process::{die_with_parent, pin_to_cpus};
 use testkit::stats::median;
 
 /// What the issue asks for, in the order they run.
@@ -206,7 +206,13 @@ pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
                 .into(),
         );
     };
-    let mut section = InitiatorsSection::running(&perf, env_words("FERROBAY_BENCH_SPDK_PERF_ARGS"));
+    let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
+    if let Some(pin) = &settings.pin
+        && !extra.iter().any(|a| a == "-c")
+    {
+        extra.extend(["-c".to_string(), pin.initiator_mask()]);
+    }
+    let mut section = InitiatorsSection::running(&perf, extra);
     eprintln!("storage_node bench: initiators: ferrobay bench vs {perf}");
     if let Err(e) = measure(binary, Path::new(&perf), settings, &mut section) {
         eprintln!("storage_node bench: initiators section failed: {e}");
@@ -236,7 +242,7 @@ pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection 
     };
     let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
     if !extra.iter().any(|a| a == "-c") {
-        extra.extend(["-c".to_string(), perf_core_mask(&settings.spdk_cpumask)]);
+        extra.extend(["-c".to_string(), perf_core_mask(settings)]);
     }
     let mut section = InitiatorsSection::running(&perf, extra);
     eprintln!("storage_node bench: whole stack: ferrobay bench + node vs {perf} + {tgt}");
@@ -266,14 +272,23 @@ fn finish(section: &mut InitiatorsSection) {
     section.comparisons_quiet = compare(&quiet);
 }
 
-/// A core mask for perf outside the target's: the lowest CPU not in `target_mask`.
-fn perf_core_mask(target_mask: &str) -> String {
-    let mask = u64::from_str_radix(target_mask.trim_start_matches("0x"), 16).unwrap_or(1);
-    let cpus = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(64);
-    let free = (0..cpus).find(|c| mask & (1u64 << c) == 0).unwrap_or(0);
-    format!("{:#x}", 1u64 << free)
+/// Where the ferrobay processes run, for the section's description.
+fn placement(settings: &Settings) -> String {
+    match &settings.pin {
+        Some(p) => format!(
+            "; ferrobay node pinned to CPUs {:?}, ferrobay bench to {:?} (FERROBAY_BENCH_PIN)",
+            p.target_cpus, p.initiator_cpus
+        ),
+        None => "; ferrobay processes not pinned".into(),
+    }
+}
+
+/// Perf's core: the lowest CPU outside the target's mask (where `ferrobay bench` runs
+/// when pinned).
+fn perf_core_mask(settings: &Settings) -> String {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    Pinning::from_mask(&settings.spdk_cpumask, cpus.max(2))
+        .map_or_else(|| "0x2".into(), |p| p.initiator_mask())
 }
 
 fn measure_whole_stack(
@@ -289,7 +304,7 @@ fn measure_whole_stack(
     let spdk_addr = spdk.addr.to_string();
     section.description = format!(
         "ferrobay bench {:?} -> ferrobay node --drive {} {:?} vs spdk_nvme_perf {:?} -> \
-         nvmf_tgt {} (-m {}, Malloc {} MiB), one pair at a time, {} s per run, {} rounds",
+         nvmf_tgt {} (-m {}, Malloc {} MiB), one pair at a time, {} s per run, {} rounds{}",
         ctx.initiator_args,
         settings.native_drive,
         settings.node_args,
@@ -298,7 +313,8 @@ fn measure_whole_stack(
         settings.spdk_cpumask,
         settings.ram_ns_mb,
         ctx.run_s,
-        settings.rounds
+        settings.rounds,
+        placement(settings)
     );
     let pre = Workload {
         name: "precondition_seqwrite_128k_qd8",
@@ -350,6 +366,8 @@ struct Ctx<'a> {
     extra: Vec<String>,
     /// More `ferrobay bench` arguments (`FERROBAY_BENCH_INITIATOR_ARGS`).
     initiator_args: Vec<String>,
+    /// Where `ferrobay bench` runs (perf's `-c` CPU when pinned; empty: anywhere).
+    initiator_cpus: Vec<usize>,
 }
 
 impl<'a> Ctx<'a> {
@@ -382,6 +400,10 @@ impl<'a> Ctx<'a> {
             run_s: settings.runtime_s.round().max(1.0) as u64,
             extra: section.spdk_perf_extra_args.clone(),
             initiator_args: settings.initiator_args.clone(),
+            initiator_cpus: settings
+                .pin
+                .as_ref()
+                .map_or_else(Vec::new, |p| p.initiator_cpus.clone()),
         };
         section.url = ctx.url.clone();
         section.hostnqn = ctx.hostnqn.clone();
@@ -439,8 +461,11 @@ fn measure(
     section.description = format!(
         "one ferrobay node --drive {} on 127.0.0.1, two initiator processes in turn, {} s \
          per run, {} rounds: ferrobay bench (nvmf-host, 1 job, default I/O queues) and \
-         spdk_nvme_perf (1 core, 1 qpair, --no-huge -s {PERF_MEM_MB}); the same host NQN",
-        settings.native_drive, ctx.run_s, settings.rounds
+         spdk_nvme_perf (1 core, 1 qpair, --no-huge -s {PERF_MEM_MB}); the same host NQN{}",
+        settings.native_drive,
+        ctx.run_s,
+        settings.rounds,
+        placement(settings)
     );
 
     // Every block written once, so reads never hit never-written memory.
@@ -523,6 +548,7 @@ fn ferrobay_run(ctx: &Ctx<'_>, w: &Workload, secs: Option<u64>) -> Result<Initia
         hostnqn: &ctx.hostnqn,
         node: &ctx.node,
         extra_args: &ctx.initiator_args,
+        cpus: &ctx.initiator_cpus,
     };
     bench.run(w, secs)
 }
@@ -534,6 +560,8 @@ pub struct FerrobayBench<'a> {
     pub hostnqn: &'a str,
     pub node: &'a NodeChild,
     pub extra_args: &'a [String],
+    /// Where it runs (empty: anywhere).
+    pub cpus: &'a [usize],
 }
 
 impl FerrobayBench<'_> {
@@ -570,6 +598,7 @@ impl FerrobayBench<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_parent(&mut cmd);
+        pin_to_cpus(&mut cmd, ctx.cpus);
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {command}: {e}"))?;

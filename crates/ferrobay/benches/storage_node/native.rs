@@ -10,7 +10,7 @@ use bench::{CpuTime, Progress, Report};
 use blockdev::BlockDevice;
 use nvmf_host::{ConnectOptions, HostIdentity, NvmeTcpUrl};
 use serde::Serialize;
-use testkit::process::die_with_parent;
+use testkit::process::{die_with_parent, pin_to_cpus};
 
 use crate::Settings;
 use crate::workload::{PRECONDITION, Workload};
@@ -178,26 +178,29 @@ pub struct NodeChild {
 
 impl NodeChild {
     pub fn start(binary: &Path, data_dir: &Path, drive: &str) -> Result<NodeChild, String> {
-        Self::start_with(binary, data_dir, drive, &[])
+        Self::start_with(binary, data_dir, drive, &[], &[])
     }
 
     /// The node of sections A, C, D and F: `NODE_NAME` under `dir`, the settings' drive
-    /// and extra `node run` arguments.
+    /// and extra `node run` arguments, on the targets' CPUs when pinned.
     pub fn native(binary: &Path, dir: &Path, settings: &Settings) -> Result<NodeChild, String> {
+        let cpus = settings.pin.as_ref().map_or(&[][..], |p| &p.target_cpus);
         Self::start_with(
             binary,
             &dir.join(NODE_NAME),
             &settings.native_drive,
             &settings.node_args,
+            cpus,
         )
     }
 
-    /// As [`NodeChild::start`], with more `node run` arguments.
+    /// As [`NodeChild::start`], with more `node run` arguments, on `cpus` (empty: any).
     pub fn start_with(
         binary: &Path,
         data_dir: &Path,
         drive: &str,
         extra_args: &[String],
+        cpus: &[usize],
     ) -> Result<NodeChild, String> {
         if !binary.is_file() {
             return Err(format!(
@@ -222,6 +225,7 @@ impl NodeChild {
             .stdout(Stdio::null())
             .stderr(log);
         die_with_parent(&mut cmd);
+        pin_to_cpus(&mut cmd, cpus);
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {} node run: {e}", binary.display()))?;

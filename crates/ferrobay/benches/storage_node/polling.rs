@@ -150,6 +150,7 @@ fn measure(binary: &Path, settings: &Settings, section: &mut PollingSection) -> 
         &dir.path().join("poll"),
         &settings.native_drive,
         &poll_arg,
+        &[],
     )?;
     let nqn = format!("nqn.2026-01.io.ferrobay:{}:d0", crate::native::NODE_NAME);
     let urls = [
@@ -173,6 +174,7 @@ fn measure(binary: &Path, settings: &Settings, section: &mut PollingSection) -> 
             &event_node
         },
         extra_args: if p.initiator_polls { &poll_arg } else { &[] },
+        cpus: &[],
     };
     // Every block written once on each node, so reads never hit never-written memory.
     eprintln!("storage_node bench: polling: precondition (one pass per node)");

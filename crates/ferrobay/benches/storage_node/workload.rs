@@ -104,6 +104,44 @@ pub struct Settings {
     pub node_args: Vec<String>,
     /// `FERROBAY_BENCH_INITIATOR_ARGS`: more `ferrobay bench` arguments in section D.
     pub initiator_args: Vec<String>,
+    /// Where targets and initiator processes run (`FERROBAY_BENCH_PIN`); None: anywhere.
+    pub pin: Option<Pinning>,
+}
+
+/// Targets on the CPUs of SPDK's reactor mask, initiator processes on the lowest CPU
+/// outside it: `ferrobay node` and `ferrobay bench` are pinned (sched_setaffinity) where
+/// `nvmf_tgt -m` and `spdk_nvme_perf -c` run. Without it a pinned SPDK pair met an
+/// unpinned ferrobay pair that the kernel moved about (and that shared a core with perf,
+/// whose default mask is also 0x1): on 2 vCPUs ferrobay's whole stack measured 0.72x
+/// SPDK's QD 1 IOPS unpinned and 1.14x pinned, the same binaries minutes apart.
+/// `FERROBAY_BENCH_PIN=0` turns it off; it needs two CPUs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pinning {
+    pub target_cpus: Vec<usize>,
+    pub initiator_cpus: Vec<usize>,
+}
+
+impl Pinning {
+    /// From SPDK's reactor mask (hex, as `nvmf_tgt -m`) on a machine with `cpus` CPUs.
+    pub fn from_mask(target_mask: &str, cpus: usize) -> Option<Pinning> {
+        let mask = u64::from_str_radix(target_mask.trim_start_matches("0x"), 16).ok()?;
+        let cpus = cpus.min(64);
+        let target_cpus: Vec<usize> = (0..cpus).filter(|c| mask & (1u64 << c) != 0).collect();
+        let initiator = (0..cpus).find(|c| mask & (1u64 << c) == 0)?;
+        (!target_cpus.is_empty()).then(|| Pinning {
+            target_cpus,
+            initiator_cpus: vec![initiator],
+        })
+    }
+
+    /// The initiators' CPUs as a core mask (`spdk_nvme_perf -c`).
+    pub fn initiator_mask(&self) -> String {
+        let mask = self
+            .initiator_cpus
+            .iter()
+            .fold(0u64, |m, &c| m | (1u64 << c));
+        format!("{mask:#x}")
+    }
 }
 
 impl Settings {
@@ -113,6 +151,8 @@ impl Settings {
             .map_or(256, |v| v as u64)
             .clamp(16, 2048);
         let ram_ns_mb = if full { 1024 } else { 256 };
+        let spdk_cpumask =
+            env_string("FERROBAY_BENCH_SPDK_CPUMASK").unwrap_or_else(|| "0x1".into());
         Settings {
             runtime_s: secs.clamp(0.1, 600.0),
             workloads: WORKLOADS.to_vec(),
@@ -129,10 +169,16 @@ impl Settings {
                 .clamp(1, 10),
             io_queues: nvmf_host::ConnectOptions::default().io_queues,
             spdk_tgt: env_string("FERROBAY_BENCH_SPDK_TGT"),
-            spdk_cpumask: env_string("FERROBAY_BENCH_SPDK_CPUMASK").unwrap_or_else(|| "0x1".into()),
+            spdk_cpumask: spdk_cpumask.clone(),
             spdk_args: env_words("FERROBAY_BENCH_SPDK_ARGS"),
             node_args: env_words("FERROBAY_BENCH_NODE_ARGS"),
             initiator_args: env_words("FERROBAY_BENCH_INITIATOR_ARGS"),
+            pin: env_flag("FERROBAY_BENCH_PIN", true)
+                .then(|| {
+                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    Pinning::from_mask(&spdk_cpumask, cpus)
+                })
+                .flatten(),
         }
     }
 
