@@ -46,7 +46,7 @@
 //! `FERROBAY_BENCH_GUEST=0` (skip B), `FERROBAY_BENCH_GUEST_FIO=0` (skip the kernel host in
 //! B), `FERROBAY_BENCH_GUEST_NS_MB` (default 256), `FERROBAY_BENCH_SPDK_TGT` (run C with
 //! this `nvmf_tgt`), `FERROBAY_BENCH_SPDK_CPUMASK` (its reactor mask, default 0x1),
-//! `FERROBAY_BENCH_PIN=0` (by default, on two or more CPUs, the ferrobay node of A, C, D
+//! `FERROBAY_BENCH_PIN=0` (by default, with two CPUs free, the ferrobay node of A, C, D
 //! and F runs on the CPUs of that mask and `ferrobay bench` in D and F on perf's `-c` CPU,
 //! placed as SPDK's processes are),
 //! `FERROBAY_BENCH_SPDK_ARGS` (more `nvmf_tgt` arguments, e.g. `--interrupt-mode`),

@@ -23,9 +23,28 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// The CPUs this process may run on (its affinity mask, which a container's cpuset
+/// narrows); empty if the kernel will not say.
+#[allow(unsafe_code)]
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); sched_getaffinity
+    // writes at most size_of::<cpu_set_t>() bytes into it, and CPU_ISSET reads inside it
+    // for indices below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
 /// Runs the child on `cpus` only (sched_setaffinity before exec), as SPDK's `-m` / `-c`
 /// core masks pin its processes, so benchmarks compare processes placed alike. An empty
-/// list leaves the child unpinned; if no CPU of the list is online, spawning fails (EINVAL).
+/// list leaves the child unpinned; if no CPU of the list is allowed ([`allowed_cpus`]),
+/// spawning fails (EINVAL).
 #[allow(unsafe_code)]
 pub fn pin_to_cpus(cmd: &mut Command, cpus: &[usize]) {
     use std::os::unix::process::CommandExt;

@@ -283,11 +283,10 @@ fn placement(settings: &Settings) -> String {
     }
 }
 
-/// Perf's core: the lowest CPU outside the target's mask (where `ferrobay bench` runs
-/// when pinned).
+/// Perf's core: the lowest allowed CPU outside the target's mask (where `ferrobay bench`
+/// runs when pinned), else CPU 1.
 fn perf_core_mask(settings: &Settings) -> String {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Pinning::from_mask(&settings.spdk_cpumask, cpus.max(2))
+    Pinning::from_mask(&settings.spdk_cpumask, &testkit::process::allowed_cpus())
         .map_or_else(|| "0x2".into(), |p| p.initiator_mask())
 }
 

@@ -114,7 +114,8 @@ pub struct Settings {
 /// unpinned ferrobay pair that the kernel moved about (and that shared a core with perf,
 /// whose default mask is also 0x1): on 2 vCPUs ferrobay's whole stack measured 0.72x
 /// SPDK's QD 1 IOPS unpinned and 1.14x pinned, the same binaries minutes apart.
-/// `FERROBAY_BENCH_PIN=0` turns it off; it needs two CPUs.
+/// `FERROBAY_BENCH_PIN=0` turns it off; it needs the mask's CPUs and one more among those
+/// this process may use, and the smoke pass (`cargo test`) never pins.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pinning {
     pub target_cpus: Vec<usize>,
@@ -122,15 +123,18 @@ pub struct Pinning {
 }
 
 impl Pinning {
-    /// From SPDK's reactor mask (hex, as `nvmf_tgt -m`) on a machine with `cpus` CPUs.
-    pub fn from_mask(target_mask: &str, cpus: usize) -> Option<Pinning> {
+    /// From SPDK's reactor mask (hex, as `nvmf_tgt -m`) and the CPUs this process may use:
+    /// None unless every CPU of the mask and one more are among them.
+    pub fn from_mask(target_mask: &str, allowed: &[usize]) -> Option<Pinning> {
         let mask = u64::from_str_radix(target_mask.trim_start_matches("0x"), 16).ok()?;
-        let cpus = cpus.min(64);
-        let target_cpus: Vec<usize> = (0..cpus).filter(|c| mask & (1u64 << c) != 0).collect();
-        let initiator = (0..cpus).find(|c| mask & (1u64 << c) == 0)?;
-        (!target_cpus.is_empty()).then(|| Pinning {
-            target_cpus,
-            initiator_cpus: vec![initiator],
+        let in_mask = |c: usize| c < 64 && mask & (1u64 << c) != 0;
+        let target_cpus: Vec<usize> = allowed.iter().copied().filter(|&c| in_mask(c)).collect();
+        let initiator = allowed.iter().copied().find(|&c| c < 64 && !in_mask(c))?;
+        (!target_cpus.is_empty() && target_cpus.len() as u32 == mask.count_ones()).then(|| {
+            Pinning {
+                target_cpus,
+                initiator_cpus: vec![initiator],
+            }
         })
     }
 
@@ -173,11 +177,9 @@ impl Settings {
             spdk_args: env_words("FERROBAY_BENCH_SPDK_ARGS"),
             node_args: env_words("FERROBAY_BENCH_NODE_ARGS"),
             initiator_args: env_words("FERROBAY_BENCH_INITIATOR_ARGS"),
-            pin: env_flag("FERROBAY_BENCH_PIN", true)
-                .then(|| {
-                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    Pinning::from_mask(&spdk_cpumask, cpus)
-                })
+            // Not in the smoke pass: tests share the machine and need no placement.
+            pin: (full && env_flag("FERROBAY_BENCH_PIN", true))
+                .then(|| Pinning::from_mask(&spdk_cpumask, &testkit::process::allowed_cpus()))
                 .flatten(),
         }
     }
