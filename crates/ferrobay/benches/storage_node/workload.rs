@@ -111,9 +111,8 @@ pub struct Settings {
 /// Targets on the CPUs of SPDK's reactor mask, initiator processes on the lowest CPU
 /// outside it: `ferrobay node` and `ferrobay bench` are pinned (sched_setaffinity) where
 /// `nvmf_tgt -m` and `spdk_nvme_perf -c` run. Without it a pinned SPDK pair met an
-/// unpinned ferrobay pair that the kernel moved about (and that shared a core with perf,
-/// whose default mask is also 0x1): on 2 vCPUs ferrobay's whole stack measured 0.72x
-/// SPDK's QD 1 IOPS unpinned and 1.14x pinned, the same binaries minutes apart.
+/// unpinned ferrobay pair that the kernel moved about (and in section D perf, with no
+/// `-c`, shared core 0 with whatever ran there).
 /// `FERROBAY_BENCH_PIN=0` turns it off; it needs the mask's CPUs and one more among those
 /// this process may use, and the smoke pass (`cargo test`) never pins.
 #[derive(Debug, Clone, Serialize)]
