@@ -136,43 +136,37 @@ mod tests {
         assert!(!b.keep_polling(false, at(5190)));
     }
 
-    #[tokio::test]
-    async fn run_turns_again_without_a_wake_up_while_polling() {
+    /// Runs a turn that is Pending with progress until its `ready_at`-th call (waking
+    /// itself first when `wakes`): the calls it took and the turns counted.
+    async fn drive(window_us: u32, ready_at: u32, wakes: bool) -> (u32, u64) {
         let turns = AtomicU64::new(0);
         let mut calls = 0;
-        // Pending with progress three times, never waking itself: only polling brings
-        // it back.
-        let v = BusyPoll::new(1000)
-            .run(Some(&turns), |_, progressed| {
+        BusyPoll::new(window_us)
+            .run(Some(&turns), |cx, progressed| {
                 calls += 1;
-                if calls == 4 {
-                    return Poll::Ready(7);
+                if calls == ready_at {
+                    return Poll::Ready(());
                 }
                 *progressed = true;
+                if wakes {
+                    cx.waker().wake_by_ref();
+                }
                 Poll::Pending
             })
             .await;
-        assert_eq!((v, calls), (7, 4));
-        assert_eq!(turns.load(Ordering::Relaxed), 3);
+        (calls, turns.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test]
+    async fn run_turns_again_without_a_wake_up_while_polling() {
+        // Pending with progress three times, never waking itself: only polling brings
+        // it back.
+        assert_eq!(drive(1000, 4, false).await, (4, 3));
     }
 
     #[tokio::test]
     async fn run_without_a_window_sleeps_until_woken() {
-        let turns = AtomicU64::new(0);
-        let mut calls = 0;
-        let v = BusyPoll::new(0)
-            .run(Some(&turns), |cx, progressed| {
-                calls += 1;
-                if calls == 2 {
-                    return Poll::Ready("done");
-                }
-                *progressed = true;
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            })
-            .await;
-        assert_eq!((v, calls), ("done", 2));
-        assert_eq!(turns.load(Ordering::Relaxed), 0, "nothing polled");
+        assert_eq!(drive(0, 2, true).await, (2, 0), "nothing polled");
     }
 
     #[test]
