@@ -48,7 +48,7 @@ unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // SAFETY: allocated by IoBuf::try_zeroed_capacity with exactly this layout
+        // SAFETY: allocated by IoBuf::try_new_zeroed with exactly this layout
         // (capacity > 0: only non-empty buffers are split), freed once, when the last part
         // is gone.
         #[allow(unsafe_code)]
@@ -77,20 +77,15 @@ impl IoBuf {
         let capacity = len
             .checked_next_multiple_of(IO_ALIGN_BYTES)
             .expect("IoBuf length overflows usize");
-        match Self::try_zeroed_capacity(len, capacity) {
-            Some(buf) => buf,
-            None => alloc::handle_alloc_error(Self::layout(capacity)),
-        }
+        Self::try_new_zeroed(len)
+            .unwrap_or_else(|| alloc::handle_alloc_error(Self::layout(capacity)))
     }
 
     /// As [`IoBuf::new_zeroed`], but `None` when the memory cannot be had (for memory a
-    /// caller can do without: a RAM drive's chunk is an I/O error, not an abort).
+    /// caller can do without: a RAM drive's chunk is an I/O error, not an abort), a
+    /// length too large for any allocation included.
     pub fn try_new_zeroed(len: usize) -> Option<IoBuf> {
         let capacity = len.checked_next_multiple_of(IO_ALIGN_BYTES)?;
-        Self::try_zeroed_capacity(len, capacity)
-    }
-
-    fn try_zeroed_capacity(len: usize, capacity: usize) -> Option<IoBuf> {
         if capacity == 0 {
             return Some(IoBuf {
                 ptr: NonNull::<Page>::dangling().cast(),
@@ -99,9 +94,10 @@ impl IoBuf {
                 shared: None,
             });
         }
+        let layout = Layout::from_size_align(capacity, IO_ALIGN_BYTES).ok()?;
         // SAFETY: layout has non-zero size (capacity > 0 checked above).
         #[allow(unsafe_code)]
-        let raw = unsafe { alloc::alloc_zeroed(Self::layout(capacity)) };
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
         Some(IoBuf {
             ptr: NonNull::new(raw)?,
             len,
@@ -231,7 +227,7 @@ impl Drop for IoBuf {
     fn drop(&mut self) {
         // A part of a split allocation: the last part's `Arc` frees it.
         if self.capacity != 0 && self.shared.is_none() {
-            // SAFETY: ptr was allocated by try_zeroed_capacity with exactly this layout.
+            // SAFETY: ptr was allocated by try_new_zeroed with exactly this layout.
             #[allow(unsafe_code)]
             unsafe {
                 alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity))
@@ -312,6 +308,10 @@ mod tests {
         assert!(
             IoBuf::try_new_zeroed(1 << 62).is_none(),
             "more than any machine has"
+        );
+        assert!(
+            IoBuf::try_new_zeroed(usize::MAX - 8191).is_none(),
+            "beyond what a layout can describe"
         );
     }
 
