@@ -206,12 +206,7 @@ pub fn run(binary: &Path, settings: &Settings) -> InitiatorsSection {
                 .into(),
         );
     };
-    let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
-    if let Some(pin) = &settings.pin
-        && !extra.iter().any(|a| a == "-c")
-    {
-        extra.extend(["-c".to_string(), pin.initiator_mask()]);
-    }
+    let extra = perf_args(settings, settings.pin.is_some());
     let mut section = InitiatorsSection::running(&perf, extra);
     eprintln!("storage_node bench: initiators: ferrobay bench vs {perf}");
     if let Err(e) = measure(binary, Path::new(&perf), settings, &mut section) {
@@ -240,10 +235,7 @@ pub fn run_whole_stack(binary: &Path, settings: &Settings) -> InitiatorsSection 
                 .into(),
         );
     };
-    let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
-    if !extra.iter().any(|a| a == "-c") {
-        extra.extend(["-c".to_string(), perf_core_mask(settings)]);
-    }
+    let extra = perf_args(settings, true);
     let mut section = InitiatorsSection::running(&perf, extra);
     eprintln!("storage_node bench: whole stack: ferrobay bench + node vs {perf} + {tgt}");
     if let Err(e) = measure_whole_stack(
@@ -283,11 +275,22 @@ fn placement(settings: &Settings) -> String {
     }
 }
 
-/// Perf's core: the lowest allowed CPU outside the target's mask (where `ferrobay bench`
-/// runs when pinned), else CPU 1.
-fn perf_core_mask(settings: &Settings) -> String {
-    Pinning::from_mask(&settings.spdk_cpumask, &testkit::process::allowed_cpus())
-        .map_or_else(|| "0x2".into(), |p| p.initiator_mask())
+/// `FERROBAY_BENCH_SPDK_PERF_ARGS`, and unless they pick a core and when `own_core`, perf's
+/// `-c`: the initiators' CPU when pinned, else the lowest allowed CPU outside the
+/// target's mask (CPU 1 if none is known).
+fn perf_args(settings: &Settings, own_core: bool) -> Vec<String> {
+    let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
+    if own_core && !extra.iter().any(|a| a == "-c") {
+        let mask = settings
+            .pin
+            .clone()
+            .or_else(|| {
+                Pinning::from_mask(&settings.spdk_cpumask, &testkit::process::allowed_cpus())
+            })
+            .map_or_else(|| "0x2".into(), |p| p.initiator_mask());
+        extra.extend(["-c".to_string(), mask]);
+    }
+    extra
 }
 
 fn measure_whole_stack(
