@@ -17,7 +17,8 @@ fn counts_tagged_allocations_and_live_bytes() {
     assert_eq!(allocations(Tag::A) - a0, 11);
     std::thread::spawn(|| {
         set_thread_tag(Tag::B);
-        let b = Box::new(1u8);
+        // black_box: a release build would otherwise elide the allocation.
+        let b = std::hint::black_box(Box::new(1u8));
         drop(b);
     })
     .join()
