@@ -33,6 +33,8 @@ fn quick_bench_reports_every_figure() {
     for m in media {
         for (step, field) in [
             ("store_1m_qd8", "ratio"),
+            ("store_1m_qd8", "raw_flush_each_vs_raw"),
+            ("store_1m_qd8", "kv_vs_raw_flush_each"),
             ("retrieve_4k_qd32", "ratio"),
             ("store_4k_qd32", "ratio"),
             ("store_4k_qd32", "mean_batch_records"),

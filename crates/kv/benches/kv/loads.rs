@@ -33,6 +33,16 @@ fn xorshift(x: &mut u64) -> u64 {
     *x
 }
 
+/// Whether each raw write is durable on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// One flush at the end of the run.
+    FlushAtEnd,
+    /// Each write followed by its own flush, as a store acknowledged only when durable
+    /// must be (the concurrent workers' flushes overlap).
+    FlushEach,
+}
+
 /// Sequential writes of `io` bytes from `qd` workers sharing one cursor over `region`,
 /// until the region is written or `limit` passes; one flush at the end is included.
 pub async fn raw_seq_write(
@@ -40,6 +50,7 @@ pub async fn raw_seq_write(
     region: (u64, u64),
     io: usize,
     qd: usize,
+    durability: Durability,
     limit: Duration,
 ) -> Result<Done, Error> {
     let next = Arc::new(AtomicU64::new(region.0));
@@ -56,6 +67,9 @@ pub async fn raw_seq_write(
                     return Ok::<u64, blockdev::BlockError>(done);
                 }
                 buf = dev.write(off, buf, WriteFlags::default()).await?;
+                if durability == Durability::FlushEach {
+                    dev.flush().await?;
+                }
                 done += 1;
             }
         }));
