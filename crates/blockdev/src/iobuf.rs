@@ -74,11 +74,12 @@ unsafe impl Sync for IoBuf {}
 impl IoBuf {
     /// A zero-filled buffer of `len` bytes (capacity rounded up to [`IO_ALIGN_BYTES`]).
     pub fn new_zeroed(len: usize) -> IoBuf {
-        let capacity = len
-            .checked_next_multiple_of(IO_ALIGN_BYTES)
-            .expect("IoBuf length overflows usize");
-        Self::try_new_zeroed(len)
-            .unwrap_or_else(|| alloc::handle_alloc_error(Self::layout(capacity)))
+        Self::try_new_zeroed(len).unwrap_or_else(|| {
+            let capacity = len
+                .checked_next_multiple_of(IO_ALIGN_BYTES)
+                .expect("IoBuf length overflows usize");
+            alloc::handle_alloc_error(Self::layout(capacity))
+        })
     }
 
     /// As [`IoBuf::new_zeroed`], but `None` when the memory cannot be had (for memory a
