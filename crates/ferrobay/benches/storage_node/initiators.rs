@@ -281,13 +281,11 @@ fn placement(settings: &Settings) -> String {
 fn perf_args(settings: &Settings, own_core: bool) -> Vec<String> {
     let mut extra = env_words("FERROBAY_BENCH_SPDK_PERF_ARGS");
     if own_core && !extra.iter().any(|a| a == "-c") {
-        let mask = settings
-            .pin
-            .clone()
-            .or_else(|| {
-                Pinning::from_mask(&settings.spdk_cpumask, &testkit::process::allowed_cpus())
-            })
-            .map_or_else(|| "0x2".into(), |p| p.initiator_mask());
+        let mask = match &settings.pin {
+            Some(p) => p.initiator_mask(),
+            None => Pinning::from_mask(&settings.spdk_cpumask, &testkit::process::allowed_cpus())
+                .map_or_else(|| "0x2".into(), |p| p.initiator_mask()),
+        };
         extra.extend(["-c".to_string(), mask]);
     }
     extra
