@@ -734,11 +734,11 @@ async fn open_embedded(
     match meta::EmbeddedStore::open(meta_dir, meta::EmbeddedOptions::default()).await {
         Ok(s) => Ok(Arc::new(s)),
         Err(e) => {
-            let text = e.to_string();
-            let reason = if text.contains("already open") || text.contains("lock") {
-                format!("in use by another process (another `ferrobay up`?): {text}")
-            } else {
-                format!("metadata store: {text}")
+            let reason = match e {
+                meta::MetaError::InUse(_) => {
+                    "in use by another process (another `ferrobay up`?)".to_string()
+                }
+                other => format!("metadata store: {other}"),
             };
             Err(DevClusterError::DataDir {
                 path: data_dir.to_path_buf(),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use meta::{EmbeddedOptions, EmbeddedStore, EtcdOptions, EtcdStore, MetaStore};
+use meta::{EmbeddedOptions, EmbeddedStore, EtcdOptions, EtcdStore, MetaError, MetaStore};
 
 use crate::error::ControlError;
 
@@ -79,7 +79,11 @@ pub async fn open_meta(url: &str) -> Result<Arc<dyn MetaStore>, ControlError> {
                 .map_err(|e| bad(url, format!("cannot create {}: {e}", dir.display())))?;
             let store = EmbeddedStore::open(&dir, EmbeddedOptions::default())
                 .await
-                .map_err(|e| bad(url, e.to_string()))?;
+                .map_err(|e| match e {
+                    // The URL is fine; the store is busy.
+                    MetaError::InUse(_) => ControlError::Meta(e),
+                    other => bad(url, other.to_string()),
+                })?;
             Ok(Arc::new(store))
         }
     }
@@ -138,5 +142,28 @@ mod tests {
         let store = open_meta(&url).await.expect("open");
         store.put("/ferrobay/x", b"1".to_vec()).await.expect("put");
         drop(store);
+    }
+
+    #[tokio::test]
+    async fn a_store_open_elsewhere_is_in_use_not_a_bad_url() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("embedded:{}", dir.path().join("meta").display());
+        let _held = open_meta(&url).await.expect("open");
+        let e = match open_meta(&url).await {
+            Ok(_) => panic!("a second open of {url} succeeded"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(e, ControlError::Meta(MetaError::InUse(_))),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("is open in another process")
+                && text.contains("ask that through its API")
+                && !text.contains("invalid metadata store URL")
+                && !text.contains('\n'),
+            "{text}"
+        );
     }
 }

@@ -31,6 +31,11 @@ pub enum MetaError {
     /// The store was closed (dropped) while the operation or watch was pending.
     #[error("metadata store closed")]
     Closed,
+    /// The embedded store's database is open in another process (one at a time).
+    #[error(
+        "{0} is open in another process (the embedded metadata store allows one at a time; a running `ferrobay up` or node holds it: ask that through its API, or stop it first)"
+    )]
+    InUse(String),
     /// Any other backend failure (I/O, database, server error).
     #[error("metadata backend: {0}")]
     Backend(String),

@@ -77,7 +77,10 @@ impl Engine {
     ) -> Result<Self, MetaError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| MetaError::Backend(format!("creating {}: {e}", dir.display())))?;
-        let db = Database::create(dir.join(DB_FILE)).map_err(backend)?;
+        let db = Database::create(dir.join(DB_FILE)).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => MetaError::InUse(dir.display().to_string()),
+            other => backend(other),
+        })?;
         let wtx = db.begin_write().map_err(backend)?;
         let (revision, next_lease) = {
             let mut meta = wtx.open_table(META).map_err(backend)?;
