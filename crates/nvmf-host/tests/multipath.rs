@@ -376,10 +376,29 @@ async fn no_usable_path_fails_after_the_no_path_timeout() {
         let text = e.to_string();
         assert!(text.contains("no usable path after"), "{text}");
         assert!(text.contains("down (reconnecting)"), "{text}");
-        // A path coming back serves I/O again.
+        // Having waited it out once, the next I/O fails at once (no_path_retry).
+        let again = std::time::Instant::now();
+        let e = mp.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap_err();
+        assert!(
+            matches!(host_error(&e), Some(HostError::NoPath { .. })),
+            "{e}"
+        );
+        assert!(
+            again.elapsed() < Duration::from_millis(250),
+            "the second I/O waited {:?}",
+            again.elapsed()
+        );
+        // A path coming back serves I/O again, once it has reconnected (until then I/O
+        // still fails at once).
         s.p2.restore().await;
+        until(&mp, "path 2 back", |p| p.iter().any(|p| p.usable)).await;
         mp.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap();
         assert_eq!(path(&mp, 1).state, ControllerState::Live);
+        // And the no-path timeout applies afresh: a later loss waits again.
+        s.p2.cut();
+        let later = std::time::Instant::now();
+        mp.read(0, IoBuf::new_zeroed(BLOCK)).await.unwrap_err();
+        assert!(later.elapsed() >= Duration::from_millis(450));
     })
     .await
     .unwrap();

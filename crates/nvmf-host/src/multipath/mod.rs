@@ -25,7 +25,7 @@ mod path;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -84,7 +84,8 @@ pub struct MultipathOptions {
     pub policy: PathPolicy,
     /// How long an I/O waits for a usable path (all paths reconnecting, inaccessible or
     /// in transition) before it fails with [`HostError::NoPath`]. Linux waits as long as
-    /// a controller exists ("queue if no path"); bound it here.
+    /// a controller exists ("queue if no path"); bound it here. Once one I/O has waited
+    /// it out, later ones fail at once until a path is usable again.
     pub no_path_timeout_ms: u64,
 }
 
@@ -200,6 +201,11 @@ pub(crate) struct Shared<N: PathNs> {
     pending: Mutex<BTreeMap<usize, Pending>>,
     /// Rank for paths added with [`MultipathNamespace::add_path`].
     next_rank: AtomicUsize,
+    /// An I/O waited the whole no-path timeout and found no path: until a path is usable
+    /// again, I/Os with no usable path fail at once instead of each waiting the timeout
+    /// (dm-multipath's `no_path_retry`). A shard store whose node is down then costs a
+    /// degraded read nothing, not the timeout on every read.
+    failing_fast: AtomicBool,
 }
 
 impl<N: PathNs> Drop for Shared<N> {
@@ -232,6 +238,7 @@ impl<N: PathNs> Shared<N> {
             join,
             pending: Mutex::new(BTreeMap::new()),
             next_rank: AtomicUsize::new(1 << 16),
+            failing_fast: AtomicBool::new(false),
         })
     }
 
@@ -363,6 +370,10 @@ impl<N: PathNs> Shared<N> {
                         PathPolicy::Spread => thread_slot() % n_best.max(1),
                     };
                     if let Some(p) = paths.iter().filter(|p| p.usable() == b).nth(pick) {
+                        // Read first: no shared write on every I/O.
+                        if self.failing_fast.load(Ordering::Relaxed) {
+                            self.failing_fast.store(false, Ordering::Relaxed);
+                        }
                         return Ok(p.clone());
                     }
                     // A state changed in between: look again.
@@ -399,7 +410,7 @@ impl<N: PathNs> Shared<N> {
             } else {
                 why.join(", ")
             };
-            if !may_recover {
+            if !may_recover || self.failing_fast.load(Ordering::Relaxed) {
                 // A path that joined between the two looks was seen in neither.
                 if futures::FutureExt::now_or_never(changed.as_mut()).is_some() {
                     continue;
@@ -408,6 +419,7 @@ impl<N: PathNs> Shared<N> {
             }
             let wait = deadline.saturating_duration_since(Instant::now());
             if wait.is_zero() {
+                self.failing_fast.store(true, Ordering::Relaxed);
                 return Err(self.no_path(start, why));
             }
             // Also re-check now and then: ANATT expiry is seen by looking.

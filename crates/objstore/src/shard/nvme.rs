@@ -11,6 +11,8 @@
 //! up to m stores down goes on with the others. With [`NvmeKvShardStoreOptions::default`]:
 //! - a command on a path that is lost fails over; with no usable path it waits at most
 //!   `no_path_timeout_ms` (500 ms) for one, then fails with [`ShardError::Unavailable`];
+//!   after that, commands fail at once until a path is usable again (so each degraded
+//!   read does not pay the 500 ms);
 //! - a lost connection is noticed at once (TCP reset) or by keep-alive (KATO 2 s); a
 //!   command the target does not answer times out after `io_timeout_ms` (5 s), is aborted
 //!   and its connection reset;
@@ -20,9 +22,10 @@
 //! - every operation is bounded by `op_timeout_ms` (8 s) as a last resort.
 //!
 //! So an operation on a store whose node is down returns `Unavailable` within about
-//! 0.5 s (connection refused or reset), at worst about `io_timeout_ms` + 0.5 s (a node
-//! that hangs without closing its connections). Options in the URL (`kato`,
-//! `ctrl_loss_tmo`, `queues`, ...) override these connect options.
+//! 0.5 s the first time (connection refused or reset) and at once after that; at worst
+//! about `io_timeout_ms` + 0.5 s (a node that hangs without closing its connections).
+//! Options in the URL (`kato`, `ctrl_loss_tmo`, `queues`, ...) override these connect
+//! options.
 //!
 //! # Mapping
 //!
